@@ -1,0 +1,108 @@
+"""Transform ``pair``: join JSON-RPC ``tools/call`` requests with their responses.
+
+A logging proxy writes the request and, later, the response (matched by JSON-RPC ``id``
+within one connection/session). A response can land in a later batch than its request,
+so unmatched requests wait in a bounded pending table. They are emitted as events with
+outcome ``unknown`` when the stream ends, when they wait longer than ``max_wait``, or when
+the table overflows — an event is never held forever. A response with no request is
+quarantined (``orphan_response``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import polars as pl
+
+_KEY = ["session_id", "rpc_id"]
+_RESP_COLS = ["status", "status_raw", "is_error_b", "bytes", "ts"]
+
+
+@dataclass
+class PairCounters:
+    """What ``pair`` did."""
+
+    paired: int = 0
+    unanswered: int = 0
+    orphans: int = 0
+
+
+class Pairer:
+    """Stateful request/response pairing.
+
+    Parameters
+    ----------
+    max_wait
+        How long (log time) a request waits for its response before being emitted alone.
+    max_pending
+        Bound on waiting requests; the oldest are emitted alone past it.
+    """
+
+    def __init__(self, max_wait: timedelta = timedelta(minutes=5), max_pending: int = 100_000):
+        self.max_wait = max_wait
+        self.max_pending = max_pending
+        self.pending: pl.DataFrame | None = None
+        self.counters = PairCounters()
+
+    def pair(
+        self, reqs: pl.DataFrame, resps: pl.DataFrame, *, final: bool
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Pair requests with responses.
+
+        Parameters
+        ----------
+        reqs, resps
+            Parsed rows of kind ``rpc_req`` / ``rpc_resp`` (same columns).
+        final
+            The stream ended: emit every pending request.
+
+        Returns
+        -------
+        (events, orphans)
+            Request rows completed with the response's outcome, size and latency; and
+            responses that matched no request.
+        """
+        if self.pending is not None and self.pending.height:
+            reqs = pl.concat([self.pending, reqs], how="vertical_relaxed")
+        self.pending = None
+        if reqs.height == 0 and resps.height == 0:
+            return reqs, resps
+        # Several responses with one id in one session: keep the first.
+        r = resps.unique(subset=_KEY, keep="first", maintain_order=True).select(
+            [*_KEY, *[pl.col(c).alias(f"{c}_r") for c in _RESP_COLS]]
+        )
+        joined = reqs.join(r, on=_KEY, how="left")
+        matched = joined.filter(pl.col("ts_r").is_not_null())
+        events = matched.with_columns(
+            pl.col("status_r").alias("status"),
+            pl.col("status_raw_r").alias("status_raw"),
+            pl.col("is_error_b_r").alias("is_error_b"),
+            pl.col("bytes_r").alias("bytes"),
+            pl.coalesce(
+                pl.col("duration_ms"),
+                (pl.col("ts_r") - pl.col("ts")).dt.total_microseconds() / 1000.0,
+            ).alias("duration_ms"),
+        ).drop([f"{c}_r" for c in _RESP_COLS])
+        waiting = joined.filter(pl.col("ts_r").is_null()).drop([f"{c}_r" for c in _RESP_COLS])
+        orphans = resps.join(reqs.select(_KEY), on=_KEY, how="anti")
+        self.counters.paired += events.height
+        self.counters.orphans += orphans.height
+
+        if final:
+            alone = waiting
+            waiting = waiting.clear()
+        else:
+            newest = pl.concat([reqs["ts"], resps["ts"]]).max()
+            cutoff = newest - self.max_wait if newest is not None else None
+            too_old = pl.col("ts") < cutoff if cutoff is not None else pl.lit(False)
+            alone = waiting.filter(too_old)
+            waiting = waiting.filter(~too_old)
+            if waiting.height > self.max_pending:
+                waiting = waiting.sort("ts")
+                alone = pl.concat([alone, waiting.head(waiting.height - self.max_pending)])
+                waiting = waiting.tail(self.max_pending)
+        self.counters.unanswered += alone.height
+        self.pending = waiting if waiting.height else None
+        events = pl.concat([events, alone], how="vertical_relaxed")
+        return events, orphans

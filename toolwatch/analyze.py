@@ -1,0 +1,114 @@
+"""``toolwatch analyze``: ingest given logs and run every detector over them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from toolwatch import schema
+from toolwatch.config import Config
+from toolwatch.ingest_run import IngestResult, ingest_paths
+from toolwatch.store import Store
+
+
+@dataclass
+class AnalyzeResult:
+    """Ingest counters plus the alerts raised."""
+
+    ingest: IngestResult
+    alerts: pl.DataFrame
+
+
+def load_events(store: Store, fingerprints: list[str] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Events and summaries of the given streams (all streams when ``None``)."""
+    con = store.connect()
+    try:
+        where = "WHERE source_fp IN (SELECT unnest($fps))" if fingerprints is not None else ""
+        params = {"fps": fingerprints} if fingerprints is not None else {}
+        ev = con.execute(f"SELECT * FROM events {where} ORDER BY ts", params).pl()
+        su = con.execute(f"SELECT * FROM summaries {where} ORDER BY ts", params).pl()
+    finally:
+        con.close()
+    return ev, su
+
+
+def run_detectors(
+    config: Config, events: pl.DataFrame, summaries: pl.DataFrame, model_path: Path | None = None
+) -> pl.DataFrame:
+    """Every registered detector over the events; returns alerts (schema.ALERTS columns)."""
+    try:
+        import detectors
+    except ImportError:  # pragma: no cover - detectors package absent
+        return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
+    dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
+    if model_path is None:
+        candidate = config.data_dir / "models" / "forest.skops"
+        model_path = candidate if candidate.exists() else None
+    return detectors.run_batch(events, summaries, dcfg, model_path=model_path)
+
+
+def alerts_to_arrow(alerts: pl.DataFrame) -> pa.Table:
+    """Alerts frame as an Arrow table of the store's alert schema."""
+    return alerts.select(schema.ALERTS.names).to_arrow().cast(schema.ALERTS)
+
+
+def write_alerts_jsonl(alerts: pl.DataFrame, path: Path) -> None:
+    """Alerts as JSON lines (docs/alert.schema.json); ``evidence`` as an object."""
+    with open(path, "wb") as fh:
+        for row in alerts.select(schema.ALERTS.names).iter_rows(named=True):
+            row["evidence"] = orjson.loads(row["evidence"]) if row.get("evidence") else {}
+            fh.write(orjson.dumps(row, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC) + b"\n")
+
+
+def analyze_paths(
+    config: Config,
+    paths: list[str],
+    *,
+    alerts_out: Path | None = None,
+    progress: bool | None = None,
+) -> AnalyzeResult:
+    """Ingest ``paths`` then detect over the events of exactly those streams."""
+    store = Store(config.data_dir, compact_min_files=config.store.compact_min_files)
+    res = ingest_paths(config, paths, store=store, progress=progress)
+    events, summaries = load_events(store, res.fingerprints)
+    alerts = run_detectors(config, events, summaries)
+    if alerts.height:
+        store.write_batch({"alerts": alerts_to_arrow(alerts)})
+        store.close()
+    if alerts_out is not None:
+        write_alerts_jsonl(alerts, alerts_out)
+    return AnalyzeResult(ingest=res, alerts=alerts)
+
+
+_SEV_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+
+
+def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
+    """Flagged sessions and entities, most severe first."""
+    console = Console()
+    if alerts.height == 0:
+        console.print("no alerts")
+        return
+    df = alerts.with_columns(
+        pl.col("severity").replace_strict(_SEV_ORDER, default=9).alias("_o")
+    ).sort(["_o", "score"], descending=[False, True])
+    t = Table(title=f"{alerts.height} alert(s): flagged sessions and entities")
+    for c in ("severity", "category", "entity", "window (UTC)", "first reason"):
+        t.add_column(c, overflow="fold")
+    for r in df.head(limit).iter_rows(named=True):
+        entity = f"{r['entity_type']}={r['entity_id']}"
+        window = f"{r['first_seen']:%m-%d %H:%M} → {r['last_seen']:%m-%d %H:%M}"
+        reason = (r["reasons"] or [""])[0]
+        t.add_row(
+            Text(r["severity"]), Text(r["category"]), Text(entity), Text(window), Text(reason)
+        )
+    console.print(t)
+    if alerts.height > limit:
+        console.print(f"… {alerts.height - limit} more: toolwatch alerts")

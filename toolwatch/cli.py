@@ -1,0 +1,188 @@
+"""The ``toolwatch`` command line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from toolwatch import __version__
+from toolwatch.config import Config, describe, load_config
+from toolwatch.errors import ToolwatchError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Catch abusive AI agents in MCP server tool-call logs.",
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Config file (TOML). Default: ./toolwatch.toml"),
+]
+DataDirOpt = Annotated[
+    Path | None, typer.Option("--data-dir", "-d", help="Store directory (overrides config).")
+]
+
+
+def _config(config: Path | None, data_dir: Path | None) -> Config:
+    cfg = load_config(config)
+    if data_dir is not None:
+        cfg.store.data_dir = str(data_dir)
+    return cfg
+
+
+def _fail(exc: Exception, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    return typer.Exit(code)
+
+
+def _print_summary(counters: dict, *, title: str) -> None:
+    t = Table(title=title, show_header=False)
+    t.add_column("what")
+    t.add_column("count", justify="right")
+    t.add_row("lines read", f"{counters['lines_read']:,}")
+    t.add_row("events stored", f"{counters['events_stored']:,}")
+    t.add_row("session summaries stored", f"{counters['summaries_stored']:,}")
+    t.add_row("JSON-RPC responses merged", f"{counters['rpc_responses_merged']:,}")
+    t.add_row("quarantined", f"{counters['quarantined_total']:,}")
+    for reason, n in sorted(counters["quarantined"].items()):
+        t.add_row(f"  {reason}", f"{n:,}")
+    t.add_row("secrets hashed", f"{counters['secrets_redacted']:,}")
+    if counters["already_stored_bytes_skipped"]:
+        t.add_row("bytes already stored (skipped)", f"{counters['already_stored_bytes_skipped']:,}")
+    Console().print(t)
+
+
+@app.command()
+def ingest(
+    paths: Annotated[
+        list[str], typer.Argument(help="Files, globs, .gz, directories, or - for stdin.")
+    ],
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json_summary: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON.")
+    ] = False,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+) -> None:
+    """Read MCP logs into the store. Bad lines are quarantined, never fatal.
+
+    Example: toolwatch ingest 'logs/*.jsonl.gz' -
+    """
+    from toolwatch.ingest_run import ingest_paths
+
+    try:
+        cfg = _config(config, data_dir)
+        res = ingest_paths(cfg, paths, progress=progress)
+    except ToolwatchError as exc:
+        raise _fail(exc) from None
+    summary = res.counters.as_dict()
+    if json_summary:
+        print(orjson.dumps({**summary, "failures": res.failures}).decode())
+    else:
+        _print_summary(summary, title=f"ingested into {cfg.data_dir}")
+    for f in res.failures:
+        err.print(f"[bold red]error:[/] {f}", highlight=False)
+    if res.failures:
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="One read-only SELECT over events, sessions, alerts, quarantine, summaries."
+        ),
+    ],
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
+) -> None:
+    """Forensic SQL over the store (read-only).
+
+    Example: toolwatch query "SELECT tool, count(*) FROM events GROUP BY 1 ORDER BY 2 DESC"
+    """
+    from toolwatch.output import write_rows
+    from toolwatch.store import Store
+
+    if fmt not in ("table", "csv", "json"):
+        raise _fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
+    try:
+        cfg = _config(config, data_dir)
+        tbl = Store(cfg.data_dir).query(sql)
+    except ToolwatchError as exc:
+        raise _fail(exc) from None
+    write_rows(tbl, fmt)
+
+
+@app.command()
+def analyze(
+    paths: Annotated[list[str], typer.Argument(help="Log files/globs/- to ingest and analyze.")],
+    alerts_out: Annotated[
+        Path | None, typer.Option("--alerts-out", help="Write alerts as JSON lines here.")
+    ] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary tables.")] = False,
+) -> None:
+    """Ingest logs and run every detector on them (forensic replay: log time, not wall clock).
+
+    Example: toolwatch analyze sample_logs/demo/* --alerts-out alerts.jsonl
+    """
+    from toolwatch.analyze import analyze_paths, print_alerts
+
+    try:
+        cfg = _config(config, data_dir)
+        res = analyze_paths(cfg, paths, alerts_out=alerts_out, progress=progress)
+    except ToolwatchError as exc:
+        raise _fail(exc) from None
+    if not quiet:
+        _print_summary(res.ingest.counters.as_dict(), title=f"ingested into {cfg.data_dir}")
+        print_alerts(res.alerts)
+    for f in res.ingest.failures:
+        err.print(f"[bold red]error:[/] {f}", highlight=False)
+    if res.ingest.failures:
+        raise typer.Exit(1)
+
+
+@app.command("config")
+def config_cmd(config: ConfigOpt = None) -> None:
+    """Show every configuration key with its default and documentation."""
+    try:
+        load_config(config)
+    except ToolwatchError as exc:
+        raise _fail(exc) from None
+    t = Table(title="toolwatch configuration keys")
+    for c in ("key", "default", "meaning"):
+        t.add_column(c, overflow="fold")
+    for key, default, text in describe():
+        t.add_row(key, default, text)
+    Console().print(t)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    print(__version__)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Typed configuration.
+
+Config lives in a TOML file (``--config``, ``$TOOLWATCH_CONFIG`` or ``./toolwatch.toml``)
+whose tables map onto the dataclasses below. Unknown keys are rejected with the file and
+the dotted key named, so a typo never silently falls back to a default. Every field
+carries its documentation in ``metadata["doc"]``; ``toolwatch config`` prints them.
+
+Secrets are never defaulted in code: the HMAC key comes from ``$TOOLWATCH_HMAC_KEY`` or a
+key file outside the store, generated on first run (see :mod:`toolwatch.secrets`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from toolwatch.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
+    """Declare a dataclass field with its user-facing documentation."""
+    if factory is not dataclasses.MISSING:
+        return field(default_factory=factory, metadata={"doc": text})
+    return field(default=default, metadata={"doc": text})
+
+
+def _default_key_file() -> str:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return str(Path(base) / "toolwatch" / "hmac.key")
+
+
+@dataclass
+class StoreConfig:
+    """Where and how events are kept."""
+
+    data_dir: str = doc(
+        "Directory of the forensic store (Parquet datasets + state). Env: TOOLWATCH_DATA_DIR.",
+        ".toolwatch/data",
+    )
+    compact_min_files: int = doc(
+        "A date partition with at least this many small files is compacted into one.", 16
+    )
+    max_rows_per_file: int = doc("Upper bound of rows in one compacted Parquet file.", 2_000_000)
+
+
+@dataclass
+class IngestConfig:
+    """How raw log lines become events."""
+
+    max_line_bytes: int = doc(
+        "Lines longer than this are quarantined (reason line_too_long), never parsed.", 1_048_576
+    )
+    chunk_bytes: int = doc(
+        "Bytes read per batch from a file; memory use is a small multiple of this.", 16_777_216
+    )
+    session_gap_minutes: float = doc(
+        "Events without a session id are grouped per caller (else client address) into "
+        "sessions that end after this much inactivity.",
+        30.0,
+    )
+    quarantine_raw_chars: int = doc(
+        "Quarantined raw lines are kept up to this many characters.", 4096
+    )
+    field_aliases: dict[str, list[str]] = doc(
+        "Extra source field names per canonical field, tried after the built-in aliases, "
+        "e.g. {tool = ['op']}. Dotted names are literal keys; use a/b for nesting.",
+        factory=dict,
+    )
+    secret_keys: list[str] = doc(
+        "Argument keys (case-insensitive substrings) whose values are replaced by a keyed "
+        "hash before storage.",
+        factory=lambda: [
+            "apikey",
+            "api_key",
+            "api-key",
+            "password",
+            "passwd",
+            "token",
+            "secret",
+            "authorization",
+            "credential",
+            "private_key",
+            "access_key",
+            "cookie",
+        ],
+    )
+
+
+@dataclass
+class SecretsConfig:
+    """Where the HMAC key for hashing secrets comes from."""
+
+    hmac_key_file: str = doc(
+        "File holding the HMAC key (hex). Generated with mode 0600 on first run if missing. "
+        "Kept outside the store so the store alone cannot be brute-forced. "
+        "Env TOOLWATCH_HMAC_KEY (hex) takes precedence.",
+        factory=_default_key_file,
+    )
+
+
+@dataclass
+class Config:
+    """Root of the toolwatch configuration."""
+
+    store: StoreConfig = doc("Forensic store settings.", factory=StoreConfig)
+    ingest: IngestConfig = doc("Parsing and normalization settings.", factory=IngestConfig)
+    secrets: SecretsConfig = doc("Secret hashing settings.", factory=SecretsConfig)
+    detectors: dict[str, Any] = doc(
+        "Detector thresholds and windows (see docs/detectors.md); parsed by "
+        "detectors.config.DetectorsConfig.",
+        factory=dict,
+    )
+    live: dict[str, Any] = doc(
+        "Live-mode settings (flush interval, sinks); parsed by the live pipeline.",
+        factory=dict,
+    )
+
+    @property
+    def data_dir(self) -> Path:
+        """The store directory as a :class:`~pathlib.Path`."""
+        return Path(self.store.data_dir)
+
+
+def _check_type(value: Any, tp: Any, where: str, path: str | None) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError("expected a table", path=path, key=where)
+        return from_dict(tp, value, path=path, prefix=where)  # type: ignore[arg-type]
+    if origin in (list,):
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"expected a list, got {type(value).__name__}", path=path, key=where)
+        return [_check_type(v, item, f"{where}[{i}]", path) for i, v in enumerate(value)]
+    if origin in (dict,):
+        _, vt = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"expected a table, got {type(value).__name__}", path=path, key=where)
+        return {str(k): _check_type(v, vt, f"{where}.{k}", path) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _check_type(value, a, where, path)
+            except ConfigError:
+                continue
+        raise ConfigError(f"invalid value {value!r}", path=path, key=where)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float) and isinstance(value, bool):
+        raise ConfigError(f"expected {tp.__name__}, got bool", path=path, key=where)
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(
+            f"expected {tp.__name__}, got {type(value).__name__} {value!r}", path=path, key=where
+        )
+    return value
+
+
+def from_dict(
+    cls: type[T], data: dict[str, Any], *, path: str | None = None, prefix: str = ""
+) -> T:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys and wrong types.
+
+    Parameters
+    ----------
+    cls
+        A dataclass type whose fields may themselves be dataclasses.
+    data
+        The mapping (e.g. a parsed TOML table).
+    path
+        File the mapping came from, for error messages.
+    prefix
+        Dotted key of ``data`` inside the file, for error messages.
+
+    Raises
+    ------
+    ConfigError
+        On an unknown key or a value of the wrong type.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ConfigError(
+            f"unknown key(s) {', '.join(unknown)}; known: {known}",
+            path=path,
+            key=f"{prefix}.{unknown[0]}".lstrip("."),
+        )
+    kwargs = {
+        name: _check_type(value, hints[name], f"{prefix}.{name}".lstrip("."), path)
+        for name, value in data.items()
+    }
+    return cls(**kwargs)
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load configuration: explicit path, ``$TOOLWATCH_CONFIG``, ``./toolwatch.toml``, defaults.
+
+    Environment overrides applied last: ``TOOLWATCH_DATA_DIR``.
+    """
+    chosen = path or os.environ.get("TOOLWATCH_CONFIG")
+    if chosen is None and Path("toolwatch.toml").is_file():
+        chosen = "toolwatch.toml"
+    if chosen is None:
+        cfg = Config()
+    else:
+        p = Path(chosen)
+        if not p.is_file():
+            raise ConfigError("config file not found", path=str(p))
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"not valid TOML: {exc}", path=str(p)) from exc
+        cfg = from_dict(Config, data, path=str(p))
+    env_dir = os.environ.get("TOOLWATCH_DATA_DIR")
+    if env_dir:
+        cfg.store.data_dir = env_dir
+    return cfg
+
+
+def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
+    """List ``(dotted key, default, doc)`` for every field, for ``toolwatch config``."""
+    rows: list[tuple[str, str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}.{f.name}".lstrip(".")
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, key))  # type: ignore[arg-type]
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "(required)"
+        rows.append((key, default, f.metadata.get("doc", "")))
+    return rows

@@ -1,0 +1,90 @@
+"""Run sources through the pipeline into the store, with progress and a summary."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ingest.sources import FileSource, StdinSource, expand_paths
+from toolwatch.config import Config
+from toolwatch.errors import SourceError
+from toolwatch.pipeline import Counters, Pipeline
+from toolwatch.store import Store
+
+
+@dataclass
+class IngestResult:
+    """Outcome of one ``ingest`` run."""
+
+    counters: Counters
+    fingerprints: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def ingest_paths(
+    config: Config,
+    paths: list[str],
+    *,
+    store: Store | None = None,
+    progress: bool | None = None,
+    on_batch: Callable[[Pipeline], None] | None = None,
+) -> IngestResult:
+    """Ingest files/globs/``-`` into the store.
+
+    A source that cannot be read at all is reported in ``failures`` and the others still
+    run; bad lines never fail a run (they are quarantined).
+    """
+    store = store or Store(config.data_dir, compact_min_files=config.store.compact_min_files)
+    pipe = Pipeline(config, store)
+    result = IngestResult(counters=pipe.counters)
+    try:
+        targets = expand_paths(paths)
+    except SourceError as exc:
+        result.failures.append(str(exc))
+        targets = []
+        for p in paths:
+            try:
+                targets.extend(expand_paths([p]))
+            except SourceError:
+                continue
+    show = sys.stderr.isatty() if progress is None else progress
+    checkpoints = store.checkpoints()
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        disable=not show,
+        transient=True,
+    ) as bar:
+        for path in targets:
+            try:
+                src: FileSource | StdinSource = (
+                    StdinSource(config.ingest.chunk_bytes, checkpoints)
+                    if path == "-"
+                    else FileSource(path, config.ingest.chunk_bytes, checkpoints)
+                )
+                task = bar.add_task(path, total=src.size or None)
+                for batch in src.batches():
+                    pipe.process(batch)
+                    bar.update(task, completed=src.progress())
+                    if on_batch:
+                        on_batch(pipe)
+                reader = getattr(src, "reader", None)
+                if reader is not None:
+                    pipe.counters.sources_skipped_bytes += reader.skipped_bytes
+                    if reader.fingerprint:
+                        result.fingerprints.append(reader.fingerprint)
+                pipe.counters.sources += 1
+                bar.remove_task(task)
+            except SourceError as exc:
+                result.failures.append(str(exc))
+    pipe.close()
+    store.compact("events")
+    store.compact("quarantine")
+    store.compact("summaries")
+    store.close()
+    return result

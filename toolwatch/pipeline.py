@@ -1,0 +1,209 @@
+"""The pipeline: source batches -> parse -> pair -> sessionize -> store (-> detectors).
+
+Every component counts what it processed, rejected and dropped (:class:`Counters`); the
+CLI prints them at the end of a run and live mode exposes them in ``toolwatch status``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from ingest.pair import Pairer
+from ingest.parse import Parser
+from ingest.records import RawBatch
+from ingest.sessionize import Sessionizer
+from toolwatch import schema
+from toolwatch.config import Config
+from toolwatch.secrets import SecretHasher, load_or_create_key
+from toolwatch.store import Checkpoint, Store
+
+
+@dataclass
+class Counters:
+    """Per-run counters, by component (Vector-style processed/rejected/dropped)."""
+
+    lines_read: int = 0
+    events_stored: int = 0
+    summaries_stored: int = 0
+    rpc_responses_merged: int = 0
+    rpc_requests_unanswered: int = 0
+    secrets_redacted: int = 0
+    quarantined: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    sources: int = 0
+    sources_skipped_bytes: int = 0
+
+    @property
+    def quarantined_total(self) -> int:
+        """All quarantined lines, any reason."""
+        return sum(self.quarantined.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain mapping for JSON output."""
+        return {
+            "lines_read": self.lines_read,
+            "events_stored": self.events_stored,
+            "summaries_stored": self.summaries_stored,
+            "rpc_responses_merged": self.rpc_responses_merged,
+            "rpc_requests_unanswered": self.rpc_requests_unanswered,
+            "secrets_redacted": self.secrets_redacted,
+            "quarantined": dict(self.quarantined),
+            "quarantined_total": self.quarantined_total,
+            "batches": self.batches,
+            "sources": self.sources,
+            "already_stored_bytes_skipped": self.sources_skipped_bytes,
+        }
+
+
+@dataclass
+class BatchOutput:
+    """Tables produced from one raw batch, ready for the store."""
+
+    events: pa.Table
+    summaries: pa.Table
+    quarantine: pa.Table
+    checkpoint: Checkpoint
+
+
+_EVENT_COLS = [c for c in schema.EVENTS.names]
+
+
+class Pipeline:
+    """Parse/normalize/pair/sessionize batches and write them to the store.
+
+    Parameters
+    ----------
+    config
+        Full configuration.
+    store
+        Destination; ``None`` to only transform (tests, dry runs).
+    """
+
+    def __init__(self, config: Config, store: Store | None):
+        self.config = config
+        self.store = store
+        key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
+        self.hasher = SecretHasher(key, config.ingest.secret_keys)
+        self.parser = Parser(config.ingest, self.hasher)
+        self.pairers: dict[str, Pairer] = {}
+        self.sessionizer = Sessionizer(timedelta(minutes=config.ingest.session_gap_minutes))
+        self.counters = Counters()
+
+    def transform(self, batch: RawBatch) -> BatchOutput:
+        """Run every transform over one batch (no I/O)."""
+        now = datetime.now(UTC)
+        parsed = pl.from_arrow(self.parser.parse(batch))
+        assert isinstance(parsed, pl.DataFrame)
+        self.counters.lines_read += len(batch)
+        self.counters.secrets_redacted = self.parser.counters.redacted
+        by_kind = parsed.partition_by("kind", as_dict=True, include_key=False)
+        empty = parsed.clear().drop("kind")
+
+        def part(kind: str) -> pl.DataFrame:
+            return by_kind.get((kind,), empty)
+
+        calls = part("call")
+        reqs, resps = part("rpc_req"), part("rpc_resp")
+        orphans = empty
+        if reqs.height or resps.height or batch.source_fp in self.pairers:
+            pairer = self.pairers.setdefault(batch.source_fp, Pairer())
+            before = pairer.counters.unanswered
+            paired, orphans = pairer.pair(reqs, resps, final=batch.final)
+            self.counters.rpc_responses_merged += resps.height - orphans.height
+            self.counters.rpc_requests_unanswered += pairer.counters.unanswered - before
+            if batch.final:
+                self.pairers.pop(batch.source_fp, None)
+            calls = pl.concat([calls, paired], how="vertical_relaxed") if paired.height else calls
+
+        events = self._events(calls, batch, now)
+        summaries = self._summaries(part("summary"), batch, now)
+        quarantine = self._quarantine(part("quarantine"), orphans, batch, now)
+        return BatchOutput(
+            events=events,
+            summaries=summaries,
+            quarantine=quarantine,
+            checkpoint=Checkpoint(batch.source_fp, batch.source, batch.end_offset),
+        )
+
+    def _events(self, calls: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
+        if calls.height == 0:
+            return schema.EVENTS.empty_table()
+        ev = calls.with_columns(
+            pl.coalesce(pl.col("is_error_b"), ~pl.col("status").is_in(["ok", "unknown"])).alias(
+                "is_error"
+            ),
+            pl.lit(batch.source).alias("source"),
+            pl.lit(batch.source_fp).alias("source_fp"),
+            pl.lit(now).dt.cast_time_unit("us").alias("ingested_at"),
+        )
+        ev = self.sessionizer.sessionize(ev)
+        return ev.select(_EVENT_COLS).to_arrow().cast(schema.EVENTS)
+
+    def _summaries(self, rows: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
+        if rows.height == 0:
+            return schema.SUMMARIES.empty_table()
+        s = rows.with_columns(
+            pl.col("summary_kind").alias("kind"),
+            pl.lit(batch.source).alias("source"),
+            pl.lit(batch.source_fp).alias("source_fp"),
+            pl.lit(now).dt.cast_time_unit("us").alias("ingested_at"),
+        )
+        return s.select(schema.SUMMARIES.names).to_arrow().cast(schema.SUMMARIES)
+
+    def _quarantine(
+        self, rows: pl.DataFrame, orphans: pl.DataFrame, batch: RawBatch, now: datetime
+    ) -> pa.Table:
+        if orphans.height:
+            rows = pl.concat(
+                [
+                    rows,
+                    orphans.with_columns(
+                        pl.lit("orphan_response").alias("reason"),
+                        pl.lit("no tools/call request with this id in this session").alias(
+                            "detail"
+                        ),
+                    ),
+                ],
+                how="vertical_relaxed",
+            )
+        if rows.height == 0:
+            return schema.QUARANTINE.empty_table()
+        keep = self.config.ingest.quarantine_raw_chars
+        q = rows.with_columns(
+            pl.col("raw").str.len_bytes().cast(pl.Int64).alias("raw_bytes"),
+            pl.col("raw").str.slice(0, keep).alias("raw"),
+            pl.lit(batch.source).alias("source"),
+            pl.lit(batch.source_fp).alias("source_fp"),
+            pl.lit(now).dt.cast_time_unit("us").alias("ingested_at"),
+        )
+        for reason, n in q.group_by("reason").len().iter_rows():
+            self.counters.quarantined[reason] += n
+        return q.select(schema.QUARANTINE.names).to_arrow().cast(schema.QUARANTINE)
+
+    def write(self, out: BatchOutput) -> None:
+        """Commit one batch's tables and its checkpoint atomically."""
+        self.counters.batches += 1
+        self.counters.events_stored += out.events.num_rows
+        self.counters.summaries_stored += out.summaries.num_rows
+        if self.store is None:
+            return
+        self.store.write_batch(
+            {"events": out.events, "summaries": out.summaries, "quarantine": out.quarantine},
+            [out.checkpoint],
+        )
+
+    def process(self, batch: RawBatch) -> BatchOutput:
+        """Transform and write one batch."""
+        out = self.transform(batch)
+        self.write(out)
+        return out
+
+    def close(self) -> None:
+        """Release resources."""
+        self.parser.close()

@@ -176,6 +176,12 @@ def version() -> None:
     print(__version__)
 
 
+# --- commands registered by other modules (one line each; keep this block last) ---
+# Each module defines plain typer-annotated functions; registering them here keeps
+# ``toolwatch --help`` in one place.
+# --- end of registered commands ---
+
+
 def main() -> None:
     """Console entry point."""
     try:

@@ -1,0 +1,354 @@
+"""Tests for the seeded MCP traffic generator (``sample_logs/generate.py``)."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sample_logs.generate import generate, generate_bench
+
+DEMO = Path(__file__).resolve().parents[1] / "sample_logs" / "demo"
+
+# alias lists as specified for the toolwatch parser (kept independent of the generator)
+TIME = ("ts", "timestamp", "time", "@timestamp")
+SESSION = ("session_id", "sessionId", "session", "mcp.session.id")
+CALLER = ("caller_id", "callerId", "user_id", "userId", "authenticatedUserId", "principal")
+IP = ("client_ip", "clientIp", "ip", "remote_addr")
+SERVER = ("server", "server_name", "serverName")
+TOOL = ("tool", "toolName", "tool_name", "name", "gen_ai.tool.name")
+ARGS = ("args", "arguments", "params", "input")
+RESOURCE = ("resource_id", "resourceId")
+STATUS = ("status", "outcome")
+IS_ERROR = ("isError", "is_error")
+BYTES = ("bytes", "bytes_returned", "bytesReturned", "response_bytes")
+ROWS = ("rows", "rows_returned", "rowsReturned")
+DURATION = ("duration_ms", "durationMs", "latency_ms")
+EXTRAS = ("level", "request_id", "requestId", "user_agent", "userAgent", "trace_id", "transport")
+KNOWN_STATUS = {
+    "ok",
+    "success",
+    "error",
+    "not_found",
+    "404",
+    "denied",
+    "forbidden",
+    "403",
+    "auth_failed",
+    "unauthorized",
+    "401",
+    "rate_limited",
+    "429",
+}
+AUTH_FAIL = {"auth_failed", "unauthorized", "401"}
+PER_CALL_FILES = (
+    "docs-server.jsonl",
+    "crm-server.jsonl",
+    "travel-server.jsonl",
+    "integrations-server.jsonl.gz",
+    "wiki-server.jsonl",
+)
+ATTACK_VARIANTS = {
+    ("enumeration", "fast"),
+    ("enumeration", "low_and_slow"),
+    ("enumeration", "summary_only"),
+    ("bulk_extraction", None),
+    ("bulk_extraction", "relative"),
+    ("bulk_extraction", "summary_only"),
+    ("credential_stuffing", "fast"),
+    ("credential_stuffing", "distributed"),
+    ("credential_stuffing", "summary_only"),
+    ("scraping_loop", None),
+}
+BENIGN_ROLES = {
+    "normal_user",
+    "power_user",
+    "nightly_export",
+    "typo_user",
+    "retry_client",
+    "booking_customer",
+    "ci_bot",
+}
+
+
+def _read_lines(path: Path) -> list[bytes]:
+    data = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
+    return data.split(b"\n")[:-1]
+
+
+def _first(d: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if k in d:
+            return d[k]
+    return None
+
+
+def _epoch(v: Any) -> float:
+    if isinstance(v, (int, float)):
+        return v / 1000.0 if v > 1e11 else float(v)
+    return datetime.fromisoformat(v).timestamp()
+
+
+def _events(
+    demo: Path, files: tuple[str, ...] = PER_CALL_FILES
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    for fname in files:
+        for raw in _read_lines(demo / fname):
+            try:
+                d = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                continue
+            if isinstance(d, dict) and _first(d, TIME) is not None:
+                yield fname, d
+
+
+@pytest.fixture(scope="module")
+def labels() -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (DEMO / "labels.jsonl").read_text().splitlines()]
+
+
+def test_deterministic_for_seed(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    generate(a, seed=11, scale=0.4)
+    generate(b, seed=11, scale=0.4)
+    generate(c, seed=12, scale=0.4)
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for n in names:
+        assert (a / n).read_bytes() == (b / n).read_bytes(), n
+    assert (a / "labels.jsonl").read_bytes() != (c / "labels.jsonl").read_bytes()
+
+
+def test_committed_demo_is_reproducible(tmp_path: Path) -> None:
+    generate(tmp_path, seed=7, scale=1.0)
+    for p in sorted(DEMO.iterdir()):
+        if p.suffix in (".jsonl", ".gz", ".json"):
+            assert _read_lines(p) == _read_lines(tmp_path / p.name), p.name
+
+
+def test_demo_size_and_mix(labels: list[dict[str, Any]]) -> None:
+    total = sum(p.stat().st_size for p in DEMO.iterdir())
+    assert total <= 4.2e6
+    sessions = [x for x in labels if x["kind"] == "session"]
+    assert len(sessions) >= 150
+    attacks = [x for x in sessions if x["label"] != "benign"]
+    assert 0 < len(attacks) / len(sessions) <= 0.10
+    per_variant: dict[tuple[str, str | None], int] = defaultdict(int)
+    for x in sessions:
+        if x["label"] != "benign" and x["variant"] != "distributed":
+            per_variant[(x["label"], x["variant"])] += 1
+    for x in labels:
+        if x["kind"] == "entity":
+            per_variant[(x["label"], x["variant"])] += 1
+    assert set(per_variant) == ATTACK_VARIANTS
+    # >= 3 examples of every attack variant; summary-only attacks: one per category
+    assert min(v for (_, var), v in per_variant.items() if var != "summary_only") >= 3, per_variant
+    assert sum(v for (_, var), v in per_variant.items() if var == "summary_only") >= 3
+
+
+def test_labels_cover_categories_and_roles(labels: list[dict[str, Any]]) -> None:
+    assert {x["label"] for x in labels} == {
+        "benign",
+        "enumeration",
+        "bulk_extraction",
+        "credential_stuffing",
+        "scraping_loop",
+    }
+    assert {x["role"] for x in labels if x["label"] == "benign"} >= BENIGN_ROLES
+    for x in labels:
+        assert x["kind"] in ("session", "entity")
+        if x["kind"] == "session":
+            for k in ("session_id", "caller_id", "client_ip", "label", "role", "variant"):
+                assert k in x
+            if x["session_id"] is None:
+                assert x["first_seen"] and x["last_seen"]
+        else:
+            assert x["entity_type"] in ("client_ip", "caller_id")
+            assert x["variant"] == "distributed" and x["label"] == "credential_stuffing"
+            assert x["first_seen"] < x["last_seen"]
+    assert any(x["session_id"] is None for x in labels)
+
+
+def test_per_call_lines_use_known_aliases() -> None:
+    allowed = set(
+        TIME
+        + SESSION
+        + CALLER
+        + IP
+        + SERVER
+        + TOOL
+        + ARGS
+        + RESOURCE
+        + STATUS
+        + IS_ERROR
+        + BYTES
+        + ROWS
+        + DURATION
+        + EXTRAS
+    )
+    seen: set[str] = set()
+    n = 0
+    for fname in PER_CALL_FILES:
+        for raw in _read_lines(DEMO / fname):
+            try:
+                d = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                continue
+            if not isinstance(d, dict):
+                continue
+            n += 1
+            assert set(d) <= allowed, (fname, set(d) - allowed)
+            seen |= set(d)
+            for group in (SERVER, TOOL, ARGS, STATUS, BYTES, DURATION):
+                assert sum(k in d for k in group) == 1, (fname, group, d)
+            assert sum(k in d for k in TIME) <= 1
+            assert sum(k in d for k in SESSION) <= 1
+            assert _first(d, CALLER) is not None or _first(d, IP) is not None
+            assert isinstance(_first(d, ARGS), dict)
+            assert str(_first(d, STATUS)) in KNOWN_STATUS
+    assert n > 5000
+    # every alias style is exercised somewhere
+    for group in (TIME, SESSION, CALLER, IP, SERVER, TOOL, ARGS, BYTES, ROWS, DURATION):
+        assert set(group) <= seen, set(group) - seen
+
+
+def test_malformed_lines_present() -> None:
+    kinds: set[str] = set()
+    for fname in PER_CALL_FILES:
+        for raw in _read_lines(DEMO / fname):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                kinds.add("non_utf8")
+                continue
+            try:
+                d = json.loads(text)
+            except ValueError:
+                kinds.add("empty" if not text.strip() else "truncated")
+                continue
+            if isinstance(d, list):
+                kinds.add("json_array")
+            elif _first(d, TIME) is None:
+                kinds.add("missing_ts")
+            elif isinstance(_first(d, BYTES), str) or isinstance(_first(d, ROWS), str):
+                kinds.add("number_as_string")
+    assert {"non_utf8", "truncated", "json_array", "missing_ts", "number_as_string"} <= kinds
+    manifest = json.loads((DEMO / "manifest.json").read_text())
+    assert len(manifest["malformed"]) >= 10
+
+
+def test_sessions_match_labels(labels: list[dict[str, Any]]) -> None:
+    by_sid: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    sessionless: dict[str, list[float]] = defaultdict(list)
+    for _fname, d in _events(DEMO):
+        sid = _first(d, SESSION)
+        if sid is None:
+            key = _first(d, CALLER) or "ip:" + _first(d, IP)
+            sessionless[key].append(_epoch(_first(d, TIME)))
+        else:
+            by_sid[sid].append(d)
+    # sessions with ids: every label row (per-call servers) has its events
+    for x in labels:
+        if (
+            x["kind"] != "session"
+            or x["session_id"] is None
+            or x["server"] in ("kb-server", "billing-server")
+        ):
+            continue
+        ev = by_sid.pop(x["session_id"])
+        assert x["n_calls"] - 1 <= len(ev) <= x["n_calls"]
+        assert {_first(e, CALLER) for e in ev} == {x["caller_id"]}
+    assert not by_sid
+    # sessionless: caller (else ip) + 30 min inactivity gap reproduces the labelled sessions
+    got = set()
+    for key, ts in sessionless.items():
+        ts.sort()
+        start = ts[0]
+        for a, b in itertools.pairwise(ts):
+            if b - a > 1800:
+                got.add((key, round(start, 2), round(a, 2)))
+                start = b
+        got.add((key, round(start, 2), round(ts[-1], 2)))
+    want = {
+        (
+            x["caller_id"] or "ip:" + x["client_ip"],
+            round(_epoch(x["first_seen"]), 2),
+            round(_epoch(x["last_seen"]), 2),
+        )
+        for x in labels
+        if x["kind"] == "session" and x["session_id"] is None
+    }
+    assert got == want
+
+
+def test_attack_shapes(labels: list[dict[str, Any]]) -> None:
+    by_sid: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for _fname, d in _events(DEMO):
+        by_sid[_first(d, SESSION)].append(d)
+    rows = [x for x in labels if x["kind"] == "session"]
+    for x in rows:
+        if x["variant"] == "distributed":
+            fails = sum(str(_first(e, STATUS)) in AUTH_FAIL for e in by_sid[x["session_id"]])
+            assert 1 <= fails <= 2
+        if x["variant"] == "low_and_slow":
+            assert x["n_calls"] < 50
+            span = _epoch(x["last_seen"]) - _epoch(x["first_seen"])
+            assert 2.5 * 3600 < span < 4 * 3600
+        if x["role"] == "typo_user" and x["server"] != "billing-server":
+            fails = sum(str(_first(e, STATUS)) in AUTH_FAIL for e in by_sid[x["session_id"]])
+            assert fails == 2
+        if x["role"] == "power_user" and x["server"] != "billing-server":
+            assert x["n_calls"] >= 100
+    for ent in (x for x in labels if x["kind"] == "entity"):
+        key = "client_ip" if ent["entity_type"] == "client_ip" else "caller_id"
+        members = [x for x in rows if x["variant"] == "distributed" and x[key] == ent["entity_id"]]
+        assert 20 <= len(members) <= 40
+
+
+def test_transcript_requests_have_responses() -> None:
+    pending: dict[tuple[str, Any], str] = {}
+    calls = 0
+    for raw in _read_lines(DEMO / "proxy-transcript.jsonl"):
+        d = json.loads(raw)
+        msg = d["message"]
+        assert msg["jsonrpc"] == "2.0"
+        if d["direction"] == "request" and "id" in msg:
+            pending[(d["session_id"], msg["id"])] = msg["method"]
+            calls += msg["method"] == "tools/call"
+        elif d["direction"] == "response":
+            assert ("result" in msg) != ("error" in msg)
+            pending.pop((d["session_id"], msg["id"]))
+    assert not pending
+    assert calls > 500
+
+
+def test_bench_mode_exact_lines(tmp_path: Path) -> None:
+    n = 20_000
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    stats = generate_bench(n, a, seed=3)
+    generate_bench(n, b, seed=3)
+    assert stats["lines"] == n
+    data = a.read_bytes()
+    assert data == b.read_bytes()
+    lines = data.split(b"\n")
+    assert lines[-1] == b"" and len(lines) == n + 1
+    bad = no_sid = 0
+    for raw in lines[:-1]:
+        try:
+            d = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            bad += 1
+            continue
+        if not isinstance(d, dict) or _first(d, TIME) is None:
+            bad += 1
+            continue
+        no_sid += _first(d, SESSION) is None
+    assert 1 <= bad <= 60
+    assert 0.02 < no_sid / n < 0.10

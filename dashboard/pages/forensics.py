@@ -1,0 +1,78 @@
+"""Forensics: read-only SQL over the store's views, with saved parameterized queries.
+
+Queries run through :func:`dashboard.data.run_forensic_sql`: one SELECT/EXPLAIN only, no
+file access outside the store, configuration locked, results capped, runaway queries
+interrupted. Saved queries bind their inputs as parameters (never pasted into SQL).
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import data, ui
+from toolwatch.errors import QueryError
+
+st.title("Forensics")
+st.caption(
+    "Read-only DuckDB SQL over the views events, sessions, alerts, summaries and quarantine. "
+    "Writes, ATTACH, COPY, PRAGMA/SET and file access outside the store are refused. "
+    f"Times shown in {ui.timezone()}; downloads keep UTC."
+)
+
+names = ["(write your own)", *[sq.name for sq in data.SAVED_QUERIES]]
+choice = st.selectbox("Saved query", names, key="fx_saved")
+saved = next((sq for sq in data.SAVED_QUERIES if sq.name == choice), None)
+
+params: dict[str, str] = {}
+if saved is not None:
+    st.text(saved.description)
+    st.code(saved.sql, language="sql")
+    cols = st.columns(max(1, len(saved.params)))
+    for col, p in zip(cols, saved.params, strict=False):
+        params[p.name] = col.text_input(p.label, value=p.default, key=f"fx_p_{saved.name}_{p.name}")
+    sql = saved.sql
+else:
+    sql = st.text_area(
+        "SQL",
+        key="fx_sql",
+        height=180,
+        value="SELECT tool, count(*) AS calls, count(DISTINCT session_id) AS sessions\n"
+        "FROM events GROUP BY tool ORDER BY calls DESC LIMIT 20",
+    )
+max_rows = st.number_input(
+    "Row limit", min_value=1, max_value=100_000, value=5_000, step=1000, key="fx_limit"
+)
+
+if st.button("Run", type="primary", key="fx_run"):
+    try:
+        bound = data.coerce_params(saved, params) if saved is not None else None
+        res = data.run_forensic_sql(ui.store(), sql, bound, max_rows=int(max_rows))
+    except (QueryError, ValueError) as exc:
+        st.session_state.pop("fx_result", None)
+        st.error(f"Query refused or failed: {exc}")
+    else:
+        st.session_state["fx_result"] = res
+
+res = st.session_state.get("fx_result")
+if res is not None:
+    note = " (truncated at the row limit)" if res.truncated else ""
+    st.text(f"{res.frame.height:,} row(s) in {res.seconds:.2f} s{note}")
+    ui.table(res.frame, key="fx_table")
+    c = st.columns(2)
+    c[0].download_button(
+        "Download CSV",
+        data.csv_bytes(res.frame),
+        file_name="query.csv",
+        mime="text/csv",
+        key="fx_csv",
+    )
+    c[1].download_button(
+        "Download JSON",
+        data.json_safe_rows(res.frame),
+        file_name="query.json",
+        mime="application/json",
+        key="fx_json",
+    )
+
+with st.expander("Views and columns"):
+    ui.table(ui.q("view_columns"), key="fx_columns", height=400)

@@ -1,0 +1,108 @@
+"""Overview: alerts over time, busiest callers/addresses/tools, ingest health."""
+
+from __future__ import annotations
+
+import plotly.express as px
+import polars as pl
+import streamlit as st
+
+from dashboard import data, ui
+
+st.title("Overview")
+ui.tz_caption()
+
+
+@st.fragment(run_every=ui.refresh_every())
+def overview() -> None:
+    """Everything on this page; re-runs on its own while live refresh is on."""
+    tz = ui.timezone()
+    h = ui.q("health_counters")
+    open_alerts = ui.alerts().filter(pl.col("status") == "open").height
+    c = st.columns(6)
+    c[0].metric("Events", f"{h.get('events') or 0:,}")
+    c[1].metric("Sessions", f"{h.get('sessions') or 0:,}")
+    c[2].metric("Alerts", f"{h.get('alerts') or 0:,}")
+    c[3].metric("Open alerts", f"{open_alerts:,}")
+    c[4].metric("Quarantined lines", f"{h.get('quarantined') or 0:,}")
+    c[5].metric("Callers / addresses", f"{h.get('callers') or 0:,} / {h.get('client_ips') or 0:,}")
+    st.text(
+        f"Events {ui.fmt_time(h.get('first_event'), tz)} → {ui.fmt_time(h.get('last_event'), tz)}"
+        f"   ·   last ingested {ui.fmt_time(h.get('last_ingested'), tz)}"
+        f"   ·   last alert {ui.fmt_time(h.get('last_alert'), tz)}"
+        f"   ·   {h.get('streams', 0)} stream(s) checkpointed"
+        f"   ·   {h.get('summaries') or 0:,} session summaries"
+    )
+
+    lo, hi = ui.q("time_bounds")
+    bucket = data.pick_bucket(lo, hi)
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Alerts over time")
+        at = ui.q("alerts_over_time", bucket)
+        if at.height == 0:
+            st.info("No alerts yet.")
+        else:
+            by = (
+                st.segmented_control(
+                    "Colour by", ["category", "severity"], default="category", key="ov_alert_color"
+                )
+                or "category"
+            )
+            df = data.to_timezone(at, tz)
+            df = df.group_by("bucket", by).agg(pl.col("alerts").sum()).sort("bucket")
+            fig = px.bar(
+                df.to_pandas(),
+                x="bucket",
+                y="alerts",
+                color=by,
+                color_discrete_map=ui.SEVERITY_COLORS if by == "severity" else None,
+                category_orders={"severity": list(data.SEVERITIES)},
+                labels={"bucket": f"first seen ({tz}, per {bucket})"},
+            )
+            ui.plotly(fig, key="ov_alerts_chart")
+    with right:
+        st.subheader("Events ingested")
+        et = ui.q("events_over_time", bucket)
+        if et.height == 0:
+            st.info("No events yet: run toolwatch ingest or analyze.")
+        else:
+            df = data.to_timezone(et, tz).to_pandas()
+            fig = px.bar(
+                df,
+                x="bucket",
+                y="events",
+                color="status",
+                color_discrete_map=ui.STATUS_COLORS,
+                labels={"bucket": f"time ({tz}, per {bucket})"},
+            )
+            ui.plotly(fig, key="ov_events_chart")
+
+    st.subheader("Top callers, client addresses and tools")
+    cols = st.columns(3)
+    for col, (column, title) in zip(
+        cols,
+        (("caller_id", "Callers"), ("client_ip", "Client addresses"), ("tool", "Tools")),
+        strict=True,
+    ):
+        with col:
+            st.text(title)
+            top = ui.q("top_values", column, 10)
+            ui.table(
+                top,
+                key=f"ov_top_{column}",
+                column_config={
+                    "value": st.column_config.TextColumn(column),
+                    "bytes": st.column_config.NumberColumn("bytes", format="compact"),
+                },
+            )
+
+    st.subheader("Health")
+    qr = ui.q("quarantine_by_reason")
+    if qr.height == 0:
+        st.text("No quarantined lines.")
+    else:
+        st.text("Quarantined lines by reason (see `toolwatch query` on the quarantine view)")
+        ui.table(qr, key="ov_quarantine")
+
+
+overview()

@@ -1,0 +1,281 @@
+"""Session detail: the alert (reasons, contributions, triage) and what the session did.
+
+Deep links: ``?alert=ID`` (an alert; its session is shown), ``?session=ID`` (a session),
+or both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import plotly.express as px
+import polars as pl
+import streamlit as st
+
+from dashboard import data, ui
+from dashboard.triage import STATUSES, TriageStore, false_positive
+
+st.title("Session detail")
+ui.tz_caption()
+tz = ui.timezone()
+
+alert_id = ui.query_param("alert")
+session_id = ui.query_param("session")
+
+
+def _pick() -> None:
+    """Nothing chosen yet: offer the flagged alerts and a session id box."""
+    alerts = ui.alerts()
+    if alerts.height:
+        labels = {
+            r["alert_id"]: f"{r['severity']} · {r['category']} · {r['entity_type']} "
+            f"{r['entity_id']} · {ui.fmt_time(r['first_seen'], tz)}"
+            for r in alerts.iter_rows(named=True)
+        }
+        choice = st.selectbox(
+            "Alert",
+            [None, *labels],
+            format_func=lambda a: "…" if a is None else labels[a],
+            key="sd_pick_alert",
+        )
+        if choice:
+            st.query_params["alert"] = choice
+            st.rerun()
+    sid = st.text_input("…or a session id", key="sd_pick_session")
+    if sid:
+        st.query_params["session"] = sid.strip()
+        st.rerun()
+
+
+def _alert_panel(alert: dict[str, Any]) -> None:
+    st.subheader("Alert")
+    c = st.columns(4)
+    c[0].metric("Severity", str(alert.get("severity")))
+    c[1].metric("Category", str(alert.get("category")))
+    c[2].metric("Score", f"{alert.get('score') or 0:.2f}")
+    c[3].metric("Detector", str(alert.get("detector")))
+    st.text(f"Alert id: {alert['alert_id']}")
+    st.text(f"Entity: {alert.get('entity_type')} = {alert.get('entity_id')}")
+    st.text(
+        f"Window: {ui.fmt_time(alert.get('first_seen'), tz)} → "
+        f"{ui.fmt_time(alert.get('last_seen'), tz)}   (detected "
+        f"{ui.fmt_time(alert.get('detected_at'), tz)})"
+    )
+    st.text("Reasons:")
+    for r in alert.get("reasons") or []:
+        st.text(f"  • {r}")
+    contrib = data.feature_contributions(alert.get("evidence"))
+    if contrib.height:
+        st.text("Isolation-forest feature contributions (positive: pushed towards anomalous)")
+        df = ui.plot_safe(contrib, ["feature"]).to_pandas()
+        fig = px.bar(
+            df,
+            x="contribution",
+            y="feature",
+            orientation="h",
+            color="contribution",
+            color_continuous_scale="RdBu_r",
+        )
+        fig.update_layout(
+            yaxis={"autorange": "reversed"}, coloraxis_showscale=False, height=80 + 28 * len(df)
+        )
+        ui.plotly(fig, key="sd_contrib")
+    with st.expander("Evidence (JSON)"):
+        st.json(data.parse_evidence(alert.get("evidence")))
+    b = st.columns(3)
+    if alert.get("caller_id") and b[0].button(
+        "Open caller", key="sd_open_caller", help="All sessions and alerts of this caller"
+    ):
+        ui.open_entity("caller_id", alert["caller_id"])
+    if alert.get("client_ip") and b[1].button("Open client address", key="sd_open_ip"):
+        ui.open_entity("client_ip", alert["client_ip"])
+    _triage_panel(alert)
+
+
+def _triage_panel(alert: dict[str, Any]) -> None:
+    st.subheader("Triage")
+    ts = TriageStore(ui.data_dir())
+    cur = ts.current(alert["alert_id"])
+    st.text(
+        f"Current status: {cur.status if cur else 'open'}"
+        + (f" (by {cur.actor} at {ui.fmt_time(cur.at, tz)})" if cur else "")
+    )
+    with st.form("triage_form", clear_on_submit=True):
+        cols = st.columns([2, 2])
+        status = cols[0].radio(
+            "Verdict",
+            [s for s in STATUSES],
+            horizontal=True,
+            index=STATUSES.index(cur.status) if cur else 1,
+        )
+        who = cols[1].text_input("Who", value=ui.default_actor())
+        note = st.text_area("Note", placeholder="why; ticket; what was checked")
+        suppress = st.checkbox(
+            "False positive: also suppress future alerts for this entity",
+            help="Writes a rule to _triage/suppressions.json that the detectors apply.",
+        )
+        scope = st.radio(
+            "Suppression scope",
+            ["entity_category", "entity"],
+            horizontal=True,
+            format_func=lambda s: {
+                "entity_category": "this entity, this category",
+                "entity": "this entity, every category",
+            }[s],
+        )
+        submitted = st.form_submit_button("Save verdict")
+    if submitted:
+        try:
+            if status == "false_positive":
+                _, rule = false_positive(
+                    ui.data_dir(), alert, who, note, suppress=suppress, scope=scope
+                )
+                if rule:
+                    st.success("Saved; suppression rule created.")
+                    st.text(
+                        f"Rule {rule.id}: {rule.entity_type} = {rule.entity_id}, "
+                        f"category {rule.category or 'any'}"
+                    )
+                else:
+                    st.success("Saved.")
+            else:
+                ts.mark(alert["alert_id"], status, who, note)
+                st.success("Saved.")
+        except ValueError as exc:
+            st.error(str(exc))
+    hist = ts.history(alert["alert_id"])
+    if hist:
+        st.text("History")
+        ui.table(
+            pl.DataFrame(
+                [
+                    {
+                        "at": v.at,
+                        "status": v.status,
+                        "who": v.actor,
+                        "note": v.note,
+                        "suppression": v.suppression_id,
+                    }
+                    for v in hist
+                ]
+            ),
+            key="sd_history",
+        )
+
+
+def _session_panel(sid: str) -> None:
+    summary = ui.q("session_summary", sid)
+    st.subheader("Session")
+    st.text(f"Session id: {sid}")
+    if summary is None:
+        st.warning("No events or summary for this session in the store.")
+        return
+    st.text(
+        f"Caller: {summary.get('caller_id') or '–'}   ·   client address: "
+        f"{summary.get('client_ip') or '–'}   ·   server: {summary.get('server') or '–'}"
+    )
+    st.text(
+        f"{ui.fmt_time(summary.get('first_seen'), tz)} → "
+        f"{ui.fmt_time(summary.get('last_seen'), tz)}"
+        + (
+            "   (session derived from caller/address and inactivity gap)"
+            if summary.get("session_derived")
+            else ""
+        )
+    )
+    c = st.columns(6)
+    c[0].metric("Calls", f"{summary.get('calls') or 0:,}")
+    c[1].metric("Tools", f"{summary.get('distinct_tools') or 0:,}")
+    c[2].metric("Resources", f"{summary.get('distinct_resources') or 0:,}")
+    c[3].metric("Bytes out", ui.fmt_bytes(summary.get("total_bytes")))
+    c[4].metric("Errors", f"{summary.get('errors') or 0:,}")
+    c[5].metric("Auth failures", f"{summary.get('auth_failures') or 0:,}")
+    b = st.columns(3)
+    if summary.get("caller_id") and b[0].button("Open this caller", key="sd_s_caller"):
+        ui.open_entity("caller_id", summary["caller_id"])
+    if summary.get("client_ip") and b[1].button("Open this address", key="sd_s_ip"):
+        ui.open_entity("client_ip", summary["client_ip"])
+
+    events = ui.q("session_events", sid)
+    if events.height == 0:
+        st.info("Known only from a session summary line: no individual calls stored.")
+        return
+    local = data.to_timezone(events, tz)
+    st.text("Calls on a timeline, coloured by outcome")
+    pdf = ui.plot_safe(local, ["tool", "resource_id", "status"]).to_pandas()
+    fig = px.scatter(
+        pdf,
+        x="ts",
+        y="tool",
+        color="status",
+        color_discrete_map=ui.STATUS_COLORS,
+        hover_data={"resource_id": True, "bytes": True, "duration_ms": True},
+        labels={"ts": f"time ({tz})"},
+    )
+    fig.update_traces(marker={"size": 9, "opacity": 0.8})
+    fig.update_layout(height=max(260, 60 + 30 * events["tool"].n_unique()))
+    ui.plotly(fig, key="sd_timeline")
+
+    left, right = st.columns(2)
+    with left:
+        st.text("Tools used")
+        ui.table(data.session_tools(events), key="sd_tools")
+    with right:
+        st.text("Bytes returned over time (cumulative)")
+        bt = data.to_timezone(data.bytes_over_time(events), tz).to_pandas()
+        fig = px.line(
+            bt,
+            x="ts",
+            y="cumulative",
+            markers=True,
+            labels={"ts": f"time ({tz})", "cumulative": "bytes"},
+        )
+        ui.plotly(fig, key="sd_bytes")
+    st.text("Resources touched")
+    ui.table(data.session_resources(events), key="sd_resources", height=300)
+    st.text("Raw events (click a row for the original log line)")
+    ev = ui.table(events, key="sd_events", select=True, height=400)
+    row = ui.selected_row(ev, events)
+    if row is not None:
+        raw = ui.q("event_raw", row["event_id"])
+        try:
+            pretty = orjson.dumps(orjson.loads(raw), option=orjson.OPT_INDENT_2).decode()
+        except (orjson.JSONDecodeError, TypeError):
+            pretty = str(raw)
+        st.code(pretty, language="json")
+    st.download_button(
+        "Download events (CSV)",
+        data.csv_bytes(events),
+        file_name="session-events.csv",
+        mime="text/csv",
+        key="sd_csv",
+    )
+
+
+alert = ui.q("get_alert", alert_id) if alert_id else None
+if alert_id and alert is None:
+    st.warning("No alert with this id in the store.")
+if alert is None and session_id is None:
+    _pick()
+    st.stop()
+
+if alert is not None:
+    _alert_panel(alert)
+    if session_id is None:
+        sessions = ui.q("sessions_for_alert", alert)
+        ids = sessions["session_id"].to_list() if sessions.height else []
+        if len(ids) > 1:
+            st.text(f"{len(ids)} sessions of this {alert.get('entity_type')} in the window")
+            session_id = st.selectbox("Session", ids, key="sd_alert_session")
+        elif ids:
+            session_id = ids[0]
+if session_id:
+    _session_panel(session_id)
+    others = ui.q("alerts_for_session", session_id)
+    if alert is None and others.height:
+        st.subheader("Alerts on this session")
+        ev = ui.table(others, key="sd_alerts", select=True)
+        row = ui.selected_row(ev, others)
+        if row is not None:
+            ui.open_session(session_id=session_id, alert_id=row["alert_id"])

@@ -179,7 +179,9 @@ def version() -> None:
 # --- commands registered by other modules (one line each; keep this block last) ---
 # Each module defines plain typer-annotated functions; registering them here keeps
 # ``toolwatch --help`` in one place.
-from dashboard.launch import dashboard_command; app.command("dashboard")(dashboard_command)  # noqa: E402, E702, I001
+from dashboard.launch import dashboard_command
+
+app.command("dashboard")(dashboard_command)  # noqa: E402, E702, I001
 # --- end of registered commands ---
 
 

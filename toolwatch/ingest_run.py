@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -51,6 +52,7 @@ def ingest_paths(
             except SourceError:
                 continue
     show = sys.stderr.isatty() if progress is None else progress
+    writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
     checkpoints = store.checkpoints()
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -61,6 +63,7 @@ def ingest_paths(
         transient=True,
     ) as bar:
         for path in targets:
+            pending: Future[None] | None = None
             try:
                 src: FileSource | StdinSource = (
                     StdinSource(config.ingest.chunk_bytes, checkpoints)
@@ -69,10 +72,19 @@ def ingest_paths(
                 )
                 task = bar.add_task(path, total=src.size or None)
                 for batch in src.batches():
-                    pipe.process(batch)
+                    out = pipe.transform(batch)
+                    # Write-behind: batch N is compressed and committed on a worker thread
+                    # while batch N+1 is parsed (pyarrow and DuckDB release the GIL). One
+                    # write in flight keeps commits, and so checkpoints, in order.
+                    if pending is not None:
+                        pending.result()
+                    pending = writer.submit(pipe.write, out)
                     bar.update(task, completed=src.progress())
                     if on_batch:
                         on_batch(pipe)
+                if pending is not None:
+                    pending.result()
+                    pending = None
                 reader = getattr(src, "reader", None)
                 if reader is not None:
                     pipe.counters.sources_skipped_bytes += reader.skipped_bytes
@@ -81,7 +93,10 @@ def ingest_paths(
                 pipe.counters.sources += 1
                 bar.remove_task(task)
             except SourceError as exc:
+                if pending is not None:
+                    pending.result()  # what was read before the failure is kept
                 result.failures.append(str(exc))
+    writer.shutdown(wait=True)
     pipe.close()
     store.compact("events")
     store.compact("quarantine")

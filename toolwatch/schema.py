@@ -17,7 +17,7 @@ OUTCOMES = ("ok", "error", "not_found", "denied", "auth_failed", "rate_limited",
 
 EVENTS = pa.schema(
     [
-        ("event_id", pa.string()),  # deterministic: md5(source_fp:offset)[:24]
+        ("event_id", pa.string()),  # deterministic: "<source_fp>:<offset>"
         ("ts", TS),  # log time of the call (request time for JSON-RPC pairs)
         ("session_id", pa.string()),  # as logged, or derived (see session_derived)
         ("session_derived", pa.bool_()),  # True when sessionized by caller/ip + gap

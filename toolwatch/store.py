@@ -84,6 +84,11 @@ class Store:
         Partitions with at least this many files are compacted by :meth:`compact`.
     """
 
+    #: Files smaller than this are merged by :meth:`compact`.
+    SMALL_FILE_BYTES = 1024 * 1024
+    #: Upper bound of input bytes one merge reads (bounds compaction memory).
+    COMPACT_MAX_BYTES = 64 * 1024 * 1024
+
     def __init__(self, data_dir: str | Path, *, compact_min_files: int = 16):
         self.root = Path(data_dir)
         self.compact_min_files = compact_min_files
@@ -254,42 +259,44 @@ class Store:
     def compact(self, dataset: str = "events") -> int:
         """Merge small files per date partition, de-duplicating on the id column.
 
-        Returns the number of partitions compacted.
+        Only files under :attr:`SMALL_FILE_BYTES` take part (live mode writes one small
+        file per flush; batch ingest already writes large ones), and one merge reads at
+        most :attr:`COMPACT_MAX_BYTES` of them, so memory stays bounded whatever the
+        partition's size. Returns the number of merges done.
         """
         key = "alert_id" if dataset == "alerts" else "event_id"
+        order = "detected_at" if dataset == "alerts" else "ingested_at"
+        # Alerts keep every version (the view picks the latest); events keep one row per id.
+        part_key = f"{key}, detected_at" if dataset == "alerts" else key
         done = 0
         for part_dir in sorted((self.root / dataset).glob("date=*")):
-            files = sorted(part_dir.glob("*.parquet"))
-            if len(files) < self.compact_min_files:
+            small = [
+                f
+                for f in sorted(part_dir.glob("*.parquet"))
+                if f.stat().st_size < self.SMALL_FILE_BYTES
+            ]
+            if len(small) < self.compact_min_files:
                 continue
-            rels = [str(f.relative_to(self.root)) for f in files]
+            group: list[Path] = []
+            total = 0
+            for f in small:
+                group.append(f)
+                total += f.stat().st_size
+                if total >= self.COMPACT_MAX_BYTES:
+                    break
             con = duckdb.connect()
             try:
-                if dataset == "alerts":
-                    order = (
-                        "updated_at DESC"
-                        if "updated_at" in schema.ALERTS.names
-                        else "detected_at DESC"
-                    )
-                    sql = (
-                        "SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER "
-                        f"(PARTITION BY {key}, detected_at ORDER BY {order}) rn "
-                        "FROM read_parquet($files, union_by_name=true)) WHERE rn = 1"
-                    )
-                else:
-                    sql = (
-                        "SELECT * FROM read_parquet($files, union_by_name=true) "
-                        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY ingested_at) = 1 "
-                        "ORDER BY ts"
-                        if dataset != "quarantine"
-                        else "SELECT * FROM read_parquet($files, union_by_name=true) "
-                        f"QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY ingested_at) = 1"
-                    )
-                tbl = con.execute(sql, {"files": [str(f) for f in files]}).to_arrow_table()
+                tbl = con.execute(
+                    "SELECT * FROM read_parquet($files, union_by_name=true) "
+                    f"QUALIFY row_number() OVER (PARTITION BY {part_key} ORDER BY {order}) = 1",
+                    {"files": [str(f) for f in group]},
+                ).to_arrow_table()
             finally:
                 con.close()
             tbl = tbl.select(schema.DATASETS[dataset].names).cast(schema.DATASETS[dataset])
-            self.write_batch({dataset: tbl}, replaces=rels)
+            self.write_batch(
+                {dataset: tbl}, replaces=[str(f.relative_to(self.root)) for f in group]
+            )
             done += 1
         return done
 
@@ -414,14 +421,14 @@ def _sql_list(items: list[str]) -> str:
 
 
 def _split_by_day(tbl: pa.Table, col: str) -> Iterator[tuple[str, pa.Table]]:
-    days = pc.strftime(tbl[col], format="%Y-%m-%d")
+    days = pc.cast(tbl[col], pa.date32())
     uniq = pc.unique(days).to_pylist()
     if len(uniq) == 1:
-        yield (uniq[0] or "unknown"), tbl
+        yield (str(uniq[0]) if uniq[0] else "unknown"), tbl
         return
     for d in uniq:
-        mask = pc.is_null(days) if d is None else pc.equal(days, d)
-        yield (d or "unknown"), tbl.filter(mask)
+        mask = pc.is_null(days) if d is None else pc.equal(days, pa.scalar(d, pa.date32()))
+        yield (str(d) if d else "unknown"), tbl.filter(mask)
 
 
 _ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}

@@ -1,0 +1,478 @@
+"""Source ``tail``: follow growing log files like ``tail -F``.
+
+What is followed
+    Every file matching the given paths/globs, re-expanded at each poll, so files created
+    later are picked up. Files are tracked by ``(device, inode)`` while open, so a file
+    seen under two names (``app.log`` renamed to ``app.log.1``, both matching
+    ``app.log*``) is read once.
+
+Stream identity and resume
+    A file's stream identity is the fingerprint of its first line
+    (:func:`ingest.records.fingerprint`), computed once the first line is complete; its
+    checkpoint is the byte offset after the last stored line. On start (and for every file
+    that appears), the store's checkpoint for that fingerprint is applied: lines before it
+    are skipped (counted so line numbers stay right). A restart therefore resumes exactly
+    where the last committed micro-batch stopped.
+
+Rotation
+    *By rename* (``mv app.log app.log.1; touch app.log``): the path now names a new inode;
+    the old one is kept open and read to its end until it has been idle for
+    ``rotate_wait_s`` (a writer may append before it reopens), then its last partial line
+    is flushed and it is closed; the new file is read from its beginning.
+    *By copy-truncate*: the file shrinks below the read offset, or its first line changes;
+    that is a new stream (new first line, new fingerprint), read from offset 0. Lines
+    written between the last read and the truncation are lost — inherent to copy-truncate.
+
+Partial lines
+    A last line without its newline waits for it; it is only flushed (as if terminated)
+    when a rotated-away or deleted file is closed. Lines longer than ``max_line_bytes`` are
+    cut so memory stays bounded (the parser quarantines them as ``line_too_long``).
+
+Compressed files matching a glob (``app.log.1.gz``) are skipped: tail follows text logs;
+``toolwatch ingest`` reads archives.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob as _glob
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ingest.records import RawBatch, fingerprint, split_lines
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class LineAssembler:
+    """Turn arbitrary byte chunks of one stream into batches of complete lines.
+
+    Computes the stream fingerprint from the first complete line and skips what the store
+    already holds (``checkpoints``). Shared by the tail, pipe and wrapped-server sources.
+
+    Parameters
+    ----------
+    source
+        Name shown in quarantine and errors.
+    checkpoints
+        Fingerprint -> stored offset; ``None``: never skip (a wrapped server's stderr).
+    salt
+        Mixed into the fingerprint (``run`` uses the child's pid and start time, so two runs
+        of one server are two streams even if their first lines are equal).
+    max_line_bytes
+        A line longer than this is cut (the cut part is emitted as its own line).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        checkpoints: dict[str, int] | None = None,
+        *,
+        salt: bytes = b"",
+        max_line_bytes: int = 1_048_576,
+    ):
+        self.source = source
+        self.checkpoints = checkpoints
+        self.salt = salt
+        self.max_line_bytes = max_line_bytes
+        self.fp: str | None = None
+        self.first_line: bytes | None = None
+        self.buf = b""
+        self.offset = 0  # stream offset of buf[0]
+        self.line_no = 0
+        self.skip_to = 0
+        self.skipped_bytes = 0
+        self.resumed_from = 0
+
+    @property
+    def consumed(self) -> int:
+        """Stream offset after the last complete line handed out (or skipped)."""
+        return self.offset
+
+    @property
+    def read_offset(self) -> int:
+        """Stream offset after every byte fed so far."""
+        return self.offset + len(self.buf)
+
+    def feed(self, data: bytes, *, final: bool = False) -> RawBatch | None:
+        """Add bytes; return a batch of the complete lines now available, if any.
+
+        Parameters
+        ----------
+        data
+            Next bytes of the stream.
+        final
+            The stream ended: a last partial line is emitted as if it had its newline.
+        """
+        buf = self.buf + data if self.buf else data
+        if final and buf and not buf.endswith(b"\n"):
+            buf += b"\n"
+        if self.fp is None:
+            nl = buf.find(b"\n")
+            if nl < 0 and len(buf) <= self.max_line_bytes + 2:
+                self.buf = buf
+                return None
+            # An over-long first line is identified by its first max_line_bytes bytes.
+            self.first_line = buf[:nl] if nl >= 0 else buf[: self.max_line_bytes]
+            self.fp = (
+                fingerprint(self.first_line)
+                if not self.salt
+                else fingerprint(self.salt + b"\0" + self.first_line)
+            )
+            if self.checkpoints is not None:
+                self.skip_to = self.checkpoints.get(self.fp, 0)
+                self.resumed_from = self.skip_to
+        if self.skip_to > self.offset:
+            take = min(len(buf), self.skip_to - self.offset)
+            self.line_no += buf.count(b"\n", 0, take)
+            self.offset += take
+            self.skipped_bytes += take
+            buf = buf[take:]
+            if not buf:
+                self.buf = b""
+                return None
+        lines, offs, consumed = split_lines(buf, self.offset)
+        if consumed == 0:
+            self.buf = buf
+            return None
+        n = len(lines)
+        batch = RawBatch(
+            source=self.source,
+            source_fp=self.fp,
+            lines=lines,
+            offsets=offs,
+            line_nos=np.arange(self.line_no + 1, self.line_no + n + 1, dtype=np.int64),
+            end_offset=self.offset + consumed,
+            final=final,
+        )
+        self.line_no += n
+        self.offset += consumed
+        self.buf = buf[consumed:]
+        return batch
+
+    def cut_long_line(self) -> RawBatch | None:
+        """Emit a waiting line that exceeds ``max_line_bytes`` as its own (cut) line."""
+        if len(self.buf) <= self.max_line_bytes + 2 or self.fp is None:
+            return None
+        piece = self.buf + b"\n"
+        self.buf = b""
+        lines, offs, _ = split_lines(piece, self.offset)
+        batch = RawBatch(
+            source=self.source,
+            source_fp=self.fp,
+            lines=lines,
+            offsets=offs,
+            line_nos=np.array([self.line_no + 1], dtype=np.int64),
+            end_offset=self.offset + len(piece) - 1,
+        )
+        self.line_no += 1
+        self.offset += len(piece) - 1
+        return batch
+
+
+@dataclass
+class TailedFile:
+    """One open file being followed."""
+
+    path: str
+    fd: int
+    dev: int
+    ino: int
+    asm: LineAssembler
+    size: int = 0
+    detached_at: float | None = None  # renamed away / deleted: closing after idle
+    last_growth: float = field(default_factory=time.monotonic)
+    first_len: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """``(device, inode)``."""
+        return (self.dev, self.ino)
+
+
+@dataclass
+class TailCounters:
+    """What the tail source saw."""
+
+    files_opened: int = 0
+    files_closed: int = 0
+    rotations: int = 0
+    truncations: int = 0
+    skipped_compressed: int = 0
+    bytes_read: int = 0
+    resumed_bytes_skipped: int = 0
+    lost_partial_bytes: int = 0
+
+
+class TailSource:
+    """Follow files and globs; yields batches of new complete lines.
+
+    Parameters
+    ----------
+    patterns
+        Paths and globs (re-expanded at every poll).
+    checkpoints
+        Fingerprint -> stored offset (from :meth:`toolwatch.store.Store.checkpoints`).
+    read_bytes
+        Bytes per read call.
+    rotate_wait_s
+        How long a renamed-away/deleted file is still read after it stops growing.
+    start_at_end
+        Files present at the first poll with no checkpoint are read from their end.
+    max_line_bytes
+        Bound of a waiting partial line.
+    """
+
+    def __init__(
+        self,
+        patterns: list[str],
+        checkpoints: dict[str, int],
+        *,
+        read_bytes: int = 4 << 20,
+        rotate_wait_s: float = 5.0,
+        start_at_end: bool = False,
+        max_line_bytes: int = 1_048_576,
+    ):
+        self.patterns = patterns
+        self.checkpoints = checkpoints
+        self.read_bytes = read_bytes
+        self.rotate_wait_s = rotate_wait_s
+        self.start_at_end = start_at_end
+        self.max_line_bytes = max_line_bytes
+        self.files: dict[tuple[int, int], TailedFile] = {}
+        self.by_path: dict[str, tuple[int, int]] = {}
+        self.counters = TailCounters()
+        self._first_scan = True
+        self.new_fingerprints: list[str] = []
+
+    # ------------------------------------------------------------------ discovery
+    def _expand(self) -> list[str]:
+        out: list[str] = []
+        for pat in self.patterns:
+            if _glob.has_magic(pat):
+                out.extend(sorted(_glob.glob(pat, recursive=True)))
+            elif Path(pat).is_dir():
+                out.extend(sorted(str(p) for p in Path(pat).iterdir() if p.is_file()))
+            else:
+                out.append(pat)
+        seen: set[str] = set()
+        return [p for p in out if not (p in seen or seen.add(p))]
+
+    def _open(self, path: str, st: os.stat_result) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        st2 = os.fstat(fd)
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)  # replaced between stat and open: next poll sees the new one
+            return
+        head = os.pread(fd, 2, 0)
+        if head == _GZIP_MAGIC:
+            os.close(fd)
+            self.counters.skipped_compressed += 1
+            self.by_path[path] = (st.st_dev, -st.st_ino)  # remember: don't retry each poll
+            return
+        asm = LineAssembler(path, self.checkpoints, max_line_bytes=self.max_line_bytes)
+        tf = TailedFile(path=path, fd=fd, dev=st.st_dev, ino=st.st_ino, asm=asm)
+        if self._first_scan and self.start_at_end and st.st_size > 0:
+            self._start_at_end(tf, st.st_size)
+        self.files[tf.key] = tf
+        self.by_path[path] = tf.key
+        self.counters.files_opened += 1
+
+    def _start_at_end(self, tf: TailedFile, size: int) -> None:
+        """Position a file with no checkpoint at its end (its first line still fingerprints)."""
+        first = os.pread(tf.fd, min(size, self.max_line_bytes + 2), 0)
+        nl = first.find(b"\n")
+        if nl < 0:
+            return
+        fp = fingerprint(first[:nl])
+        if fp in self.checkpoints:
+            return  # known stream: resume from its checkpoint instead
+        # Skip to after the last complete line present now.
+        tail = os.pread(tf.fd, min(size, 1 << 20), max(0, size - (1 << 20)))
+        last_nl = tail.rfind(b"\n")
+        end = max(0, size - len(tail)) + last_nl + 1 if last_nl >= 0 else 0
+        tf.asm.checkpoints = {**(tf.asm.checkpoints or {}), fp: end}
+
+    def _scan(self) -> None:
+        now = time.monotonic()
+        present: set[tuple[int, int]] = set()
+        for path in self._expand():
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if not os.path.isfile(path):
+                continue
+            key = (st.st_dev, st.st_ino)
+            present.add(key)
+            old_key = self.by_path.get(path)
+            if old_key == (st.st_dev, -st.st_ino):
+                continue  # a compressed file already skipped
+            if key in self.files:
+                tf = self.files[key]
+                if tf.path != path:  # same inode under a new name (rename into the glob)
+                    if self.by_path.get(tf.path) == key:
+                        del self.by_path[tf.path]
+                    tf.path = path
+                    tf.asm.source = path
+                self.by_path[path] = key
+                tf.detached_at = None
+                continue
+            if old_key is not None and old_key in self.files and old_key != key:
+                # The path names a new inode: rotation by rename (or delete + recreate).
+                self.counters.rotations += 1
+                self._detach(self.files[old_key], now)
+            self._open(path, st)
+        for key, tf in list(self.files.items()):
+            if key not in present and tf.detached_at is None:
+                self._detach(tf, now)
+        self._first_scan = False
+
+    def _detach(self, tf: TailedFile, now: float) -> None:
+        tf.detached_at = now
+        if self.by_path.get(tf.path) == tf.key:
+            del self.by_path[tf.path]
+
+    # ------------------------------------------------------------------ reading
+    def _check_truncation(self, tf: TailedFile, size: int) -> bool:
+        """Copy-truncate: the file shrank below what was read, or its first line changed."""
+        read_to = tf.asm.read_offset
+        truncated = size < read_to
+        first = tf.asm.first_line
+        if not truncated and first is not None and size != tf.size:
+            head = os.pread(tf.fd, len(first), 0)
+            truncated = len(head) == len(first) and head != first
+        if truncated:
+            self.counters.truncations += 1
+            self.counters.lost_partial_bytes += len(tf.asm.buf)
+            tf.asm = LineAssembler(tf.path, self.checkpoints, max_line_bytes=self.max_line_bytes)
+            # A truncated file restarts a stream: its old checkpoint must not apply if the
+            # new first line happens to equal the old one.
+            tf.asm.checkpoints = None
+        return truncated
+
+    def _read_file(self, tf: TailedFile, budget: int) -> Iterator[RawBatch]:
+        try:
+            st = os.fstat(tf.fd)
+        except OSError:
+            return
+        size = st.st_size
+        self._check_truncation(tf, size)
+        tf.size = size
+        got = 0
+        while got < budget:
+            pos = tf.asm.read_offset
+            if pos >= size:
+                break
+            # Skip straight to a checkpoint once the fingerprint is known.
+            if tf.asm.fp is not None and tf.asm.skip_to > pos and not tf.asm.buf:
+                data = self._count_skip(tf, size)
+                if data is None:
+                    break
+                continue
+            try:
+                data = os.pread(tf.fd, min(self.read_bytes, size - pos), pos)
+            except OSError as exc:
+                if exc.errno in (errno.EIO, errno.ESTALE):
+                    break
+                raise
+            if not data:
+                break
+            got += len(data)
+            self.counters.bytes_read += len(data)
+            tf.last_growth = time.monotonic()
+            was_fp = tf.asm.fp
+            batch = tf.asm.feed(data)
+            if was_fp is None and tf.asm.fp is not None:
+                self.new_fingerprints.append(tf.asm.fp)
+                if tf.asm.resumed_from:
+                    self.counters.resumed_bytes_skipped += min(tf.asm.resumed_from, size)
+            if batch is not None and len(batch):
+                yield batch
+            cut = tf.asm.cut_long_line()
+            if cut is not None:
+                yield cut
+
+    def _count_skip(self, tf: TailedFile, size: int) -> bytes | None:
+        """Advance a resumed file to its checkpoint, counting newlines for line numbers."""
+        asm = tf.asm
+        target = min(asm.skip_to, size)
+        while asm.offset < target:
+            n = min(16 << 20, target - asm.offset)
+            data = os.pread(tf.fd, n, asm.offset)
+            if not data:
+                return None
+            asm.line_no += data.count(b"\n")
+            asm.offset += len(data)
+            asm.skipped_bytes += len(data)
+        if asm.skip_to > size:
+            return None  # checkpoint beyond the end: wait for the file to grow
+        return b""
+
+    def poll(self, budget: int = 64 << 20) -> Iterator[RawBatch]:
+        """Rescan paths, read what is new in every file; yield batches.
+
+        Parameters
+        ----------
+        budget
+            Bytes read per file per poll at most (a backlog is read over several polls,
+            so flushes keep happening).
+        """
+        self._scan()
+        now = time.monotonic()
+        for key, tf in list(self.files.items()):
+            yield from self._read_file(tf, budget)
+            if tf.detached_at is not None:
+                idle_since = max(tf.last_growth, tf.detached_at)
+                if now - idle_since >= self.rotate_wait_s:
+                    yield from self._close(key, tf)
+
+    def _close(self, key: tuple[int, int], tf: TailedFile) -> Iterator[RawBatch]:
+        if tf.asm.buf and tf.asm.fp is not None:
+            batch = tf.asm.feed(b"", final=True)
+            if batch is not None:
+                yield batch
+        elif tf.asm.buf:
+            # The whole file is one line without newline: emit it too.
+            batch = tf.asm.feed(b"", final=True)
+            if batch is not None:
+                yield batch
+        os.close(tf.fd)
+        del self.files[key]
+        self.counters.files_closed += 1
+
+    def lag_bytes(self) -> int:
+        """Bytes present in followed files and not yet read."""
+        total = 0
+        for tf in self.files.values():
+            try:
+                total += max(0, os.fstat(tf.fd).st_size - tf.asm.read_offset)
+            except OSError:
+                continue
+        return total
+
+    def streams(self) -> dict[str, dict[str, object]]:
+        """Per-file state for ``toolwatch status``."""
+        return {
+            tf.path: {
+                "fingerprint": tf.asm.fp,
+                "offset": tf.asm.consumed,
+                "size": tf.size,
+                "rotated": tf.detached_at is not None,
+            }
+            for tf in self.files.values()
+        }
+
+    def close(self) -> None:
+        """Close every file (without flushing partial lines: a restart resumes them)."""
+        for tf in self.files.values():
+            os.close(tf.fd)
+        self.files.clear()

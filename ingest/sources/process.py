@@ -1,0 +1,271 @@
+"""Source ``run``: an MCP stdio server started as a child, its stderr as the log stream.
+
+``toolwatch run -- CMD ARGS…`` sits *beside* the server, not in its protocol path: the
+child inherits toolwatch's stdin and stdout file descriptors, so the client's requests
+and the server's responses flow between the client and the server through the operating
+system, byte for byte, with no copy and no added latency. toolwatch never writes to
+stdout. Only the child's stderr is a pipe: a reader thread echoes every chunk to
+toolwatch's own stderr as soon as it is read (so whatever displayed the server's stderr
+before still does) and hands it to the live pipeline.
+
+On that stream, lines whose first non-blank byte is ``{`` are log records (parsed like any
+log; malformed ones are quarantined as usual). Every other line is *server text* (banners,
+tracebacks, plain log messages): counted, kept in the quarantine dataset with reason
+``server_text`` (``live.keep_server_text``), never treated as a failure.
+
+Signals SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 received by toolwatch are
+forwarded to the child; toolwatch exits when the child has exited and its stderr is
+drained, with the child's exit code (``128 + N`` when the child was killed by signal N).
+``ingest --follow -`` reuses the same pipe reader for standard input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.records import RawBatch
+
+#: Signals forwarded to the wrapped server.
+FORWARDED_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+
+
+class PipeReader:
+    """Read a file descriptor to EOF on a thread; optionally echo every chunk elsewhere.
+
+    Parameters
+    ----------
+    fd
+        Descriptor to read (a pipe: ``os.read`` returns what is there, never waits for a
+        full buffer, so lines arrive as soon as they are written).
+    echo_fd
+        Descriptor each chunk is written to before anything else (``2`` for ``run``).
+    chunk
+        Read size.
+    max_queued
+        Chunks waiting for the pipeline; past it the reader blocks (back-pressure on the
+        writer through the pipe rather than unbounded memory). Echo happens first, so
+        the server's stderr stays visible.
+    """
+
+    def __init__(
+        self, fd: int, *, echo_fd: int | None = None, chunk: int = 1 << 16, max_queued: int = 4096
+    ):
+        self.fd = fd
+        self.echo_fd = echo_fd
+        self.chunk = chunk
+        self.q: queue.Queue[bytes | None] = queue.Queue(maxsize=max_queued)
+        self.bytes_read = 0
+        self.echo_errors = 0
+        self.eof = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"pipe-reader-{fd}", daemon=True)
+
+    def start(self) -> PipeReader:
+        """Start the reader thread."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while True:
+                try:
+                    data = os.read(self.fd, self.chunk)
+                except InterruptedError:
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                self.bytes_read += len(data)
+                if self.echo_fd is not None:
+                    self._echo(data)
+                self.q.put(data)
+        finally:
+            self.eof.set()
+            self.q.put(None)
+
+    def _echo(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.echo_fd, view)  # type: ignore[arg-type]
+            except InterruptedError:
+                continue
+            except OSError:
+                self.echo_errors += 1  # our stderr is gone: keep monitoring anyway
+                return
+            view = view[n:]
+
+    def chunks(self, timeout: float) -> Iterator[bytes | None]:
+        """Chunks available within ``timeout`` seconds; ``None`` marks EOF."""
+        try:
+            first = self.q.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return
+        yield first
+        if first is None:
+            return
+        while True:
+            try:
+                item = self.q.get_nowait()
+            except queue.Empty:
+                return
+            yield item
+            if item is None:
+                return
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the reader thread."""
+        self._thread.join(timeout)
+
+
+def split_server_text(batch: RawBatch) -> tuple[RawBatch, list[bytes], list[int], list[int]]:
+    """Separate JSON log lines from server text.
+
+    Returns
+    -------
+    (json_batch, text_lines, text_offsets, text_line_nos)
+        ``json_batch`` keeps the original offsets and ``end_offset``.
+    """
+    py = batch.lines.to_pylist()
+    is_json = np.fromiter(
+        (bool(b) and b.lstrip()[:1] == b"{" for b in py), dtype=bool, count=len(py)
+    )
+    if is_json.all():
+        return batch, [], [], []
+    idx = np.flatnonzero(~is_json)
+    text = [py[i] for i in idx]
+    offs = [int(batch.offsets[i]) for i in idx]
+    nos = [int(batch.line_nos[i]) for i in idx] if batch.line_nos is not None else []
+    keep = RawBatch(
+        source=batch.source,
+        source_fp=batch.source_fp,
+        lines=pc.filter(batch.lines, pa.array(is_json)),  # type: ignore[arg-type]
+        offsets=batch.offsets[is_json],
+        line_nos=batch.line_nos[is_json] if batch.line_nos is not None else None,
+        end_offset=batch.end_offset,
+        final=batch.final,
+    )
+    return keep, text, offs, nos
+
+
+class WrappedServer:
+    """A child process with inherited stdin/stdout and a piped, echoed stderr.
+
+    Parameters
+    ----------
+    argv
+        The server's command line.
+    env
+        Environment (default: inherited).
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None):
+        if not argv:
+            raise ValueError("no command to run: use toolwatch run -- CMD ARGS...")
+        self.argv = argv
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.reader: PipeReader | None = None
+        self.started_ns = 0
+        self._own_group = False
+        self._old_handlers: dict[int, object] = {}
+        self.forwarded: list[int] = []
+
+    def start(self) -> WrappedServer:
+        """Spawn the child and the stderr reader; install signal forwarding."""
+        interactive = False
+        with contextlib.suppress(OSError, ValueError):
+            interactive = os.isatty(0)
+        # With a terminal on stdin the child must stay in our process group (or reading
+        # the tty would stop it); the tty then signals both of us, so SIGINT/SIGQUIT are
+        # not forwarded a second time. Under an MCP client (pipes) the child gets its own
+        # group and every signal reaches it exactly once, through us.
+        self._own_group = not interactive
+        self.started_ns = time.time_ns()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=None,
+            stdout=None,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+            env=self.env,
+            process_group=0 if self._own_group else None,
+        )
+        assert self.proc.stderr is not None
+        self.reader = PipeReader(self.proc.stderr.fileno(), echo_fd=2).start()
+        self._install_forwarding()
+        return self
+
+    def _install_forwarding(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in FORWARDED_SIGNALS:
+            if not self._own_group and sig in (signal.SIGINT, signal.SIGQUIT):
+                handler: object = signal.SIG_IGN if sig == signal.SIGQUIT else self._noop
+            else:
+                handler = self._forward
+            with contextlib.suppress(OSError, ValueError):
+                self._old_handlers[sig] = signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _noop(self, signum: int, _frame: object) -> None:
+        self.forwarded.append(-signum)
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        self.forwarded.append(signum)
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signum)
+
+    def restore_signals(self) -> None:
+        """Put back the signal handlers that were there before :meth:`start`."""
+        for sig, h in self._old_handlers.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(sig, h)  # type: ignore[arg-type]
+        self._old_handlers.clear()
+
+    @property
+    def pid(self) -> int:
+        """The child's pid."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        """The child's return code, or ``None`` while it runs."""
+        assert self.proc is not None
+        return self.proc.poll()
+
+    def exit_code(self) -> int:
+        """Wait for the child; its exit status as a shell would report it."""
+        assert self.proc is not None
+        rc = self.proc.wait()
+        return 128 - rc if rc < 0 else rc
+
+    def salt(self) -> bytes:
+        """Stream-identity salt: this run's pid and start time."""
+        return f"run:{self.pid}:{self.started_ns}".encode()
+
+
+def stdin_reader() -> PipeReader:
+    """A :class:`PipeReader` over standard input (``ingest --follow -``)."""
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdin.flush()
+    return PipeReader(0).start()

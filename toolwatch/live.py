@@ -1,0 +1,1160 @@
+"""Live mode: micro-batches from followed sources, incremental detection, alert sinks.
+
+Every live source (a tailed file, a wrapped server's stderr, a followed pipe, a Kafka
+partition) hands :class:`~ingest.records.RawBatch` objects to a :class:`LivePipeline`.
+The pipeline buffers them and *flushes* at most every ``live.flush_interval_s`` seconds
+(or once ``live.flush_events`` lines are waiting). One flush:
+
+1. runs the same transforms as ``ingest``/``analyze`` (:class:`toolwatch.pipeline.Pipeline`,
+   one call per stream with that stream's buffered lines merged);
+2. adds the new events to a bounded :class:`DetectionWindow` and runs the detectors on the
+   events of every entity (session, caller, client address, credential) touched by this
+   micro-batch, over that entity's window — so an alert is raised as soon as evidence
+   crosses its threshold, not at session end;
+3. keeps only alerts that are new or whose severity/score/evidence changed
+   (:class:`AlertTracker`): an alert is *updated*, never duplicated (the alert id is the
+   detectors' deterministic id from entity, category and window);
+4. commits events, summaries, quarantined lines, those alert versions and the stream
+   checkpoints in **one** atomic store batch (:meth:`toolwatch.store.Store.write_batch`);
+5. only then hands the alerts to the sinks and runs the ``on_commit`` hooks (the Kafka
+   consumer commits its offsets there).
+
+A process killed at any point therefore leaves the store with a whole flush or none of
+it, and a restart resumes from the checkpoints: no event lost, none stored twice.
+
+Memory is bounded: the pipeline holds at most one flush of raw lines, the window at most
+``live.max_window_events`` events (older events of finished sessions expire first, see
+:class:`DetectionWindow`), and the alert tracker at most ``live.max_tracked_alerts`` ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import logging
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from ingest.records import RawBatch
+from toolwatch import schema
+from toolwatch.config import Config, doc, from_dict
+from toolwatch.pipeline import BatchOutput, Pipeline
+from toolwatch.store import Checkpoint, Store
+
+log = logging.getLogger("toolwatch.live")
+
+#: Alert ``entity_type`` -> event column that identifies the entity.
+ENTITY_COLUMNS: dict[str, str] = {
+    "session": "session_id",
+    "caller_id": "caller_id",
+    "client_ip": "client_ip",
+    "credential_hash": "credential_hash",
+}
+
+_US = 1_000_000
+
+
+# --------------------------------------------------------------------------- config
+@dataclass
+class SinkConfig:
+    """One alert destination (``[[live.sinks]]``)."""
+
+    type: str = doc("Sink kind: stdout, file, kafka or webhook.", "stdout")
+    path: str = doc("file: JSON-lines file alerts are appended to.", "")
+    url: str = doc("webhook: URL alerts are POSTed to (one JSON object per alert).", "")
+    slack: bool = doc(
+        'webhook: send Slack-compatible {"text": ...} payloads instead of the alert object.',
+        False,
+    )
+    retries: int = doc("webhook/kafka: attempts after the first one before giving up.", 5)
+    backoff_s: float = doc(
+        "webhook: first retry delay in seconds; doubles each attempt (with jitter).", 0.5
+    )
+    timeout_s: float = doc("webhook: HTTP timeout per attempt, seconds.", 5.0)
+    queue_size: int = doc(
+        "webhook/kafka: alerts waiting for delivery; past it the oldest are dropped (and "
+        "counted) so a dead endpoint never blocks ingestion. The store keeps every alert.",
+        10_000,
+    )
+    topic: str = doc("kafka: topic alerts are produced to (key = entity id).", "")
+    bootstrap_servers: str = doc(
+        "kafka: brokers for the alert producer; default: the consumer's brokers.", ""
+    )
+    min_severity: str = doc(
+        "Only alerts at or above this severity: low, medium, high, critical.", "low"
+    )
+
+
+@dataclass
+class LiveConfig:
+    """The ``[live]`` table: micro-batching, windows, sinks and metrics of live mode."""
+
+    flush_interval_s: float = doc(
+        "A micro-batch is flushed (stored, detected, alerted) at most this many seconds "
+        "after its first line arrived.",
+        1.0,
+    )
+    flush_events: int = doc("...or as soon as this many lines are waiting.", 100_000)
+    poll_interval_s: float = doc(
+        "tail: how often files and globs are checked for new data when idle.", 0.1
+    )
+    read_bytes: int = doc(
+        "tail: bytes read from one file per read call (a backlog is read in such steps).",
+        4_194_304,
+    )
+    rotate_wait_s: float = doc(
+        "tail: after a file is renamed away or deleted, keep reading it until it has been "
+        "idle this long (a writer may still append before reopening).",
+        5.0,
+    )
+    start_at_end: bool = doc(
+        "tail: files found at startup that have no checkpoint are read from their end, not "
+        "their beginning (files created later are always read whole).",
+        False,
+    )
+    detect: bool = doc("Run the detectors incrementally (off: store events only).", True)
+    session_idle_minutes: float = doc(
+        "A session with no event for this long (log time) is finished: it stops counting as "
+        "active and its events become eligible for expiry from the detection window.",
+        30.0,
+    )
+    window_minutes: float = doc(
+        "Events of finished sessions are kept this long (log time) for caller/address "
+        "windows. 0: max(detectors.entity_window_minutes, detectors.max_session_hours).",
+        0.0,
+    )
+    max_window_events: int = doc(
+        "Hard cap of events held for detection; past it the oldest events expire first "
+        "(counted as window_evicted). Bounds memory whatever the traffic.",
+        2_000_000,
+    )
+    out_of_order_tolerance_s: float = doc(
+        "Events up to this much older than the newest event seen are on time; later ones "
+        "are still stored and detected, but counted as late_events. Expiry waits this long.",
+        60.0,
+    )
+    max_tracked_alerts: int = doc(
+        "Alert ids remembered to tell new/changed alerts from repeats (LRU).", 200_000
+    )
+    compact_interval_s: float = doc(
+        "How often live mode compacts the store's small files (0: never).", 300.0
+    )
+    status_interval_s: float = doc(
+        "How often the status file read by `toolwatch status` is rewritten.", 1.0
+    )
+    metrics_port: int | None = doc(
+        "Serve Prometheus metrics on 127.0.0.1:PORT/metrics (unset: off; 0: any free port).",
+        None,
+    )
+    metrics_host: str = doc("Address the metrics endpoint binds to.", "127.0.0.1")
+    keep_server_text: bool = doc(
+        "run: keep non-JSON stderr lines in the quarantine dataset (reason server_text).", True
+    )
+    sinks: list[SinkConfig] = doc(
+        "Alert sinks ([[live.sinks]] tables). None configured: stdout for tail/kafka, "
+        "nothing but the store for run.",
+        factory=list,
+    )
+
+    @classmethod
+    def from_config(cls, config: Config) -> LiveConfig:
+        """Parse ``config.live`` (rejects unknown keys and wrong types)."""
+        lc = from_dict(cls, dict(config.live or {}), prefix="live")
+        lc.validate()
+        return lc
+
+    def validate(self) -> None:
+        """Check values.
+
+        Raises
+        ------
+        toolwatch.errors.ConfigError
+            On a non-positive interval or an unknown sink type.
+        """
+        from toolwatch.errors import ConfigError
+
+        if self.flush_interval_s <= 0 or self.flush_events <= 0:
+            raise ConfigError("must be positive", key="live.flush_interval_s")
+        for i, s in enumerate(self.sinks):
+            if s.type not in ("stdout", "file", "kafka", "webhook"):
+                raise ConfigError(
+                    f"unknown sink type {s.type!r}: stdout, file, kafka or webhook",
+                    key=f"live.sinks[{i}].type",
+                )
+            if s.type == "file" and not s.path:
+                raise ConfigError("file sink needs a path", key=f"live.sinks[{i}].path")
+            if s.type == "webhook" and not s.url:
+                raise ConfigError("webhook sink needs a url", key=f"live.sinks[{i}].url")
+            if s.type == "kafka" and not s.topic:
+                raise ConfigError("kafka sink needs a topic", key=f"live.sinks[{i}].topic")
+            if s.min_severity not in SEVERITY_RANK:
+                raise ConfigError(
+                    "must be low, medium, high or critical", key=f"live.sinks[{i}].min_severity"
+                )
+
+
+SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+
+# --------------------------------------------------------------------------- detection
+DetectFn = Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame]
+
+
+def _empty_alerts() -> pl.DataFrame:
+    df = pl.from_arrow(schema.ALERTS.empty_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def default_detector(config: Config) -> tuple[DetectFn | None, float]:
+    """The detectors package as a live detection function, and its retention in minutes.
+
+    Returns ``(None, 0)`` when the detectors package is not available.
+    """
+    try:
+        import detectors
+    except ImportError:
+        return None, 0.0
+    if not hasattr(detectors, "run_batch"):
+        return None, 0.0
+    dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
+    candidate = config.data_dir / "models" / "forest.skops"
+    model_path = candidate if candidate.exists() else None
+    retention = max(
+        float(getattr(dcfg, "entity_window_minutes", 60)),
+        float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,
+    )
+
+    def run(events: pl.DataFrame, summaries: pl.DataFrame) -> pl.DataFrame:
+        return detectors.run_batch(events, summaries, dcfg, model_path=model_path)
+
+    return run, retention
+
+
+class DetectionWindow:
+    """Recent events (and session summaries) per active entity, bounded.
+
+    Rows are kept while their session is active (an event within
+    ``session_idle_minutes`` of the watermark) or while they are younger than
+    ``window_minutes``; the watermark is the newest event time seen minus the
+    out-of-order tolerance. ``max_events`` caps the total whatever happens (oldest first).
+
+    Parameters
+    ----------
+    window_minutes
+        Retention of events of finished sessions (log time).
+    session_idle_minutes
+        Inactivity after which a session is finished.
+    tolerance_s
+        Out-of-order tolerance: expiry and lateness are judged against the newest event
+        time minus this.
+    max_events
+        Hard cap on held events.
+    """
+
+    def __init__(
+        self,
+        window_minutes: float,
+        session_idle_minutes: float,
+        tolerance_s: float,
+        max_events: int,
+    ):
+        self.window_us = int(window_minutes * 60 * _US)
+        self.idle_us = int(session_idle_minutes * 60 * _US)
+        self.tolerance_us = int(tolerance_s * _US)
+        self.max_events = max_events
+        self.events: pl.DataFrame | None = None
+        self.summaries: pl.DataFrame | None = None
+        self.newest_us: int | None = None
+        self.session_last: dict[str, int] = {}
+        self.evicted = 0
+        self.late = 0
+        self._since_expire = 0
+
+    @property
+    def size(self) -> int:
+        """Events held."""
+        return 0 if self.events is None else self.events.height
+
+    @property
+    def watermark_us(self) -> int | None:
+        """Newest event time minus the out-of-order tolerance (µs since epoch)."""
+        return None if self.newest_us is None else self.newest_us - self.tolerance_us
+
+    def active_sessions(self) -> int:
+        """Sessions with an event within ``session_idle_minutes`` of the newest event."""
+        if self.newest_us is None:
+            return 0
+        cut = self.newest_us - self.idle_us
+        return sum(1 for t in self.session_last.values() if t >= cut)
+
+    def add(self, events: pl.DataFrame, summaries: pl.DataFrame) -> None:
+        """Append new rows (any order), count late ones, track session activity."""
+        if events.height:
+            ts = events["ts"].dt.epoch("us")
+            wm = self.watermark_us
+            if wm is not None:
+                self.late += int((ts < wm).sum())
+            mx = ts.max()
+            if mx is not None:
+                self.newest_us = max(self.newest_us or mx, int(mx))  # type: ignore[arg-type]
+            per = (
+                events.lazy()
+                .group_by("session_id")
+                .agg(pl.col("ts").max().dt.epoch("us").alias("t"))
+                .collect()
+            )
+            sl = self.session_last
+            for sid, t in per.iter_rows():
+                if sid is not None and (sid not in sl or t > sl[sid]):
+                    sl[sid] = t
+            slim = events.with_columns(pl.lit(None, pl.String).alias("raw"))
+            self.events = (
+                slim if self.events is None else pl.concat([self.events, slim], rechunk=False)
+            )
+            self._since_expire += events.height
+        if summaries.height:
+            self.summaries = (
+                summaries
+                if self.summaries is None
+                else pl.concat([self.summaries, summaries], rechunk=False)
+            )
+        if self.size > self.max_events or self._since_expire > max(10_000, self.size // 4):
+            self.expire()
+
+    def select(self, touched: dict[str, set[str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Events and summaries of every touched entity, over the whole window."""
+        if self.events is None:
+            return _empty_events(), _empty_summaries()
+        cond = None
+        for col, ids in touched.items():
+            if not ids:
+                continue
+            c = pl.col(col).is_in(pl.Series(list(ids), dtype=pl.String))
+            cond = c if cond is None else (cond | c)
+        if cond is None:
+            return self.events.clear(), _empty_summaries()
+        ev = self.events.filter(cond).sort("ts")
+        if self.summaries is not None and ev.height:
+            su = self.summaries.filter(
+                pl.col("session_id").is_in(ev["session_id"].unique().implode())
+            )
+        else:
+            su = _empty_summaries()
+        return ev, su
+
+    def expire(self) -> None:
+        """Drop rows of finished sessions older than the window, then enforce the cap."""
+        self._since_expire = 0
+        if self.events is None or self.newest_us is None:
+            return
+        wm = self.newest_us - self.tolerance_us
+        idle_cut = wm - self.idle_us
+        old_cut = wm - self.window_us
+        # Finished sessions leave the activity index (bounded by active sessions).
+        self.session_last = {s: t for s, t in self.session_last.items() if t >= idle_cut}
+        active = pl.Series(list(self.session_last), dtype=pl.String)
+        before = self.events.height
+        keep = (pl.col("ts").dt.epoch("us") >= old_cut) | pl.col("session_id").is_in(
+            active.implode()
+        )
+        ev = self.events.filter(keep)
+        if ev.height > self.max_events:
+            ev = ev.sort("ts").tail(self.max_events)
+        self.evicted += before - ev.height
+        self.events = ev.rechunk()
+        if self.summaries is not None:
+            self.summaries = self.summaries.filter(
+                (pl.col("ts").dt.epoch("us") >= old_cut)
+                | pl.col("session_id").is_in(active.implode())
+            ).rechunk()
+
+    def drop_streams(self, fps: Iterable[str]) -> int:
+        """Forget rows read from the given streams (Kafka partitions revoked)."""
+        fps = list(fps)
+        if self.events is None or not fps:
+            return 0
+        before = self.events.height
+        self.events = self.events.filter(~pl.col("source_fp").is_in(pl.Series(fps).implode()))
+        if self.summaries is not None:
+            self.summaries = self.summaries.filter(
+                ~pl.col("source_fp").is_in(pl.Series(fps).implode())
+            )
+        return before - self.events.height
+
+
+def _empty_events() -> pl.DataFrame:
+    df = pl.from_arrow(schema.EVENTS.empty_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def _empty_summaries() -> pl.DataFrame:
+    df = pl.from_arrow(schema.SUMMARIES.empty_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+class AlertTracker:
+    """Remembers the last stored version of each alert to emit only news.
+
+    Parameters
+    ----------
+    max_alerts
+        LRU bound on remembered alert ids.
+    """
+
+    def __init__(self, max_alerts: int = 200_000):
+        self.max_alerts = max_alerts
+        self._seen: OrderedDict[str, tuple[Any, ...]] = OrderedDict()
+
+    @staticmethod
+    def _sig(row: dict[str, Any]) -> tuple[Any, ...]:
+        return (
+            row.get("severity"),
+            round(float(row.get("score") or 0.0), 6),
+            row.get("evidence"),
+            tuple(row.get("reasons") or ()),
+            row.get("first_seen"),
+            row.get("last_seen"),
+        )
+
+    def remember(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Record versions already stored (e.g. loaded from the store on startup)."""
+        for r in rows:
+            self._put(r["alert_id"], self._sig(r))
+
+    def _put(self, aid: str, sig: tuple[Any, ...]) -> None:
+        self._seen[aid] = sig
+        self._seen.move_to_end(aid)
+        while len(self._seen) > self.max_alerts:
+            self._seen.popitem(last=False)
+
+    def news(self, alerts: pl.DataFrame) -> tuple[pl.DataFrame, int, int]:
+        """Alerts that are new or changed; returns ``(rows, n_new, n_updated)``.
+
+        A version with *older* evidence than the remembered one (its last_seen earlier,
+        e.g. computed after part of a window expired) is never emitted.
+        """
+        if alerts.height == 0:
+            return alerts, 0, 0
+        keep: list[int] = []
+        n_new = n_upd = 0
+        for i, r in enumerate(alerts.iter_rows(named=True)):
+            aid = r["alert_id"]
+            sig = self._sig(r)
+            prev = self._seen.get(aid)
+            if prev is None:
+                n_new += 1
+            elif prev == sig:
+                self._seen.move_to_end(aid)
+                continue
+            else:
+                prev_last = prev[5]
+                if prev_last is not None and sig[5] is not None and sig[5] < prev_last:
+                    continue
+                n_upd += 1
+            self._put(aid, sig)
+            keep.append(i)
+        return alerts[keep], n_new, n_upd
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+# --------------------------------------------------------------------------- status
+class RateMeter:
+    """Events per second over a sliding window of recent flushes."""
+
+    def __init__(self, horizon_s: float = 10.0):
+        self.horizon_s = horizon_s
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def add(self, n: int, now: float | None = None) -> None:
+        """Record ``n`` events at ``now`` (monotonic seconds)."""
+        self._samples.append((time.monotonic() if now is None else now, n))
+
+    def rate(self, now: float | None = None) -> float:
+        """Events per second over the horizon."""
+        now = time.monotonic() if now is None else now
+        while self._samples and self._samples[0][0] < now - self.horizon_s:
+            self._samples.popleft()
+        if not self._samples:
+            return 0.0
+        span = max(now - self._samples[0][0], 1.0)
+        return sum(n for _, n in self._samples) / span
+
+
+@dataclass
+class LiveStatus:
+    """Counters of one live process, as shown by ``toolwatch status`` and /metrics."""
+
+    kind: str
+    name: str
+    pid: int = field(default_factory=os.getpid)
+    started_at: float = field(default_factory=time.time)
+    lines_read: int = 0
+    events_stored: int = 0
+    summaries_stored: int = 0
+    quarantined: dict[str, int] = field(default_factory=dict)
+    server_text_lines: int = 0
+    alerts_new: int = 0
+    alerts_updated: int = 0
+    alerts_suppressed_repeats: int = 0
+    late_events: int = 0
+    window_events: int = 0
+    window_evicted: int = 0
+    active_sessions: int = 0
+    flushes: int = 0
+    last_flush_ms: float = 0.0
+    last_flush_at: float = 0.0
+    detect_ms: float = 0.0
+    events_per_s: float = 0.0
+    lag: dict[str, Any] = field(default_factory=dict)
+    watermark: str | None = None
+    sinks: dict[str, dict[str, int]] = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    stopped: bool = False
+
+    @property
+    def quarantined_total(self) -> int:
+        """All quarantined lines (server text excluded)."""
+        return sum(self.quarantined.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready mapping."""
+        d = {k: v for k, v in self.__dict__.items()}
+        d["quarantined_total"] = self.quarantined_total
+        d["updated_at"] = time.time()
+        return d
+
+
+def status_dir(data_dir: str | Path) -> Path:
+    """Directory of live status files inside a store."""
+    return Path(data_dir) / "_state" / "live"
+
+
+class StatusPublisher:
+    """Writes the status file atomically and serves Prometheus metrics (optional).
+
+    Parameters
+    ----------
+    status
+        The live counters.
+    data_dir
+        Store directory; the file is ``_state/live/<kind>-<pid>.json``.
+    metrics_port
+        Port for ``/metrics`` (``None``: off; 0: any free port).
+    metrics_host
+        Bind address of the metrics endpoint.
+    """
+
+    def __init__(
+        self,
+        status: LiveStatus,
+        data_dir: str | Path,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+    ):
+        self.status = status
+        self.dir = status_dir(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"{status.kind}-{status.pid}.json"
+        self._server: http.server.ThreadingHTTPServer | None = None
+        self.metrics_port: int | None = None
+        if metrics_port is not None:
+            self._start_metrics(metrics_host, metrics_port)
+
+    def write(self) -> None:
+        """Rewrite the status file (atomic replace)."""
+        tmp = self.path.with_suffix(".json.tmp")
+        try:
+            tmp.write_bytes(orjson.dumps(self.status.as_dict(), default=str))
+            os.replace(tmp, self.path)
+        except OSError as exc:  # status is best effort, never fatal
+            log.warning("cannot write status file %s: %s", self.path, exc)
+
+    def _start_metrics(self, host: str, port: int) -> None:
+        publisher = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404)
+                    return
+                body = prometheus_text(publisher.status).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self.metrics_port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True).start()
+
+    def close(self, *, remove: bool = True) -> None:
+        """Stop the endpoint; remove the status file (or mark it stopped)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        self.status.stopped = True
+        if remove:
+            self.path.unlink(missing_ok=True)
+        else:
+            self.write()
+
+
+def _label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def prometheus_text(st: LiveStatus) -> str:
+    """Counters in the Prometheus text exposition format."""
+    lab = f'kind="{_label(st.kind)}",name="{_label(st.name)}"'
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, value: float, help_: str, extra: str = "") -> None:
+        lines.append(f"# HELP toolwatch_{name} {help_}")
+        lines.append(f"# TYPE toolwatch_{name} {kind}")
+        labels = lab + ("," + extra if extra else "")
+        lines.append(f"toolwatch_{name}{{{labels}}} {value}")
+
+    metric("lines_read_total", "counter", st.lines_read, "Log lines read.")
+    metric("events_stored_total", "counter", st.events_stored, "Events committed to the store.")
+    metric("quarantined_total", "counter", st.quarantined_total, "Lines quarantined.")
+    metric("server_text_lines_total", "counter", st.server_text_lines, "Non-JSON stderr lines.")
+    metric("alerts_new_total", "counter", st.alerts_new, "Alerts raised.")
+    metric("alerts_updated_total", "counter", st.alerts_updated, "Alert updates emitted.")
+    metric("late_events_total", "counter", st.late_events, "Events beyond the tolerance.")
+    metric("window_events", "gauge", st.window_events, "Events held for detection.")
+    metric("active_sessions", "gauge", st.active_sessions, "Sessions active in the window.")
+    metric("events_per_second", "gauge", round(st.events_per_s, 3), "Recent events/s.")
+    metric("last_flush_seconds", "gauge", st.last_flush_ms / 1000, "Duration of last flush.")
+    for k, v in st.lag.items():
+        if isinstance(v, int | float):
+            metric(f"lag_{k}", "gauge", v, f"Lag ({k}).")
+    for sink, c in st.sinks.items():
+        for k, v in c.items():
+            metric(f"sink_{k}_total", "counter", v, f"Sink {k}.", f'sink="{_label(sink)}"')
+    return "\n".join(lines) + "\n"
+
+
+def read_statuses(data_dir: str | Path) -> list[dict[str, Any]]:
+    """Status files of live processes writing to a store, with ``alive`` set."""
+    out: list[dict[str, Any]] = []
+    d = status_dir(data_dir)
+    if not d.is_dir():
+        return out
+    for p in sorted(d.glob("*.json")):
+        try:
+            st = orjson.loads(p.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        pid = int(st.get("pid", 0))
+        alive = False
+        if pid > 0 and not st.get("stopped"):
+            try:
+                os.kill(pid, 0)
+                alive = True
+            except ProcessLookupError:
+                alive = False
+            except PermissionError:
+                alive = True
+        st["alive"] = alive
+        st["age_s"] = round(time.time() - float(st.get("updated_at", 0)), 1)
+        st["file"] = str(p)
+        out.append(st)
+    return out
+
+
+# --------------------------------------------------------------------------- pipeline
+@dataclass
+class FlushResult:
+    """What one flush stored and emitted."""
+
+    lines: int = 0
+    events: int = 0
+    alerts: pl.DataFrame | None = None
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    batch_id: str | None = None
+    seconds: float = 0.0
+
+
+def merge_batches(batches: list[RawBatch]) -> RawBatch:
+    """Concatenate consecutive batches of one stream into one (no line copies)."""
+    if len(batches) == 1:
+        return batches[0]
+    first, last = batches[0], batches[-1]
+    lines = pa.concat_arrays([b.lines for b in batches])
+    offs = np.concatenate([b.offsets for b in batches])
+    nos = (
+        np.concatenate([b.line_nos for b in batches])  # type: ignore[misc]
+        if all(b.line_nos is not None for b in batches)
+        else None
+    )
+    return RawBatch(
+        source=last.source,
+        source_fp=first.source_fp,
+        lines=lines,  # type: ignore[arg-type]
+        offsets=offs,
+        line_nos=nos,
+        end_offset=last.end_offset,
+        final=last.final,
+    )
+
+
+class LivePipeline:
+    """Micro-batching, incremental detection and atomic commits for live sources.
+
+    Parameters
+    ----------
+    config
+        Full configuration (``config.live`` is parsed into :class:`LiveConfig`).
+    store
+        Destination store (the source of truth for checkpoints and alerts).
+    kind
+        ``tail``, ``run``, ``kafka`` or ``follow`` — names the status file.
+    name
+        Human-readable name of what is followed.
+    sinks
+        Alert sinks (:class:`toolwatch.sinks.SinkSet`); ``None``: store only.
+    detector
+        Detection function ``(events, summaries) -> alerts``; default: the detectors
+        package (absent: detection off). Tests inject simple rules here.
+    live
+        Pre-parsed live settings (default: from ``config``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        *,
+        kind: str = "tail",
+        name: str = "",
+        sinks: Any = None,
+        detector: DetectFn | None = None,
+        live: LiveConfig | None = None,
+    ):
+        self.config = config
+        self.live = live or LiveConfig.from_config(config)
+        self.store = store
+        self.pipe = Pipeline(config, store)
+        self.sinks = sinks
+        retention = self.live.window_minutes
+        if detector is None and self.live.detect:
+            detector, det_retention = default_detector(config)
+            if detector is None:
+                log.warning("detectors package unavailable: live detection is off")
+            retention = retention or det_retention
+        self.detector = detector if self.live.detect else None
+        self.window = DetectionWindow(
+            retention or 60.0,
+            self.live.session_idle_minutes,
+            self.live.out_of_order_tolerance_s,
+            self.live.max_window_events,
+        )
+        self.tracker = AlertTracker(self.live.max_tracked_alerts)
+        self.status = LiveStatus(kind=kind, name=name)
+        self.rate = RateMeter()
+        self.on_commit: list[Callable[[FlushResult], None]] = []
+        self._pending: dict[str, list[RawBatch]] = {}
+        self._pending_lines = 0
+        self._extra_quarantine: list[pa.Table] = []
+        self._first_pending_at: float | None = None
+        self._last_compact = time.monotonic()
+        self._warmed: set[str] = set()
+        self._load_alert_memory()
+
+    # ------------------------------------------------------------------ input
+    def add(self, batch: RawBatch) -> None:
+        """Buffer one batch of a stream (flushed by :meth:`flush`)."""
+        if len(batch) == 0 and not batch.final and batch.end_offset <= 0:
+            return
+        self._pending.setdefault(batch.source_fp, []).append(batch)
+        self._pending_lines += len(batch)
+        if self._first_pending_at is None:
+            self._first_pending_at = time.monotonic()
+
+    def add_server_text(
+        self,
+        source: str,
+        source_fp: str,
+        lines: list[bytes],
+        offsets: list[int],
+        line_nos: list[int] | None,
+    ) -> None:
+        """Keep non-JSON stderr lines of a wrapped server (quarantine, reason ``server_text``)."""
+        self.status.server_text_lines += len(lines)
+        if not lines or not self.live.keep_server_text:
+            return
+        keep = self.config.ingest.quarantine_raw_chars
+        scrub = self.pipe.hasher.scrub_text
+        raws = [
+            scrub(b.rstrip(b"\r\n")[: keep * 4]).decode("utf-8", "backslashreplace")[:keep]
+            for b in lines
+        ]
+        now = datetime.now(UTC)
+        n = len(lines)
+        tbl = pa.table(
+            {
+                "event_id": [f"{source_fp}:{o}" for o in offsets],
+                "reason": ["server_text"] * n,
+                "detail": ["non-JSON line on the server's stderr"] * n,
+                "source": [source] * n,
+                "source_fp": [source_fp] * n,
+                "offset": pa.array(offsets, pa.int64()),
+                "line_no": pa.array(line_nos if line_nos else [None] * n, pa.int64()),
+                "raw": raws,
+                "raw_bytes": pa.array([len(b.rstrip(b"\r\n")) for b in lines], pa.int64()),
+                "ingested_at": pa.array([now] * n, schema.TS),
+            },
+            schema=schema.QUARANTINE,
+        )
+        self._extra_quarantine.append(tbl)
+        if self._first_pending_at is None:
+            self._first_pending_at = time.monotonic()
+
+    @property
+    def pending_lines(self) -> int:
+        """Lines waiting for the next flush."""
+        return self._pending_lines
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether a flush is due (interval elapsed since the first waiting line, or size)."""
+        if self._first_pending_at is None:
+            return False
+        if self._pending_lines >= self.live.flush_events:
+            return True
+        now = time.monotonic() if now is None else now
+        return now - self._first_pending_at >= self.live.flush_interval_s
+
+    def time_to_due(self) -> float:
+        """Seconds until the pending data must be flushed (inf when nothing waits)."""
+        if self._first_pending_at is None:
+            return float("inf")
+        return max(0.0, self._first_pending_at + self.live.flush_interval_s - time.monotonic())
+
+    # ------------------------------------------------------------------ warm-up
+    def _load_alert_memory(self) -> None:
+        """Remember alert versions already stored so a restart does not re-emit them."""
+        if not self.store.files("alerts"):
+            return
+        try:
+            con = self.store.connect()
+            try:
+                rows = con.execute(
+                    "SELECT * FROM alerts ORDER BY last_seen DESC LIMIT ?",
+                    [self.live.max_tracked_alerts],
+                ).pl()
+            finally:
+                con.close()
+        except Exception as exc:  # noqa: BLE001 - warm-up is best effort
+            log.warning("cannot load stored alerts: %s", exc)
+            return
+        self.tracker.remember(reversed(list(rows.iter_rows(named=True))))
+
+    def warm_up(self, fps: Iterable[str]) -> int:
+        """Reload recent stored events of resumed streams into the detection window.
+
+        A restarted live process thus keeps detecting across the restart (evidence
+        before and after it adds up), and the derived-session state is reseeded so
+        session-less events keep their session ids. Returns rows loaded.
+        """
+        fps = [f for f in fps if f not in self._warmed]
+        if not fps:
+            return 0
+        self._warmed.update(fps)
+        if not self.store.files("events"):
+            return 0
+        span_us = max(self.window.window_us, self.window.idle_us)
+        try:
+            con = self.store.connect()
+            try:
+                newest = con.execute(
+                    "SELECT max(ts) FROM events WHERE source_fp IN (SELECT unnest($fps))",
+                    {"fps": fps},
+                ).fetchone()
+                if not newest or newest[0] is None:
+                    return 0
+                since = newest[0] - timedelta(microseconds=span_us)
+                ev = con.execute(
+                    "SELECT * FROM events WHERE source_fp IN (SELECT unnest($fps)) "
+                    "AND ts >= $since ORDER BY ts DESC LIMIT $lim",
+                    {"fps": fps, "since": since, "lim": self.live.max_window_events},
+                ).pl()
+                su = con.execute(
+                    "SELECT * FROM summaries WHERE source_fp IN (SELECT unnest($fps)) "
+                    "AND ts >= $since",
+                    {"fps": fps, "since": since},
+                ).pl()
+            finally:
+                con.close()
+        except Exception as exc:  # noqa: BLE001 - warm-up is best effort
+            log.warning("cannot warm up detection window: %s", exc)
+            return 0
+        if ev.height == 0 and su.height == 0:
+            return 0
+        ev = _conform(ev.sort("ts"), schema.EVENTS)
+        su = _conform(su, schema.SUMMARIES)
+        late_before = self.window.late
+        self.window.add(ev, su)
+        self.window.late = late_before
+        self._seed_sessionizer(ev)
+        return ev.height
+
+    def _seed_sessionizer(self, ev: pl.DataFrame) -> None:
+        """Restore derived-session state (actor -> last/start time) from stored events."""
+        d = ev.filter(pl.col("session_derived") & pl.col("session_id").str.starts_with("derived:"))
+        if d.height == 0:
+            return
+        per = d.group_by("session_id").agg(pl.col("ts").max().alias("last_ts"))
+        rows = []
+        for sid, last in per.iter_rows():
+            body = sid[len("derived:") :]
+            actor, _, start = body.rpartition("@")
+            try:
+                start_ts = datetime.strptime(start, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            except ValueError:
+                continue
+            rows.append({"actor": actor, "last_ts": last, "start_ts": start_ts})
+        if not rows:
+            return
+        sz = self.pipe.sessionizer
+        seeded = pl.DataFrame(rows, schema=sz.state.schema)
+        seeded = seeded.sort("last_ts").unique(subset="actor", keep="last")
+        sz.state = pl.concat([sz.state.join(seeded, on="actor", how="anti"), seeded])
+
+    # ------------------------------------------------------------------ flush
+    def finalize_streams(self, fps: Iterable[str] | None = None) -> None:
+        """Mark streams ended: JSON-RPC requests still waiting are emitted unanswered."""
+        for fp in list(self.pipe.pairers if fps is None else fps):
+            if fp not in self.pipe.pairers:
+                continue
+            pend = self._pending.get(fp)
+            if pend:
+                pend[-1].final = True
+            else:
+                self.add(
+                    RawBatch(
+                        source=fp,
+                        source_fp=fp,
+                        lines=pa.array([], pa.large_binary()),  # type: ignore[arg-type]
+                        offsets=np.zeros(0, np.int64),
+                        line_nos=None,
+                        end_offset=-1,
+                        final=True,
+                    )
+                )
+
+    def flush(self) -> FlushResult:
+        """Transform, detect, commit atomically, then emit alerts and run commit hooks."""
+        t0 = time.monotonic()
+        res = FlushResult()
+        if not self._pending and not self._extra_quarantine:
+            self._first_pending_at = None
+            return res
+        pending, self._pending = self._pending, {}
+        extra_q, self._extra_quarantine = self._extra_quarantine, []
+        res.lines = self._pending_lines
+        self._pending_lines = 0
+        self._first_pending_at = None
+
+        outs: list[BatchOutput] = []
+        for _fp, bl in pending.items():
+            merged = merge_batches(bl)
+            outs.append(self.pipe.transform(merged))
+        events = _concat([o.events for o in outs], schema.EVENTS)
+        summaries = _concat([o.summaries for o in outs], schema.SUMMARIES)
+        quarantine = _concat([o.quarantine for o in outs] + extra_q, schema.QUARANTINE)
+        res.checkpoints = [o.checkpoint for o in outs if o.checkpoint.end_offset >= 0]
+
+        alerts_tbl = None
+        td = time.monotonic()
+        ev_pl = pl.from_arrow(events)
+        su_pl = pl.from_arrow(summaries)
+        assert isinstance(ev_pl, pl.DataFrame) and isinstance(su_pl, pl.DataFrame)
+        new_alerts = self._detect(ev_pl, su_pl)
+        if new_alerts is not None and new_alerts.height:
+            alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(schema.ALERTS)
+        self.status.detect_ms = round((time.monotonic() - td) * 1000, 1)
+
+        tables = {"events": events, "summaries": summaries, "quarantine": quarantine}
+        if alerts_tbl is not None:
+            tables["alerts"] = alerts_tbl
+        if (
+            events.num_rows
+            or summaries.num_rows
+            or quarantine.num_rows
+            or res.checkpoints
+            or (alerts_tbl is not None)
+        ):
+            res.batch_id = self.store.write_batch(tables, res.checkpoints)
+        res.events = events.num_rows
+        res.alerts = new_alerts
+
+        c = self.pipe.counters
+        c.batches += 1
+        c.events_stored += events.num_rows
+        c.summaries_stored += summaries.num_rows
+        st = self.status
+        st.lines_read = c.lines_read
+        st.events_stored = c.events_stored
+        st.summaries_stored = c.summaries_stored
+        st.quarantined = dict(c.quarantined)
+        st.flushes += 1
+        self.rate.add(events.num_rows)
+        st.events_per_s = round(self.rate.rate(), 1)
+        st.window_events = self.window.size
+        st.window_evicted = self.window.evicted
+        st.late_events = self.window.late
+        st.active_sessions = self.window.active_sessions()
+        if self.window.newest_us is not None:
+            st.watermark = datetime.fromtimestamp(self.window.newest_us / _US, UTC).isoformat()
+            st.lag["log_time_s"] = round(time.time() - self.window.newest_us / _US, 3)
+
+        if new_alerts is not None and new_alerts.height and self.sinks is not None:
+            self.sinks.emit(new_alerts)
+        for hook in self.on_commit:
+            hook(res)
+        if self.sinks is not None:
+            st.sinks = self.sinks.counters()
+        res.seconds = time.monotonic() - t0
+        st.last_flush_ms = round(res.seconds * 1000, 1)
+        st.last_flush_at = time.time()
+        self._maybe_compact()
+        return res
+
+    def _detect(self, events: pl.DataFrame, summaries: pl.DataFrame) -> pl.DataFrame | None:
+        if self.detector is None:
+            return None
+        self.window.add(events, summaries)
+        if events.height == 0 and summaries.height == 0:
+            return None
+        touched: dict[str, set[str]] = {}
+        for col in ENTITY_COLUMNS.values():
+            ids = set(events[col].drop_nulls().unique().to_list()) if events.height else set()
+            if col == "session_id" and summaries.height:
+                ids |= set(summaries["session_id"].drop_nulls().unique().to_list())
+            touched[col] = ids
+        ev, su = self.window.select(touched)
+        if ev.height == 0 and su.height == 0:
+            return None
+        try:
+            alerts = self.detector(ev, su)
+        except Exception:  # a detector bug must not stop ingestion
+            log.exception("detectors failed on a micro-batch; events are stored anyway")
+            self.status.extra["detector_errors"] = self.status.extra.get("detector_errors", 0) + 1
+            return None
+        if alerts is None or alerts.height == 0:
+            return None
+        # Only entities this micro-batch touched: others were seen partially.
+        mask = pl.lit(False)
+        for etype, col in ENTITY_COLUMNS.items():
+            ids = touched.get(col) or set()
+            if ids:
+                mask = mask | (
+                    (pl.col("entity_type") == etype)
+                    & pl.col("entity_id").is_in(pl.Series(list(ids), dtype=pl.String).implode())
+                )
+        mask = mask | ~pl.col("entity_type").is_in(list(ENTITY_COLUMNS))
+        alerts = alerts.filter(mask)
+        news, n_new, n_upd = self.tracker.news(alerts)
+        self.status.alerts_new += n_new
+        self.status.alerts_updated += n_upd
+        self.status.alerts_suppressed_repeats += alerts.height - news.height
+        if news.height == 0:
+            return None
+        now = datetime.now(UTC)
+        return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
+
+    def _maybe_compact(self) -> None:
+        iv = self.live.compact_interval_s
+        if iv <= 0 or time.monotonic() - self._last_compact < iv:
+            return
+        self._last_compact = time.monotonic()
+        for ds in ("events", "quarantine", "summaries", "alerts"):
+            try:
+                self.store.compact(ds)
+            except Exception as exc:  # noqa: BLE001 - compaction is housekeeping
+                log.warning("compaction of %s failed: %s", ds, exc)
+
+    def close(self) -> None:
+        """Flush what is pending and release resources (store writer lock, parser)."""
+        self.finalize_streams()
+        self.flush()
+        self.pipe.close()
+        if self.sinks is not None:
+            self.sinks.close()
+            self.status.sinks = self.sinks.counters()
+
+
+def _conform(df: pl.DataFrame, sch: pa.Schema) -> pl.DataFrame:
+    out = pl.from_arrow(df.select(sch.names).to_arrow().cast(sch))
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+
+def _concat(tables: list[pa.Table], sch: pa.Schema) -> pa.Table:
+    tables = [t for t in tables if t is not None and t.num_rows]
+    if not tables:
+        return sch.empty_table()
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables([t.cast(sch) for t in tables])
+
+
+# --------------------------------------------------------------------------- loop helpers
+class StopFlag:
+    """Set by signal handlers (SIGINT/SIGTERM) to end a live loop cleanly."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+
+    def set(self, signum: int | None = None) -> None:
+        """Request a stop."""
+        self.signum = signum
+        self.event.set()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+
+def install_stop_handlers(flag: StopFlag) -> None:
+    """SIGINT/SIGTERM/SIGHUP set ``flag`` (the loop then flushes and exits)."""
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        flag.set(signum)
+
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(s, handler)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free TCP port on ``host`` (for tests and the metrics endpoint)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,368 @@
+"""Alert sinks: stdout (JSON lines), file, Kafka topic and webhook (JSON POST / Slack).
+
+Live mode stores every alert version in the store *before* any sink sees it; sinks are
+delivery, not storage. A sink that fails (endpoint down, broker gone, disk full) is
+retried with exponential backoff where that makes sense and otherwise counted — it never
+raises into the ingestion loop and never blocks it: network sinks deliver from a
+background thread through a bounded queue (oldest alerts dropped and counted when the
+queue is full).
+
+Every sink receives alerts as JSON objects shaped like ``toolwatch analyze
+--alerts-out`` lines (``docs/alert.schema.json``: ``evidence`` is an object, times are
+ISO-8601 UTC). The same ``alert_id`` arriving again is an *update* of that alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+import polars as pl
+
+from toolwatch import schema
+from toolwatch.live import SEVERITY_RANK, SinkConfig
+
+log = logging.getLogger("toolwatch.sinks")
+
+_JSON_OPTS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+
+
+def alert_dicts(alerts: pl.DataFrame) -> list[dict[str, Any]]:
+    """Alert rows as JSON-ready dicts (``evidence`` parsed into an object)."""
+    cols = [c for c in schema.ALERTS.names if c in alerts.columns]
+    out = []
+    for row in alerts.select(cols).iter_rows(named=True):
+        ev = row.get("evidence")
+        try:
+            row["evidence"] = orjson.loads(ev) if ev else {}
+        except orjson.JSONDecodeError:
+            row["evidence"] = {"text": ev}
+        out.append(row)
+    return out
+
+
+def alert_json(row: dict[str, Any]) -> bytes:
+    """One alert as a JSON line (with trailing newline)."""
+    return orjson.dumps(row, option=_JSON_OPTS, default=str) + b"\n"
+
+
+def slack_payload(row: dict[str, Any]) -> dict[str, Any]:
+    """Slack incoming-webhook message for one alert (``{"text": ...}``, mrkdwn).
+
+    Log-derived values are attacker-controlled: Slack's control characters ``<``, ``>``
+    and ``&`` are escaped so a caller id cannot inject links or mentions.
+    """
+
+    def esc(v: Any) -> str:
+        return str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    reasons = row.get("reasons") or []
+    first = esc(reasons[0]) if reasons else ""
+    text = (
+        f"*toolwatch {esc(row.get('severity', '?')).upper()}* {esc(row.get('category'))}: "
+        f"{esc(row.get('entity_type'))}=`{esc(row.get('entity_id'))}`"
+        f" (score {float(row.get('score') or 0):.2f})"
+    )
+    if first:
+        text += f"\n{first}"
+    return {"text": text, "alert_id": row.get("alert_id")}
+
+
+class Sink:
+    """Base class: ``send`` one alert; counters of sent/failed/dropped."""
+
+    name = "sink"
+
+    def __init__(self, config: SinkConfig):
+        self.config = config
+        self.min_rank = SEVERITY_RANK.get(config.min_severity, 0)
+        self.sent = 0
+        self.failed = 0
+        self.dropped = 0
+        self.retried = 0
+
+    def wants(self, row: dict[str, Any]) -> bool:
+        """Whether the alert passes ``min_severity``."""
+        return SEVERITY_RANK.get(str(row.get("severity")), 0) >= self.min_rank
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:
+        """Deliver alerts (synchronous sinks write here)."""
+        for r in rows:
+            try:
+                self.send(r)
+                self.sent += 1
+            except Exception as exc:  # noqa: BLE001 - a sink never stops ingestion
+                self.failed += 1
+                log.warning("%s sink failed: %s", self.name, exc)
+
+    def send(self, row: dict[str, Any]) -> None:
+        """Deliver one alert or raise."""
+        raise NotImplementedError
+
+    def counters(self) -> dict[str, int]:
+        """Delivery counters."""
+        return {
+            "sent": self.sent,
+            "failed": self.failed,
+            "dropped": self.dropped,
+            "retried": self.retried,
+        }
+
+    def close(self) -> None:
+        """Flush and release resources."""
+
+
+class StdoutSink(Sink):
+    """JSON lines on standard output (never used by ``toolwatch run``)."""
+
+    name = "stdout"
+
+    def __init__(self, config: SinkConfig, stream: BinaryIO | None = None):
+        super().__init__(config)
+        self.stream = stream
+
+    def send(self, row: dict[str, Any]) -> None:  # noqa: D102
+        out = self.stream if self.stream is not None else sys.stdout.buffer
+        out.write(alert_json(row))
+        out.flush()
+
+
+class FileSink(Sink):
+    """JSON lines appended to a file (flushed after every micro-batch)."""
+
+    name = "file"
+
+    def __init__(self, config: SinkConfig):
+        super().__init__(config)
+        self.path = Path(config.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: BinaryIO | None = None
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:  # noqa: D102
+        try:
+            if self._fh is None:
+                self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open across batches
+            self._fh.write(b"".join(alert_json(r) for r in rows))
+            self._fh.flush()
+            self.sent += len(rows)
+        except OSError as exc:
+            self.failed += len(rows)
+            log.warning("file sink %s failed: %s", self.path, exc)
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+    def close(self) -> None:  # noqa: D102
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class _QueuedSink(Sink):
+    """A sink delivering from a background thread through a bounded queue."""
+
+    def __init__(self, config: SinkConfig):
+        super().__init__(config)
+        self._q: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=config.queue_size)
+        self._thread = threading.Thread(target=self._run, name=f"sink-{self.name}", daemon=True)
+        self._closing = False
+        self._thread.start()
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:  # noqa: D102
+        for r in rows:
+            while True:
+                try:
+                    self._q.put_nowait(r)
+                    break
+                except queue.Full:
+                    try:
+                        self._q.get_nowait()  # drop the oldest: the store has it
+                        self.dropped += 1
+                    except queue.Empty:
+                        pass
+
+    def _run(self) -> None:
+        while True:
+            row = self._q.get()
+            if row is None:
+                return
+            self._deliver(row)
+
+    def _deliver(self, row: dict[str, Any]) -> None:
+        delay = self.config.backoff_s
+        for attempt in range(self.config.retries + 1):
+            try:
+                self.send(row)
+                self.sent += 1
+                return
+            except Exception as exc:  # noqa: BLE001 - retried, then counted
+                if attempt >= self.config.retries or self._closing:
+                    self.failed += 1
+                    log.warning(
+                        "%s sink gave up after %d attempt(s): %s", self.name, attempt + 1, exc
+                    )
+                    return
+                self.retried += 1
+                time.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter
+                delay = min(delay * 2, 60.0)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (bounded wait), then stop the thread."""
+        deadline = time.monotonic() + timeout
+        while not self._q.empty() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._closing = True
+        try:
+            self._q.put_nowait(None)
+        except queue.Full:
+            pass
+        self._thread.join(max(0.1, deadline - time.monotonic()))
+
+
+class WebhookSink(_QueuedSink):
+    """POST each alert as JSON (or a Slack message) with retries and backoff."""
+
+    name = "webhook"
+
+    def send(self, row: dict[str, Any]) -> None:  # noqa: D102
+        body = orjson.dumps(
+            slack_payload(row) if self.config.slack else row, option=_JSON_OPTS, default=str
+        )
+        req = urllib.request.Request(  # noqa: S310 - URL comes from the operator's config
+            self.config.url,
+            data=body,
+            headers={"Content-Type": "application/json", "User-Agent": "toolwatch"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:  # noqa: S310
+            if resp.status >= 300:
+                raise urllib.error.HTTPError(
+                    self.config.url, resp.status, "unexpected status", resp.headers, None
+                )
+
+
+class KafkaSink(_QueuedSink):
+    """Produce alerts to a Kafka topic; key = entity id (updates land on one partition)."""
+
+    name = "kafka"
+
+    def __init__(self, config: SinkConfig, default_bootstrap: str = ""):
+        self._bootstrap = config.bootstrap_servers or default_bootstrap
+        if not self._bootstrap:
+            raise ValueError("kafka sink needs bootstrap_servers")
+        self._producer: Any = None
+        super().__init__(config)
+
+    def _producer_(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            self._producer = KafkaProducer(
+                bootstrap_servers=self._bootstrap.split(","),
+                acks="all",
+                retries=self.config.retries,
+                linger_ms=5,
+                client_id="toolwatch-alerts",
+            )
+        return self._producer
+
+    def send(self, row: dict[str, Any]) -> None:  # noqa: D102
+        key = f"{row.get('entity_type')}:{row.get('entity_id')}".encode()
+        fut = self._producer_().send(self.config.topic, key=key, value=alert_json(row)[:-1])
+        fut.get(timeout=self.config.timeout_s)
+
+    def close(self, timeout: float = 10.0) -> None:  # noqa: D102
+        super().close(timeout)
+        if self._producer is not None:
+            try:
+                self._producer.flush(timeout=timeout)
+                self._producer.close(timeout=timeout)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("kafka sink close: %s", exc)
+            self._producer = None
+
+
+class SinkSet:
+    """All configured sinks; what live mode calls after each committed micro-batch.
+
+    Parameters
+    ----------
+    sinks
+        The sinks.
+    """
+
+    def __init__(self, sinks: list[Sink]):
+        self.sinks = sinks
+
+    def emit(self, alerts: pl.DataFrame) -> None:
+        """Hand new/changed alerts to every sink (never raises)."""
+        if alerts.height == 0 or not self.sinks:
+            return
+        rows = alert_dicts(alerts)
+        for s in self.sinks:
+            try:
+                s.submit([r for r in rows if s.wants(r)])
+            except Exception as exc:  # noqa: BLE001 - a sink never stops ingestion
+                s.failed += len(rows)
+                log.warning("%s sink failed: %s", s.name, exc)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Per-sink delivery counters (keyed ``<type>[<i>]``)."""
+        return {f"{s.name}[{i}]": s.counters() for i, s in enumerate(self.sinks)}
+
+    def close(self) -> None:
+        """Flush and stop every sink."""
+        for s in self.sinks:
+            try:
+                s.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s sink close failed: %s", s.name, exc)
+
+
+def build_sinks(
+    configs: list[SinkConfig], *, allow_stdout: bool = True, default_bootstrap: str = ""
+) -> SinkSet:
+    """Instantiate sinks from config.
+
+    Parameters
+    ----------
+    configs
+        ``live.sinks`` entries (plus any added by command-line options).
+    allow_stdout
+        False for ``toolwatch run``: the MCP protocol owns stdout, so a stdout sink is
+        refused there.
+    default_bootstrap
+        Brokers for a Kafka sink that names none (the consumer's).
+
+    Raises
+    ------
+    ValueError
+        On a stdout sink where stdout is not allowed.
+    """
+    out: list[Sink] = []
+    for c in configs:
+        if c.type == "stdout":
+            if not allow_stdout:
+                raise ValueError(
+                    "a stdout sink is not allowed in `toolwatch run`: stdout carries the MCP "
+                    "protocol; use a file, webhook or kafka sink"
+                )
+            out.append(StdoutSink(c))
+        elif c.type == "file":
+            out.append(FileSink(c))
+        elif c.type == "webhook":
+            out.append(WebhookSink(c))
+        elif c.type == "kafka":
+            out.append(KafkaSink(c, default_bootstrap))
+        else:  # pragma: no cover - LiveConfig.validate rejects it first
+            raise ValueError(f"unknown sink type {c.type!r}")
+    return SinkSet(out)

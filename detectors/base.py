@@ -1,0 +1,210 @@
+"""The detector contract, stated once.
+
+A :class:`Detector` is built from the :class:`~detectors.config.DetectorsConfig` (its
+constructor arguments *are* config), learns whatever it needs from history in
+:meth:`Detector.fit` (learned state ends in ``_``, river/scikit-learn style), and
+:meth:`Detector.score` turns a :class:`FeatureSet` into one row per scored entity with a
+float ``score`` in ``[0, 1]`` — higher is more anomalous. Scoring is separate from deciding:
+:meth:`Detector.decide` keeps rows at or above the configured threshold, and
+:meth:`Detector.explain` turns one such row into plain-sentence reasons and an evidence
+object. A detector never raises on a cold start: fitted on nothing (or never fitted), it
+scores whatever needs no history and returns the neutral score 0.0 for the rest.
+
+Score frame columns (:data:`SCORE_COLUMNS`) are shared by every detector; each adds its
+own evidence columns after them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import polars as pl
+
+from detectors.config import DetectorsConfig
+from detectors.features import (
+    prepare_events,
+    prepare_summaries,
+    session_features,
+)
+
+#: Columns every score frame starts with.
+SCORE_COLUMNS: dict[str, pl.DataType] = {
+    "entity_type": pl.String(),  # session | caller_id | client_ip
+    "entity_id": pl.String(),
+    "window_start": pl.Int64(),  # µs; null for session rows (the window is the session)
+    "score": pl.Float64(),
+    "session_id": pl.String(),
+    "caller_id": pl.String(),
+    "client_ip": pl.String(),
+    "server": pl.String(),
+    "first_t": pl.Int64(),  # µs, log time of the first piece of evidence
+    "last_t": pl.Int64(),
+}
+
+
+@dataclass
+class FeatureSet:
+    """Everything detectors read about one batch (or one history).
+
+    Attributes
+    ----------
+    events
+        Prepared events (:func:`detectors.features.prepare_events`).
+    sessions
+        Session features (:func:`detectors.features.session_features`), one row per session.
+    config
+        The configuration the features were computed with.
+    """
+
+    events: pl.DataFrame
+    sessions: pl.DataFrame
+    config: DetectorsConfig
+
+    @classmethod
+    def build(
+        cls,
+        events: pl.DataFrame | None,
+        summaries: pl.DataFrame | None,
+        config: DetectorsConfig,
+    ) -> FeatureSet:
+        """Compute features of raw ``schema.EVENTS`` / ``schema.SUMMARIES`` rows."""
+        ev = prepare_events(events, config)
+        su = prepare_summaries(summaries)
+        return cls(ev, session_features(ev, su, config), config)
+
+    @classmethod
+    def empty(cls, config: DetectorsConfig) -> FeatureSet:
+        """No history at all (cold start)."""
+        return cls.build(None, None, config)
+
+    def union(self, other: FeatureSet) -> FeatureSet:
+        """History plus batch; a session present in both keeps ``other``'s figures."""
+        sessions = pl.concat(
+            [self.sessions.join(other.sessions, on="session_id", how="anti"), other.sessions],
+            how="vertical_relaxed",
+        )
+        known = other.events.select("session_id").unique()
+        events = pl.concat(
+            [self.events.join(known, on="session_id", how="anti"), other.events],
+            how="vertical_relaxed",
+        )
+        return FeatureSet(events, sessions, other.config)
+
+    @property
+    def max_t(self) -> int | None:
+        """Latest log time (µs) seen in the set, or None when empty."""
+        if self.sessions.height == 0:
+            return None
+        return self.sessions["last_t"].max()  # type: ignore[return-value]
+
+
+class Detector(ABC):
+    """Base class of every detector.
+
+    Parameters
+    ----------
+    config
+        The whole detector configuration; the detector reads its own table
+        (``config.<config_key>``) and the shared windows/baselines.
+
+    Notes
+    -----
+    Subclasses set the class attributes, implement :meth:`score` and :meth:`explain`, and
+    override :meth:`fit` when they learn from history. Learned attributes end in ``_``.
+    """
+
+    #: Registry name (also the ``detector`` field of alerts).
+    name: ClassVar[str]
+    #: Alert category (one of :data:`detectors.config.CATEGORIES`).
+    category: ClassVar[str]
+    #: Attribute of :class:`DetectorsConfig` holding this detector's settings.
+    config_key: ClassVar[str]
+    #: One line for docs and ``toolwatch config``.
+    summary: ClassVar[str] = ""
+
+    def __init__(self, config: DetectorsConfig):
+        self.config = config
+
+    @property
+    def settings(self) -> Any:
+        """This detector's own config table."""
+        return getattr(self.config, self.config_key)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the config enables this detector."""
+        return bool(getattr(self.settings, "enabled", True))
+
+    @property
+    def threshold(self) -> float:
+        """Score from which :meth:`decide` keeps a row."""
+        return float(self.settings.threshold)
+
+    @property
+    def is_fitted(self) -> bool:
+        """True once :meth:`fit` ran (on any history, even empty)."""
+        return getattr(self, "fitted_", False)
+
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn from history. Stateless detectors only record that they were fitted.
+
+        Parameters
+        ----------
+        history
+            Past traffic (possibly empty). Must never raise on an empty set.
+        """
+        self.fitted_ = True
+        return self
+
+    @abstractmethod
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """Score a batch: one row per entity (session, or entity and window).
+
+        Returns
+        -------
+        polars.DataFrame
+            :data:`SCORE_COLUMNS` followed by detector-specific evidence columns. Every
+            session of ``features.sessions`` gets a row (score 0.0 when nothing applies);
+            entity rows are added for (entity, window) pairs with evidence.
+        """
+
+    def decide(self, scores: pl.DataFrame) -> pl.DataFrame:
+        """Rows whose score reaches the threshold (scoring and deciding are separate)."""
+        return scores.filter(pl.col("score") >= self.threshold)
+
+    @abstractmethod
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Plain-sentence reasons (with the numbers) and evidence figures for one row."""
+
+    def explain_all(self, decided: pl.DataFrame) -> list[tuple[list[str], dict[str, Any]]]:
+        """:meth:`explain` for every row of ``decided`` (override to vectorize)."""
+        return [self.explain(r) for r in decided.iter_rows(named=True)]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, fitted={self.is_fitted})"
+
+
+def empty_scores(extra: dict[str, pl.DataType] | None = None) -> pl.DataFrame:
+    """A score frame with no rows."""
+    return pl.DataFrame(schema={**SCORE_COLUMNS, **(extra or {})})
+
+
+def session_frame(
+    sessions: pl.DataFrame, score: pl.Expr, extra: list[str | pl.Expr]
+) -> pl.DataFrame:
+    """Score frame rows for every session: identity columns, ``score`` and evidence."""
+    return sessions.select(
+        pl.lit("session").alias("entity_type"),
+        pl.col("session_id").alias("entity_id"),
+        pl.lit(None, pl.Int64).alias("window_start"),
+        score.cast(pl.Float64).fill_null(0.0).fill_nan(0.0).alias("score"),
+        "session_id",
+        "caller_id",
+        "client_ip",
+        "server",
+        pl.col("first_t"),
+        pl.col("last_t"),
+        *extra,
+    )

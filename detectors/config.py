@@ -1,0 +1,407 @@
+"""Typed detector configuration: the ``[detectors]`` table of ``toolwatch.toml``.
+
+Every threshold and window lives here with its documented default, so nothing tunable
+hides in detector code. Defaults are chosen for production MCP traffic, where agents make
+a few to a few hundred calls per session, and lean towards *ratios, sequences, regularity
+and per-entity baselines* rather than absolute volumes (see ``docs/detectors.md``).
+
+Scores are in ``[0, 1]``; a detector raises an alert when its score reaches its
+``threshold``. Most rule scores are built with :func:`detectors.scoring.band`: 0.5 exactly
+at the signal's ``*_lo`` figure (the point where it starts to count) rising linearly to 1.0
+at ``*_hi`` (where it is unmistakable), so with the default threshold of 0.5 the ``*_lo``
+keys read as "alert from here" and the ``*_hi`` keys as "critical from here".
+
+Example::
+
+    [detectors]
+    entity_window_minutes = 1440
+
+    [detectors.credential_stuffing]
+    creds_lo = 8
+
+    [detectors.suppress]
+    callers = ["svc-backup"]
+    tool_patterns = ["^health"]
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from toolwatch.config import doc, from_dict
+from toolwatch.errors import ConfigError
+
+#: Category names used in alerts (exactly these).
+CATEGORIES = ("enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop", "anomaly")
+
+
+@dataclass
+class EnumerationConfig:
+    """Enumeration: walking resource ids (IDOR probing, harvesting by id)."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    max_step: int = doc(
+        "Largest |step| between consecutive numeric ids that still counts as a sequence "
+        "(doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10).",
+        10,
+    )
+    run_lo: int = doc(
+        "A run of this many ids stepping by a constant alerts on its own, even when every "
+        "lookup succeeds (low-and-slow harvesting). Chapters or invoices read in order rarely "
+        "exceed a dozen.",
+        15,
+    )
+    run_hi: int = doc("Run length that makes the run signal critical.", 60)
+    miss_run_lo: int = doc(
+        "A shorter run counts when its lookups mostly fail: run length where the "
+        "run-with-misses signal starts.",
+        6,
+    )
+    miss_run_hi: int = doc("Run length where the run-with-misses signal is critical.", 30)
+    miss_ratio_lo: float = doc(
+        "Share of resource lookups that are not_found/denied from which misses count "
+        "(a customer mistyping one booking of five is 0.2).",
+        0.3,
+    )
+    miss_ratio_hi: float = doc("Miss share that makes the miss signals critical.", 0.85)
+    distinct_lo: int = doc(
+        "Distinct resources from which sparse probing (many ids, mostly missing, in any "
+        "order) starts to count.",
+        20,
+    )
+    distinct_hi: int = doc("Distinct resources where sparse probing is critical.", 100)
+    dense_lo: int = doc(
+        "Distinct ids of one shape covering at least ``dense_coverage`` of their numeric "
+        "range (shuffled enumeration) from which the dense-range signal alerts.",
+        25,
+    )
+    dense_hi: int = doc("Dense-range id count that is critical.", 100)
+    dense_coverage: float = doc(
+        "Share of the numeric range between the smallest and largest id that must have been "
+        "requested for the ids to count as a dense range.",
+        0.6,
+    )
+    entity: bool = doc(
+        "Also score callers and client addresses per window over sessions not already "
+        "flagged for enumeration (distributed enumeration).",
+        True,
+    )
+
+
+@dataclass
+class BulkExtractionConfig:
+    """Bulk extraction: pulling far more data than the population or the caller usually does."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    min_bytes: int = doc(
+        "Sessions (or entity windows) returning fewer bytes than this never count as bulk, "
+        "whatever their z-score (ratios on tiny volumes are noise).",
+        2_000_000,
+    )
+    min_rows: int = doc("Like min_bytes for rows, when the server logs rows.", 5_000)
+    z_lo: float = doc(
+        "Robust z-score (median/MAD of log volume) versus the population from which volume "
+        "counts. 3.5 is the usual outlier cut for MAD z-scores.",
+        3.5,
+    )
+    z_hi: float = doc("Population z-score that makes the signal critical.", 9.0)
+    self_z_lo: float = doc(
+        "When the caller has an established baseline, the session must also be this many "
+        "robust z-scores above the caller's own median (a nightly export is normal for the "
+        "account that runs it every night).",
+        3.0,
+    )
+    self_z_hi: float = doc("Caller z-score that makes the signal critical.", 8.0)
+    entity: bool = doc(
+        "Also score callers and client addresses per window over sessions not already "
+        "flagged (distributed extraction).",
+        True,
+    )
+
+
+@dataclass
+class CredentialStuffingConfig:
+    """Credential stuffing: many failed authentications with many different secrets."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    creds_lo: int = doc(
+        "Distinct failing credential hashes in one session from which it counts "
+        "(a user mistyping a key twice has 1-2).",
+        5,
+    )
+    creds_hi: int = doc("Distinct failing credentials that are critical.", 30)
+    failures_lo: int = doc(
+        "When logs carry no credential hash: auth failures in one session from which it "
+        "counts (benign retries of one bad key are excluded when hashes exist).",
+        8,
+    )
+    failures_hi: int = doc("Auth failures (no hashes) that are critical.", 40)
+    fail_ratio_lo: float = doc(
+        "Share of a session's calls that failed authentication from which it counts.", 0.3
+    )
+    fail_ratio_hi: float = doc("Auth failure share that is critical.", 0.8)
+    entity_creds_lo: int = doc(
+        "Per caller / client address and window: distinct failing credentials (or, without "
+        "hashes, failing sessions) from which a distributed attack counts.",
+        8,
+    )
+    entity_creds_hi: int = doc("Entity-level distinct failing credentials that are critical.", 40)
+    entity_callers_lo: int = doc(
+        "Per client address and window: distinct caller ids with auth failures from which "
+        "it counts (one address trying many accounts).",
+        6,
+    )
+    entity_callers_hi: int = doc("Distinct failing caller ids that are critical.", 30)
+    fail_only_lo: float = doc(
+        "Share of an entity's failing sessions that never succeeded, from which the "
+        "entity signal counts. Users who mistype fix the key and succeed; stuffers don't. "
+        "Guards shared addresses (NAT, offices).",
+        0.5,
+    )
+    fail_only_hi: float = doc("Never-succeeding share that is critical.", 0.9)
+
+
+@dataclass
+class ScrapingLoopConfig:
+    """Scraping loop: mechanical, repetitive crawling (pagination sweeps, stuck loops)."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    pages_lo: int = doc(
+        "Distinct page numbers / cursors / offsets requested of one tool in one session "
+        "from which a pagination sweep counts.",
+        25,
+    )
+    pages_hi: int = doc("Distinct pages that are critical.", 150)
+    calls_lo: int = doc("Calls from which the mechanical-loop and stuck-loop signals count.", 60)
+    calls_hi: int = doc("Calls that make those signals critical.", 400)
+    gap_cv_max: float = doc(
+        "Inter-call gaps with a coefficient of variation (std/mean) at or below this are "
+        "machine-regular. LLM agents and people think between calls (CV ≈ 1).",
+        0.35,
+    )
+    top_tool_share_lo: float = doc(
+        "Share of calls going to the single most used tool from which a loop counts.", 0.7
+    )
+    dup_ratio_lo: float = doc(
+        "Share of calls that repeat an earlier call with identical tool and arguments from "
+        "which a stuck loop counts.",
+        0.6,
+    )
+    rate_lo: float = doc("Calls per minute from which a sustained crawl counts.", 30.0)
+    rate_hi: float = doc("Calls per minute that are critical.", 200.0)
+    rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
+    self_z_lo: float = doc(
+        "When the caller has an established baseline, its session must also be this many "
+        "robust z-scores above the caller's own median calls or pages (a CI probe or an "
+        "export job that crawls the same way every day is normal for it).",
+        3.0,
+    )
+    self_z_hi: float = doc("Caller z-score that makes the signal critical.", 8.0)
+
+
+@dataclass
+class AnomalyConfig:
+    """Isolation forest over log-scaled session features."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc(
+        "Isolation score (2^(-mean path length / c(n)), in [0, 1]) from which an alert is "
+        "raised; ~0.5 is ordinary and the original paper calls > 0.6 anomalous.",
+        0.62,
+    )
+    contamination: float = doc(
+        "Also require the score to be above this upper quantile of the training scores "
+        "(at most this share of training sessions would alert).",
+        0.005,
+    )
+    n_estimators: int = doc("Trees in the forest.", 200)
+    max_samples: int = doc("Sessions drawn per tree (the paper's 256 works well).", 256)
+    min_train_sessions: int = doc(
+        "Fewer training sessions than this leaves the forest unfitted (neutral score 0).", 200
+    )
+    max_train_sessions: int = doc(
+        "Training sessions are sampled down to this many (deterministically).", 200_000
+    )
+    random_state: int = doc("Seed, so fits are reproducible.", 7)
+    on_version_mismatch: str = doc(
+        "A saved model written by another scikit-learn major.minor: 'error' (raise "
+        "ModelError) or 'refit' (warn and fit on the data at hand).",
+        "refit",
+    )
+    explain_top: int = doc("Features named in an anomaly alert's reasons.", 3)
+
+
+@dataclass
+class SuppressConfig:
+    """Allowlists: alerts matching any of these are dropped (and counted)."""
+
+    callers: list[str] = doc("Caller ids whose alerts are dropped.", factory=list)
+    client_ips: list[str] = doc("Client addresses whose alerts are dropped.", factory=list)
+    servers: list[str] = doc("Servers whose alerts are dropped.", factory=list)
+    tools: list[str] = doc(
+        "Tools: an alert whose evidence is dominated by one of these tools is dropped.",
+        factory=list,
+    )
+    caller_patterns: list[str] = doc(
+        "Regular expressions (re.search) on caller_id; a match drops the alert.", factory=list
+    )
+    tool_patterns: list[str] = doc(
+        "Regular expressions (re.search) on the alert's dominant tool.", factory=list
+    )
+
+
+@dataclass
+class DetectorsConfig:
+    """Root of the ``[detectors]`` table."""
+
+    entity_window_minutes: int = doc(
+        "Length of the windows over which callers and client addresses are scored "
+        "(distributed and low-and-slow attacks). Windows hop by entity_hop_minutes, so an "
+        "attack no longer than one hop always falls inside one window.",
+        1440,
+    )
+    entity_hop_minutes: int = doc(
+        "Hop between entity windows; must divide entity_window_minutes.", 720
+    )
+    entity_min_sessions: int = doc(
+        "Entity windows need evidence from at least this many sessions (fewer is a "
+        "session alert's business).",
+        2,
+    )
+    baseline_min_sessions: int = doc(
+        "A caller's own baseline is used only once it has this many sessions...", 3
+    )
+    baseline_min_days: int = doc(
+        "...on at least this many distinct UTC days (an attacker's burst of sessions in one "
+        "afternoon must not become its own 'normal').",
+        2,
+    )
+    fold_overlaps: bool = doc(
+        "Fold weaker alerts on the same session into its strongest one (listed under "
+        "evidence.also with a reason) instead of emitting several: an isolation-forest alert "
+        "on a session that a rule already explains, a rule alert scoring fold_margin below "
+        "another category's on the same session, and forest alerts on sessions that an "
+        "entity alert already lists.",
+        True,
+    )
+    fold_margin: float = doc(
+        "Score gap from which a weaker rule category on a session is folded into the "
+        "stronger one (a 143-id walk is enumeration first, not also a 'scraping loop').",
+        0.25,
+    )
+    baseline_min_mad: float = doc(
+        "Floor on the MAD of log figures (natural log units) in population and own "
+        "baselines, so a very uniform population or caller does not turn small differences "
+        "into huge z-scores. 0.5 ≈ a factor of 1.65.",
+        0.5,
+    )
+    severity_medium: float = doc("Scores from here are 'medium' (below: 'low').", 0.7)
+    severity_high: float = doc("Scores from here are 'high'.", 0.85)
+    severity_critical: float = doc("Scores from here are 'critical'.", 0.95)
+    page_keys: list[str] = doc(
+        "Argument names holding a page number or offset (pagination progression).",
+        factory=lambda: [
+            "page", "pageNumber", "page_number", "pageNum", "offset", "skip", "start",
+            "startIndex", "start_index", "from",
+        ],
+    )
+    cursor_keys: list[str] = doc(
+        "Argument names holding an opaque pagination cursor.",
+        factory=lambda: [
+            "cursor", "pageToken", "page_token", "nextToken", "next_token", "nextCursor",
+            "next_cursor", "after", "continuation", "continuationToken", "startCursor",
+        ],
+    )
+    max_session_hours: float = doc(
+        "Live mode keeps events this long (and at least one entity window) so sessions "
+        "spanning micro-batches are scored whole.",
+        24.0,
+    )
+    enumeration: EnumerationConfig = doc("Enumeration detector.", factory=EnumerationConfig)
+    bulk_extraction: BulkExtractionConfig = doc(
+        "Bulk-extraction detector.", factory=BulkExtractionConfig
+    )
+    credential_stuffing: CredentialStuffingConfig = doc(
+        "Credential-stuffing detector.", factory=CredentialStuffingConfig
+    )
+    scraping_loop: ScrapingLoopConfig = doc("Scraping-loop detector.", factory=ScrapingLoopConfig)
+    anomaly: AnomalyConfig = doc("Isolation-forest detector.", factory=AnomalyConfig)
+    suppress: SuppressConfig = doc("Allowlists.", factory=SuppressConfig)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check cross-field constraints.
+
+        Raises
+        ------
+        ConfigError
+            On a window that the hop does not divide, unordered severity bands, an
+            invalid regular expression or an unknown ``on_version_mismatch``.
+        """
+        if self.entity_hop_minutes <= 0 or self.entity_window_minutes <= 0:
+            raise ConfigError("windows must be positive", key="detectors.entity_hop_minutes")
+        if self.entity_window_minutes % self.entity_hop_minutes:
+            raise ConfigError(
+                f"entity_hop_minutes ({self.entity_hop_minutes}) must divide "
+                f"entity_window_minutes ({self.entity_window_minutes})",
+                key="detectors.entity_hop_minutes",
+            )
+        if not 0 < self.severity_medium <= self.severity_high <= self.severity_critical <= 1:
+            raise ConfigError(
+                "severity bands must satisfy 0 < medium <= high <= critical <= 1",
+                key="detectors.severity_medium",
+            )
+        if self.anomaly.on_version_mismatch not in ("error", "refit"):
+            raise ConfigError(
+                "must be 'error' or 'refit'", key="detectors.anomaly.on_version_mismatch"
+            )
+        for name in ("caller_patterns", "tool_patterns"):
+            for pat in getattr(self.suppress, name):
+                try:
+                    re.compile(pat)
+                except re.error as exc:
+                    raise ConfigError(
+                        f"invalid regular expression {pat!r}: {exc}",
+                        key=f"detectors.suppress.{name}",
+                    ) from exc
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, *, path: str | None = None) -> DetectorsConfig:
+        """Parse the ``[detectors]`` table, rejecting unknown keys and wrong types.
+
+        Parameters
+        ----------
+        data
+            The table (``Config.detectors``); ``None`` or ``{}`` gives the defaults.
+        path
+            Config file name, for error messages.
+        """
+        return from_dict(cls, dict(data or {}), path=path, prefix="detectors")
+
+    def severity(self, score: float) -> str:
+        """Severity band of a score: low, medium, high or critical."""
+        if score >= self.severity_critical:
+            return "critical"
+        if score >= self.severity_high:
+            return "high"
+        if score >= self.severity_medium:
+            return "medium"
+        return "low"
+
+    @property
+    def window_us(self) -> int:
+        """Entity window length in microseconds."""
+        return self.entity_window_minutes * 60_000_000
+
+    @property
+    def hop_us(self) -> int:
+        """Entity window hop in microseconds."""
+        return self.entity_hop_minutes * 60_000_000

@@ -1,0 +1,239 @@
+"""Credential stuffing: many failed authentications with many different secrets.
+
+Secrets never reach the store: ingestion replaces them with a keyed hash, so equal keys
+hash equal and the detector can count *distinct* failing credentials without seeing one.
+
+* **Session** — distinct failing credential hashes (without hashes: auth failures) *and*
+  the share of the session's calls that failed authentication. A user who mistypes a key
+  twice (2 failures, then success) and a client retrying one bad key (1 credential) stay
+  far below the bar.
+* **Entity** (caller id, client address; per hopping window) — over sessions not flagged
+  on their own: distinct failing credentials (sessions without hashes count one each), and
+  for an address the distinct caller ids that failed, gated by the share of failing
+  sessions that *never* authenticated. Stuffing spread over many sessions with ≤ 2
+  failures each is invisible per session but obvious here, while an office NAT where a
+  few people mistype (and then succeed) is not. Summary-only sessions contribute their
+  ``auth_failures``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from detectors.base import Detector, FeatureSet, empty_scores, session_frame
+from detectors.enumeration import _single
+from detectors.features import explode_entities
+from detectors.scoring import all_of, any_of, band, ratio
+from detectors.text import clean, duration, pct
+
+_EVIDENCE = ["calls", "auth_failures", "failed_creds", "auth_fail_ratio", "ok_calls", "span_s",
+             "basis", "top_tool"]
+
+
+class CredentialStuffingDetector(Detector):
+    """Flags sessions and entities cycling through credentials."""
+
+    name = "credential_rules"
+    category = "credential_stuffing"
+    config_key = "credential_stuffing"
+    summary = "Distinct failing credentials per session, and per caller/address across sessions."
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """Session rows for every session plus entity-window rows with failures."""
+        c = self.settings
+        units = (
+            pl.when(pl.col("failed_creds") > 0)
+            .then(band(pl.col("failed_creds"), c.creds_lo, c.creds_hi))
+            .otherwise(band(pl.col("auth_failures"), c.failures_lo, c.failures_hi))
+        )
+        score = all_of(units, band(pl.col("auth_fail_ratio"), c.fail_ratio_lo, c.fail_ratio_hi))
+        out = session_frame(features.sessions, score, _EVIDENCE).with_columns(
+            pl.lit(None, pl.List(pl.String)).alias("session_ids"),
+            pl.lit(1, pl.Int64).alias("n_sessions"),
+            pl.lit(None, pl.Int64).alias("fail_sessions"),
+            pl.lit(None, pl.Int64).alias("fail_only_sessions"),
+            pl.lit(None, pl.Int64).alias("fail_callers"),
+            pl.lit(None, pl.Int64).alias("max_session_failures"),
+            pl.lit(None, pl.Float64).alias("p_creds"),
+            pl.lit(None, pl.Float64).alias("p_callers"),
+        )
+        flagged = out.filter(pl.col("score") >= self.threshold).select("session_id")
+        ent = self._entities(features, flagged)
+        if ent.height == 0:
+            return out
+        return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
+
+    def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
+        cfg = self.config
+        c = self.settings
+        s = features.sessions
+        cols = ["t", "session_id", "caller_id", "client_ip", "server", "tool", "credential_hash",
+                "weight"]
+        fe = (
+            features.events.filter(pl.col("authf"))
+            .join(flagged, on="session_id", how="anti")
+            .with_columns(pl.lit(1, pl.Int64).alias("weight"))
+            .select(cols)
+        )
+        summ = (
+            s.filter((pl.col("basis") == "summary") & (pl.col("auth_failures") > 0))
+            .join(flagged, on="session_id", how="anti")
+            .select(
+                pl.col("last_t").alias("t"),
+                "session_id",
+                "caller_id",
+                "client_ip",
+                "server",
+                pl.lit(None, pl.String).alias("tool"),
+                pl.lit(None, pl.String).alias("credential_hash"),
+                pl.col("auth_failures").cast(pl.Int64).alias("weight"),
+            )
+        )
+        rows = pl.concat([fe, summ], how="vertical_relaxed")
+        if rows.height == 0:
+            return empty_scores()
+        succeeded = s.select(
+            "session_id",
+            ((pl.col("ok_calls") > 0) | (pl.col("calls") > pl.col("auth_failures"))).alias("succ"),
+        )
+        rows = rows.join(succeeded, on="session_id", how="left").with_columns(
+            pl.col("succ").fill_null(False)
+        )
+        ee = explode_entities(rows, cfg)
+        keys = ["entity_type", "entity_id", "w"]
+        ee = ee.with_columns(
+            pl.col("weight").sum().over([*keys, "session_id"]).alias("_per_session")
+        )
+        no_hash_fail_only = pl.col("session_id").filter(
+            pl.col("credential_hash").is_null() & ~pl.col("succ")
+        ).n_unique()
+        agg = ee.group_by(keys).agg(
+            pl.col("weight").sum().alias("auth_failures"),
+            pl.col("credential_hash").drop_nulls().n_unique().alias("failed_creds"),
+            no_hash_fail_only.alias("_nohash_sessions"),
+            pl.col("session_id").n_unique().alias("fail_sessions"),
+            pl.col("session_id").filter(~pl.col("succ")).n_unique().alias("fail_only_sessions"),
+            pl.col("caller_id").drop_nulls().n_unique().alias("fail_callers"),
+            pl.col("_per_session").max().alias("max_session_failures"),
+            pl.col("t").min().alias("first_t"),
+            pl.col("t").max().alias("last_t"),
+            pl.col("caller_id").unique().alias("_callers"),
+            pl.col("client_ip").unique().alias("_ips"),
+            pl.col("server").drop_nulls().first().alias("server"),
+            pl.col("tool").drop_nulls().mode().sort().first().alias("top_tool"),
+            pl.col("session_id").unique().sort().head(200).alias("session_ids"),
+        ).filter(pl.col("fail_sessions") >= cfg.entity_min_sessions)
+        if agg.height == 0:
+            return empty_scores()
+        fail_only = band(
+            ratio(pl.col("fail_only_sessions"), pl.col("fail_sessions")), c.fail_only_lo,
+            c.fail_only_hi,
+        )
+        units = pl.col("failed_creds") + pl.col("_nohash_sessions")
+        agg = agg.with_columns(
+            all_of(band(units, c.entity_creds_lo, c.entity_creds_hi), fail_only).alias("p_creds"),
+            pl.when(pl.col("entity_type") == "client_ip")
+            .then(all_of(band(pl.col("fail_callers"), c.entity_callers_lo, c.entity_callers_hi),
+                         fail_only))
+            .otherwise(0.0)
+            .alias("p_callers"),
+            (pl.col("failed_creds") + pl.col("_nohash_sessions")).alias("failed_creds"),
+        ).with_columns(any_of(pl.col("p_creds"), pl.col("p_callers")).alias("score"))
+        return agg.select(
+            "entity_type",
+            "entity_id",
+            pl.col("w").alias("window_start"),
+            "score",
+            pl.lit(None, pl.String).alias("session_id"),
+            pl.when(pl.col("entity_type") == "caller_id").then(pl.col("entity_id"))
+            .otherwise(_single("_callers")).alias("caller_id"),
+            pl.when(pl.col("entity_type") == "client_ip").then(pl.col("entity_id"))
+            .otherwise(_single("_ips")).alias("client_ip"),
+            "server",
+            "first_t",
+            "last_t",
+            pl.col("auth_failures").alias("calls"),
+            "auth_failures",
+            "failed_creds",
+            pl.lit(None, pl.Float64).alias("auth_fail_ratio"),
+            pl.lit(None, pl.Int64).alias("ok_calls"),
+            ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
+            pl.lit("events").alias("basis"),
+            "top_tool",
+            "session_ids",
+            pl.col("fail_sessions").alias("n_sessions"),
+            "fail_sessions",
+            "fail_only_sessions",
+            "fail_callers",
+            "max_session_failures",
+            "p_creds",
+            "p_callers",
+        )
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons with the failure counts, distinct credentials and success share."""
+        dur = duration(row.get("span_s"))
+        reasons: list[str] = []
+        if row["entity_type"] == "session":
+            creds = row.get("failed_creds") or 0
+            if creds:
+                reasons.append(
+                    f"{creds} distinct credentials failed authentication in {dur} "
+                    f"({row['auth_failures']} failures, {pct(row.get('auth_fail_ratio'))} of "
+                    f"{row['calls']} calls)."
+                )
+            else:
+                reasons.append(
+                    f"{row['auth_failures']} authentication failures in {dur} "
+                    f"({pct(row.get('auth_fail_ratio'))} of {row['calls']} calls); the logs "
+                    "carry no credential hash to count distinct keys."
+                )
+            if row.get("basis") == "summary":
+                reasons.append("Known only from the session summary.")
+            if (row.get("ok_calls") or 0) > 0 and creds:
+                reasons.append(
+                    f"{row['ok_calls']} calls succeeded afterwards: a tried credential may work."
+                )
+        else:
+            what = "client address" if row["entity_type"] == "client_ip" else "caller"
+            reasons.append(
+                f"{row['auth_failures']} authentication failures with {row['failed_creds']} "
+                f"distinct credentials across {row['fail_sessions']} sessions from {what} "
+                f"{row['entity_id']} in {dur}, at most {row['max_session_failures']} per "
+                "session (no single session stands out)."
+            )
+            reasons.append(
+                f"{row['fail_only_sessions']} of those {row['fail_sessions']} sessions "
+                f"({pct(ratio_py(row['fail_only_sessions'], row['fail_sessions']))}) never "
+                "authenticated successfully."
+            )
+            if row["entity_type"] == "client_ip" and (row.get("fail_callers") or 0) > 1:
+                reasons.append(f"{row['fail_callers']} different caller ids failed from it.")
+        evidence = clean(
+            {
+                "calls": row.get("calls") if row["entity_type"] == "session" else None,
+                "auth_failures": row.get("auth_failures"),
+                "distinct_failed_credentials": row.get("failed_creds"),
+                "auth_failure_ratio": row.get("auth_fail_ratio"),
+                "ok_calls": row.get("ok_calls"),
+                "failing_sessions": row.get("fail_sessions"),
+                "never_succeeded_sessions": row.get("fail_only_sessions"),
+                "failing_callers": row.get("fail_callers"),
+                "max_failures_per_session": row.get("max_session_failures"),
+                "duration_s": row.get("span_s"),
+                "basis": row.get("basis"),
+                "top_tool": row.get("top_tool"),
+                "pattern_scores": clean(
+                    {"p_creds": row.get("p_creds"), "p_callers": row.get("p_callers")}
+                )
+                or None,
+            }
+        )
+        return reasons, evidence
+
+
+def ratio_py(a: float | None, b: float | None) -> float:
+    """``a / b`` or 0."""
+    return (a or 0) / b if b else 0.0

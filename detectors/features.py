@@ -1,0 +1,473 @@
+"""Session and entity features as polars expressions (vectorized, no per-event Python).
+
+Three steps, each a handful of columnar passes over the batch:
+
+1. :func:`prepare_events` selects the columns detectors use from ``schema.EVENTS`` and
+   derives per-event figures: outcome flags, the *shape* and numeric part of each resource
+   id (``doc-1001`` → shape ``doc-#``, number 1001), page numbers and cursors found in the
+   arguments, and a hash of (tool, arguments) to spot identical repeats.
+2. :func:`session_features` aggregates per session: calls, distinct tools and resources,
+   not-found / denied / auth-failure counts and ratios, distinct credential hashes,
+   bytes and rows (total and largest single call), inter-call gap regularity (coefficient
+   of variation), calls per minute, longest run of sequential resource ids, dense id
+   ranges, pagination progression, share of the top tool and of identical repeats. Sessions
+   known only from ``SESSION_END`` / ``SESSION_ANOMALY`` summaries get the figures the
+   summary carries (calls, unique resources, bytes, auth failures, duration).
+3. :func:`resource_features` is the id-walking part of (2) for any grouping key, so the
+   same code scores sessions and (caller / client address, window) entities;
+   :func:`window_starts` assigns times to the hopping entity windows.
+
+Sequential runs: within one group and one id shape, ids are taken in time order,
+consecutive repeats of the same id are dropped (a tool reading doc-7 then its comments on
+doc-7), and a run is a stretch where the numeric part keeps stepping by the same non-zero
+constant of at most ``enumeration.max_step``. Its length counts ids (1001..1030 is 30).
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from detectors.config import DetectorsConfig
+
+#: Columns of ``schema.EVENTS`` the detectors read, with their polars types.
+EVENT_COLUMNS: dict[str, pl.DataType] = {
+    "ts": pl.Datetime("us", "UTC"),
+    "session_id": pl.String(),
+    "caller_id": pl.String(),
+    "client_ip": pl.String(),
+    "server": pl.String(),
+    "tool": pl.String(),
+    "args": pl.String(),
+    "resource_key": pl.String(),
+    "resource_id": pl.String(),
+    "status": pl.String(),
+    "is_error": pl.Boolean(),
+    "bytes": pl.Int64(),
+    "rows": pl.Int64(),
+    "duration_ms": pl.Float64(),
+    "credential_hash": pl.String(),
+}
+
+#: Columns of ``schema.SUMMARIES`` the detectors read.
+SUMMARY_COLUMNS: dict[str, pl.DataType] = {
+    "ts": pl.Datetime("us", "UTC"),
+    "kind": pl.String(),
+    "session_id": pl.String(),
+    "caller_id": pl.String(),
+    "client_ip": pl.String(),
+    "server": pl.String(),
+    "call_count": pl.Int64(),
+    "unique_resources": pl.Int64(),
+    "total_bytes": pl.Int64(),
+    "auth_failures": pl.Int64(),
+    "duration_ms": pl.Float64(),
+}
+
+#: Resource ids are split into shape and number: the *last* run of digits is the number.
+_ID_SHAPE = r"^(?<pre>.*?)(?<num>\d{1,18})(?<suf>\D*)$"
+
+US_PER_MIN = 60_000_000
+US_PER_DAY = 86_400_000_000
+
+
+def _conform(df: pl.DataFrame | None, columns: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Select ``columns`` with their types; missing ones become nulls (tolerant input)."""
+    if df is None or df.width == 0:
+        return pl.DataFrame(schema=columns)
+    exprs = []
+    for name, dtype in columns.items():
+        if name in df.columns:
+            col = pl.col(name)
+            if isinstance(dtype, pl.Datetime):
+                src = df.schema[name]
+                if isinstance(src, pl.Datetime) and src.time_zone is None:
+                    col = col.dt.replace_time_zone("UTC")
+                col = col.dt.convert_time_zone("UTC").dt.cast_time_unit("us")
+            exprs.append(col.cast(dtype).alias(name))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(exprs)
+
+
+def _arg_pattern(keys: list[str], value: str) -> str:
+    alt = "|".join(re.escape(k) for k in keys)
+    return rf'"(?:{alt})"\s*:\s*{value}'
+
+
+def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.DataFrame:
+    """Detector view of events: typed columns plus per-event derived figures.
+
+    Parameters
+    ----------
+    events
+        Rows following ``schema.EVENTS`` (extra columns ignored, missing ones null).
+    config
+        Supplies the argument names of page numbers and cursors.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per event, sorted by ``(session_id, t)``, with ``t`` (µs since epoch),
+        outcome flags ``nf``/``den``/``authf``/``ok``/``miss``, ``rtmpl``/``rnum`` (id shape
+        and number), ``page``/``cursor`` and ``ch`` (hash of tool and arguments).
+    """
+    ev = _conform(events, EVENT_COLUMNS)
+    page_re = _arg_pattern(config.page_keys, r'"?(\d{1,12})\b')
+    cursor_re = _arg_pattern(config.cursor_keys, r'"([^"]{1,512})"')
+    status = pl.col("status").fill_null("unknown")
+    shape = pl.col("resource_id").str.extract_groups(_ID_SHAPE)
+    ev = ev.with_columns(
+        pl.col("ts").dt.epoch("us").alias("t"),
+        pl.coalesce(
+            pl.col("session_id"),
+            pl.lit("nosession:")
+            + pl.coalesce(pl.col("caller_id"), pl.col("client_ip"), pl.lit("?")),
+        ).alias("session_id"),
+        (status == "not_found").alias("nf"),
+        (status == "denied").alias("den"),
+        (status == "auth_failed").alias("authf"),
+        (status == "ok").alias("ok"),
+        status.is_in(["not_found", "denied"]).alias("miss"),
+        pl.coalesce(pl.col("is_error"), ~status.is_in(["ok", "unknown"])).alias("is_error"),
+        pl.col("resource_id").is_not_null().alias("has_res"),
+        (shape.struct.field("pre") + "#" + shape.struct.field("suf")).alias("rtmpl"),
+        shape.struct.field("num").cast(pl.Int64, strict=False).alias("rnum"),
+        pl.col("args").str.extract(page_re, 1).cast(pl.Int64, strict=False).alias("page"),
+        pl.col("args").str.extract(cursor_re, 1).alias("cursor"),
+        pl.concat_str(
+            [pl.col("tool").fill_null(""), pl.col("args").fill_null("")], separator="\x1f"
+        ).hash(7).alias("ch"),
+    )
+    return ev.sort(["session_id", "t"], maintain_order=True)
+
+
+def prepare_summaries(summaries: pl.DataFrame | None) -> pl.DataFrame:
+    """Summaries reduced to one row per session (latest figures, ANOMALY if any said so)."""
+    su = _conform(summaries, SUMMARY_COLUMNS).filter(pl.col("session_id").is_not_null())
+    return (
+        su.with_columns(pl.col("ts").dt.epoch("us").alias("t"))
+        .group_by("session_id")
+        .agg(
+            pl.col("t").max().alias("s_t"),
+            (pl.col("kind").str.to_uppercase() == "SESSION_ANOMALY").any().alias("s_anomaly"),
+            pl.col("caller_id").drop_nulls().first().alias("s_caller"),
+            pl.col("client_ip").drop_nulls().first().alias("s_ip"),
+            pl.col("server").drop_nulls().first().alias("s_server"),
+            pl.col("call_count").max().alias("s_calls"),
+            pl.col("unique_resources").max().alias("s_resources"),
+            pl.col("total_bytes").max().alias("s_bytes"),
+            pl.col("auth_failures").max().alias("s_auth_failures"),
+            pl.col("duration_ms").max().alias("s_duration_ms"),
+        )
+    )
+
+
+def window_starts(t: pl.Expr, config: DetectorsConfig, j: int) -> pl.Expr:
+    """Start (µs) of the ``j``-th hopping window containing time ``t`` (µs).
+
+    Windows are ``entity_window_minutes`` long and start every ``entity_hop_minutes``
+    (aligned to the Unix epoch), so a time lies in ``window / hop`` windows, j = 0 being
+    the latest.
+    """
+    hop = config.hop_us
+    return (t // hop) * hop - j * hop
+
+
+def explode_entities(
+    df: pl.DataFrame, config: DetectorsConfig, t_col: str = "t"
+) -> pl.DataFrame:
+    """Stack rows once per entity type (caller_id, client_ip) and per window holding them.
+
+    Adds ``entity_type``, ``entity_id`` and ``w`` (window start, µs). Rows whose entity
+    value is null are dropped for that type.
+    """
+    n = config.entity_window_minutes // config.entity_hop_minutes
+    parts = []
+    for etype in ("caller_id", "client_ip"):
+        base = df.filter(pl.col(etype).is_not_null()).with_columns(
+            pl.lit(etype).alias("entity_type"), pl.col(etype).alias("entity_id")
+        )
+        for j in range(n):
+            parts.append(base.with_columns(window_starts(pl.col(t_col), config, j).alias("w")))
+    if not parts:
+        return df.with_columns(
+            pl.lit(None, pl.String).alias("entity_type"),
+            pl.lit(None, pl.String).alias("entity_id"),
+            pl.lit(None, pl.Int64).alias("w"),
+        ).clear()
+    return pl.concat(parts, how="vertical")
+
+
+def _same_group(keys: list[str]) -> pl.Expr:
+    return pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in keys])
+
+
+def resource_features(ev: pl.DataFrame, keys: list[str], config: DetectorsConfig) -> pl.DataFrame:
+    """Id-walking figures per group: distinct ids, misses, longest sequential run, dense range.
+
+    Parameters
+    ----------
+    ev
+        Prepared events (see :func:`prepare_events`) holding the ``keys`` columns.
+    keys
+        Grouping columns, e.g. ``["session_id"]`` or ``["entity_type", "entity_id", "w"]``.
+    config
+        Supplies ``enumeration.max_step`` and ``enumeration.dense_coverage``.
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per group having at least one numeric resource id: ``seq_run`` (ids),
+        ``seq_step``, ``seq_first``/``seq_last`` (example ids), ``seq_first_t``/``seq_last_t``,
+        ``seq_miss`` (share of the run's lookups that missed), ``dense_ids`` (distinct ids of
+        the densest well-covered shape, 0 if none) and ``dense_lo``/``dense_hi`` (its range).
+    """
+    max_step = config.enumeration.max_step
+    r = (
+        ev.filter(pl.col("rnum").is_not_null())
+        .select([*keys, "rtmpl", "t", "rnum", "resource_id", "miss"])
+        .with_columns(pl.col("rtmpl").hash(11).alias("th"))
+        .sort([*keys, "th", "t", "rnum"])
+    )
+    grp = [*keys, "th"]
+    same = _same_group(grp)
+    # Consecutive repeats of one id (several tools on one document, retries) are one step.
+    r = r.filter(~(same & (pl.col("rnum") == pl.col("rnum").shift(1))).fill_null(False))
+    d = pl.when(same).then(pl.col("rnum") - pl.col("rnum").shift(1))
+    r = r.with_columns(
+        pl.when(d.abs().is_between(1, max_step)).then(d).alias("d"),
+        pl.col("resource_id").shift(1).alias("prev_id"),
+        pl.col("t").shift(1).alias("prev_t"),
+        pl.col("miss").shift(1).alias("prev_miss"),
+    )
+    cont = (
+        pl.col("d").is_not_null()
+        & pl.col("d").shift(1).is_not_null()
+        & (pl.col("d") == pl.col("d").shift(1))
+        & same
+    ).fill_null(False)
+    r = r.with_columns(
+        (pl.col("d").is_not_null() & ~cont).cum_sum().alias("chain"),
+    )
+    chains = (
+        r.filter(pl.col("d").is_not_null())
+        .group_by([*keys, "chain"])
+        .agg(
+            (pl.len() + 1).alias("seq_run"),
+            pl.col("d").first().alias("seq_step"),
+            pl.col("prev_id").first().alias("seq_first"),
+            pl.col("resource_id").last().alias("seq_last"),
+            pl.col("prev_t").first().alias("seq_first_t"),
+            pl.col("t").last().alias("seq_last_t"),
+            ((pl.col("miss").sum() + pl.col("prev_miss").first().cast(pl.Int64))
+             / (pl.len() + 1)).alias("seq_miss"),
+        )
+        .sort([*keys, "seq_run", "seq_first_t"], descending=[*([False] * len(keys)), True, False])
+        .group_by(keys, maintain_order=True)
+        .first()
+        .drop("chain")
+    )
+    dense = (
+        r.group_by([*keys, "th"])
+        .agg(
+            pl.col("rnum").n_unique().alias("n"),
+            pl.col("rnum").min().alias("lo"),
+            pl.col("rnum").max().alias("hi"),
+            pl.col("resource_id").sort_by("rnum").first().alias("dense_lo"),
+            pl.col("resource_id").sort_by("rnum").last().alias("dense_hi"),
+        )
+        .with_columns(
+            pl.when(
+                (pl.col("n") >= 3)
+                & (
+                    pl.col("n") / (pl.col("hi") - pl.col("lo") + 1)
+                    >= config.enumeration.dense_coverage
+                )
+            )
+            .then(pl.col("n"))
+            .otherwise(0)
+            .alias("dense_ids")
+        )
+        .sort([*keys, "dense_ids"], descending=[*([False] * len(keys)), True])
+        .group_by(keys, maintain_order=True)
+        .first()
+        .select([*keys, "dense_ids", "dense_lo", "dense_hi"])
+    )
+    return dense.join(chains, on=keys, how="left", nulls_equal=True).with_columns(
+        pl.col("seq_run").fill_null(1), pl.col("seq_miss").fill_null(0.0)
+    )
+
+
+#: Session feature columns with their meaning (docs and anomaly explanations use these).
+SESSION_FEATURES: dict[str, str] = {
+    "calls": "calls",
+    "distinct_tools": "distinct tools",
+    "distinct_resources": "distinct resources",
+    "resource_calls": "calls naming a resource",
+    "not_found": "not-found results",
+    "denied": "denied results",
+    "auth_failures": "authentication failures",
+    "failed_creds": "distinct failing credentials",
+    "distinct_creds": "distinct credentials",
+    "total_bytes": "bytes returned",
+    "max_bytes": "largest single response (bytes)",
+    "total_rows": "rows returned",
+    "max_rows": "largest single response (rows)",
+    "gap_cv": "variation of gaps between calls",
+    "calls_per_min": "calls per minute",
+    "span_s": "session length (s)",
+    "top_tool_share": "share of calls to one tool",
+    "max_pages": "distinct pages/cursors of one tool",
+    "dup_ratio": "share of identical repeated calls",
+    "seq_run": "longest sequential id run",
+    "dense_ids": "ids covering a dense range",
+}
+
+
+def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
+    """One row per session with every figure the detectors use.
+
+    Parameters
+    ----------
+    ev
+        Prepared events (:func:`prepare_events`), sorted by ``(session_id, t)``.
+    su
+        Prepared summaries (:func:`prepare_summaries`).
+    config
+        Detector configuration.
+
+    Returns
+    -------
+    polars.DataFrame
+        Identity columns (``session_id``, ``caller_id``, ``client_ip``, ``server``,
+        ``basis`` = events | summary | both, ``s_anomaly``), time columns ``first_t`` /
+        ``last_t`` (µs), the figures of :data:`SESSION_FEATURES`, ratios ``nf_ratio``,
+        ``denied_ratio``, ``miss_ratio``, ``auth_fail_ratio``, and the example columns of
+        :func:`resource_features` plus ``top_tool``, ``page_tool``, ``resource_key``.
+    """
+    same = pl.col("session_id") == pl.col("session_id").shift(1)
+    gaps = ev.select(
+        pl.col("session_id"),
+        pl.when(same).then(pl.col("t") - pl.col("t").shift(1)).cast(pl.Float64).alias("gap"),
+    )
+    base = (
+        pl.concat([ev, gaps.select("gap")], how="horizontal")
+        .group_by("session_id")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("t").min().alias("first_t"),
+            pl.col("t").max().alias("last_t"),
+            pl.col("caller_id").drop_nulls().first(),
+            pl.col("client_ip").drop_nulls().first(),
+            pl.col("server").drop_nulls().first(),
+            pl.col("tool").n_unique().alias("distinct_tools"),
+            pl.col("resource_id").drop_nulls().n_unique().alias("distinct_resources"),
+            pl.col("resource_key").drop_nulls().first().alias("resource_key"),
+            pl.col("has_res").sum().alias("resource_calls"),
+            pl.col("nf").sum().alias("not_found"),
+            pl.col("den").sum().alias("denied"),
+            (pl.col("miss") & pl.col("has_res")).sum().alias("res_misses"),
+            pl.col("authf").sum().alias("auth_failures"),
+            pl.col("is_error").sum().alias("errors"),
+            pl.col("ok").sum().alias("ok_calls"),
+            pl.col("credential_hash").filter(pl.col("authf")).drop_nulls().n_unique()
+            .alias("failed_creds"),
+            pl.col("credential_hash").drop_nulls().n_unique().alias("distinct_creds"),
+            pl.col("bytes").sum().alias("total_bytes"),
+            pl.col("bytes").max().alias("max_bytes"),
+            pl.col("rows").sum().alias("total_rows"),
+            pl.col("rows").max().alias("max_rows"),
+            pl.col("duration_ms").mean().alias("mean_duration_ms"),
+            pl.col("ch").n_unique().alias("distinct_calls"),
+            pl.col("gap").mean().alias("gap_mean"),
+            pl.col("gap").std().alias("gap_std"),
+            pl.col("gap").count().alias("n_gaps"),
+        )
+    )
+    tools = (
+        ev.group_by(["session_id", "tool"])
+        .agg(
+            pl.len().alias("n"),
+            (pl.col("page").drop_nulls().n_unique() + pl.col("cursor").drop_nulls().n_unique())
+            .alias("pages"),
+        )
+        .group_by("session_id")
+        .agg(
+            pl.col("tool").sort_by(["n", "tool"], descending=[True, False]).first()
+            .alias("top_tool"),
+            pl.col("n").max().alias("top_tool_calls"),
+            pl.col("tool").sort_by(["pages", "tool"], descending=[True, False]).first()
+            .alias("page_tool"),
+            pl.col("pages").max().alias("max_pages"),
+        )
+    )
+    res = resource_features(ev, ["session_id"], config)
+    feats = base.join(tools, on="session_id", how="left").join(res, on="session_id", how="left")
+    # Sessions seen as summaries: merge (the larger figure wins, as in the sessions view).
+    feats = feats.join(su, on="session_id", how="full", coalesce=True)
+    span_ev = (pl.col("last_t") - pl.col("first_t")).cast(pl.Float64) / 1e6
+    feats = feats.with_columns(
+        pl.when(pl.col("calls").is_null() & pl.col("s_t").is_not_null())
+        .then(pl.lit("summary"))
+        .when(pl.col("s_t").is_null())
+        .then(pl.lit("events"))
+        .otherwise(pl.lit("both"))
+        .alias("basis"),
+        pl.col("s_anomaly").fill_null(False),
+        pl.coalesce("caller_id", "s_caller").alias("caller_id"),
+        pl.coalesce("client_ip", "s_ip").alias("client_ip"),
+        pl.coalesce("server", "s_server").alias("server"),
+        pl.coalesce(
+            "first_t",
+            pl.col("s_t") - (pl.col("s_duration_ms").fill_null(0) * 1000).cast(pl.Int64),
+        ).alias("first_t"),
+        pl.max_horizontal("last_t", "s_t").alias("last_t"),
+        pl.max_horizontal(pl.col("calls").fill_null(0), pl.col("s_calls").fill_null(0))
+        .cast(pl.Int64).alias("calls"),
+        pl.max_horizontal(
+            pl.col("distinct_resources").fill_null(0), pl.col("s_resources").fill_null(0)
+        ).cast(pl.Int64).alias("distinct_resources"),
+        pl.max_horizontal(pl.col("total_bytes").fill_null(0), pl.col("s_bytes").fill_null(0))
+        .cast(pl.Int64).alias("total_bytes"),
+        pl.max_horizontal(
+            pl.col("auth_failures").fill_null(0), pl.col("s_auth_failures").fill_null(0)
+        ).cast(pl.Int64).alias("auth_failures"),
+        pl.max_horizontal(span_ev.fill_null(0.0), (pl.col("s_duration_ms") / 1000).fill_null(0.0))
+        .alias("span_s"),
+    )
+    zero_int = [
+        "distinct_tools", "resource_calls", "not_found", "denied", "res_misses", "errors",
+        "ok_calls", "failed_creds", "distinct_creds", "max_bytes", "total_rows", "max_rows",
+        "distinct_calls", "top_tool_calls", "max_pages", "dense_ids", "seq_run", "n_gaps",
+    ]
+    feats = feats.with_columns(
+        [pl.col(c).fill_null(0).cast(pl.Int64) for c in zero_int]
+        + [pl.col("seq_miss").fill_null(0.0)]
+    )
+    calls = pl.col("calls").cast(pl.Float64)
+    ev_calls = pl.col("distinct_calls")  # >0 only when events exist
+    feats = feats.with_columns(
+        pl.when(pl.col("n_gaps") >= 3)
+        .then(pl.col("gap_std") / pl.col("gap_mean"))
+        .otherwise(None)
+        .fill_nan(None)
+        .alias("gap_cv"),
+        (calls / (pl.col("span_s") / 60.0).clip(lower_bound=1.0)).alias("calls_per_min"),
+        pl.when(ev_calls > 0).then(pl.col("top_tool_calls") / calls).otherwise(0.0)
+        .alias("top_tool_share"),
+        pl.when(ev_calls > 0).then(1.0 - ev_calls / calls).otherwise(0.0).alias("dup_ratio"),
+        (pl.col("not_found") / calls).fill_nan(0.0).alias("nf_ratio"),
+        (pl.col("denied") / calls).fill_nan(0.0).alias("denied_ratio"),
+        pl.when(pl.col("resource_calls") > 0)
+        .then(pl.col("res_misses") / pl.col("resource_calls"))
+        .otherwise(0.0)
+        .alias("miss_ratio"),
+        (pl.col("auth_failures") / calls).fill_nan(0.0).clip(0.0, 1.0).alias("auth_fail_ratio"),
+    )
+    keep_ids = ["session_id", "caller_id", "client_ip", "server", "basis", "s_anomaly"]
+    drop = {"s_t", "s_caller", "s_ip", "s_server", "s_calls", "s_resources", "s_bytes",
+            "s_auth_failures", "s_duration_ms", "gap_mean", "gap_std"}
+    rest = [c for c in feats.columns if c not in drop and c not in keep_ids]
+    return feats.select(keep_ids + rest).sort("session_id")

@@ -1,0 +1,363 @@
+"""Isolation forest over log-scaled session features: the ``anomaly`` category.
+
+Rules catch the attacks we can name; the forest catches sessions that are simply unlike
+the rest. Features (:data:`FOREST_FEATURES`) are log-scaled counts and plain ratios where
+*higher means more suspicious*; each is clipped from below at its training median, so a
+session is never "anomalous" for being unusually small, quiet or short — only for being
+unusually much of something. Missing figures (sessions known only from summaries) are
+imputed with the training median (neutral).
+
+The score is the isolation score of Liu et al. (``2^(-E[h(x)] / c(n))``, i.e. minus
+scikit-learn's ``score_samples``): about 0.5 for ordinary sessions, approaching 1 for
+isolated ones. An alert needs both the configured ``threshold`` and the learned
+``1 - contamination`` quantile of training scores. Reasons name the features that drove
+the score, found by resetting each feature to its median and measuring the score drop.
+
+Persistence uses skops (never pickle) with an explicit list of trusted types, stamped with
+the scikit-learn version; a model from another scikit-learn major.minor raises
+:class:`~toolwatch.errors.ModelError` (``run_batch`` refits instead when
+``anomaly.on_version_mismatch = "refit"``).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+import polars as pl
+import sklearn
+from sklearn.ensemble import IsolationForest
+
+from detectors.base import Detector, FeatureSet, session_frame
+from detectors.text import clean, num, pct
+from toolwatch.errors import ModelError
+
+#: (feature, transform, plain words). ``log`` = log1p of a count; ``ratio`` as is.
+FOREST_FEATURES: list[tuple[str, str, str]] = [
+    ("calls_per_min", "log", "calls per minute"),
+    ("distinct_resources", "log", "distinct resources"),
+    ("new_resource_share", "ratio", "share of calls touching a new resource"),
+    ("miss_ratio", "ratio", "share of lookups not found or denied"),
+    ("auth_fail_ratio", "ratio", "share of calls failing authentication"),
+    ("failed_creds", "log", "distinct failing credentials"),
+    ("total_bytes", "log", "bytes returned"),
+    ("max_bytes", "log", "largest single response (bytes)"),
+    ("bytes_per_call", "log", "bytes per call"),
+    ("total_rows", "log", "rows returned"),
+    ("regularity", "ratio", "regularity of gaps between calls"),
+    ("top_tool_share", "ratio", "share of calls to a single tool"),
+    ("max_pages", "log", "distinct pages/cursors of one tool"),
+    ("dup_ratio", "ratio", "share of identical repeated calls"),
+    ("seq_run", "log", "longest sequential id run"),
+    ("dense_ids", "log", "ids covering a dense range"),
+]
+
+#: Every type a saved model may contain beyond skops' built-in safe set. Loading refuses
+#: files holding anything else.
+TRUSTED_TYPES: list[str] = [
+    "sklearn.ensemble._iforest.IsolationForest",
+    "sklearn.tree._classes.ExtraTreeRegressor",
+    "sklearn.tree._tree.Tree",
+    "numpy.ndarray",
+    "numpy.dtype",
+    "numpy.float64",
+    "numpy.int64",
+    "builtins.dict",
+    "builtins.list",
+    "builtins.str",
+    "builtins.int",
+    "builtins.float",
+]
+
+FORMAT_VERSION = 1
+
+
+def sklearn_minor(version: str) -> str:
+    """``'1.9.1'`` → ``'1.9'``."""
+    return ".".join(version.split(".")[:2])
+
+
+def raw_feature_frame(sessions: pl.DataFrame) -> pl.DataFrame:
+    """The forest's features in raw units (before log and clipping)."""
+    calls = pl.col("calls").cast(pl.Float64)
+    return sessions.select(
+        pl.col("calls_per_min").fill_null(0.0),
+        pl.col("distinct_resources").cast(pl.Float64),
+        pl.when(calls > 0).then(pl.col("distinct_resources") / calls).otherwise(0.0)
+        .clip(0.0, 1.0).alias("new_resource_share"),
+        pl.col("miss_ratio"),
+        pl.col("auth_fail_ratio"),
+        pl.col("failed_creds").cast(pl.Float64),
+        pl.col("total_bytes").cast(pl.Float64),
+        pl.col("max_bytes").cast(pl.Float64),
+        pl.when(calls > 0).then(pl.col("total_bytes") / calls).otherwise(0.0)
+        .alias("bytes_per_call"),
+        pl.col("total_rows").cast(pl.Float64),
+        pl.when(pl.col("gap_cv").is_not_null()).then(1.0 / (1.0 + pl.col("gap_cv")))
+        .alias("regularity"),
+        # A share of one tool means little in a handful of calls.
+        pl.when(calls >= 10).then(pl.col("top_tool_share")).alias("top_tool_share"),
+        pl.col("max_pages").cast(pl.Float64),
+        pl.when(calls >= 10).then(pl.col("dup_ratio")).alias("dup_ratio"),
+        pl.col("seq_run").cast(pl.Float64),
+        pl.col("dense_ids").cast(pl.Float64),
+    )
+
+
+def _transform(raw: np.ndarray) -> np.ndarray:
+    out = raw.copy()
+    for j, (_, kind, _) in enumerate(FOREST_FEATURES):
+        if kind == "log":
+            out[:, j] = np.log1p(np.clip(out[:, j], 0.0, None))
+    return out
+
+
+class IsolationForestDetector(Detector):
+    """Isolation forest over session features; alerts name the driving features."""
+
+    name = "isolation_forest"
+    category = "anomaly"
+    config_key = "anomaly"
+    summary = "Isolation forest over log-scaled session features (one-sided)."
+
+    # ------------------------------------------------------------------ learning
+    def fit(self, history: FeatureSet) -> Self:
+        """Fit on history sessions; too few sessions leave it unfitted (neutral scores)."""
+        a = self.settings
+        self.fitted_ = True
+        self.model_ = None
+        raw = raw_feature_frame(history.sessions).to_numpy().astype(np.float64)
+        if raw.shape[0] < a.min_train_sessions:
+            return self
+        if raw.shape[0] > a.max_train_sessions:
+            rng = np.random.default_rng(a.random_state)
+            raw = raw[np.sort(rng.choice(raw.shape[0], a.max_train_sessions, replace=False))]
+        x = _transform(raw)
+        med = np.nanmedian(x, axis=0)
+        med = np.where(np.isnan(med), 0.0, med)
+        x = self._prep(x, med)
+        model = IsolationForest(
+            n_estimators=a.n_estimators,
+            max_samples=min(a.max_samples, x.shape[0]),
+            random_state=a.random_state,
+            n_jobs=1,
+        ).fit(x)
+        train_scores = -model.score_samples(x)
+        self.model_ = model
+        self.medians_ = med
+        self.raw_medians_ = np.array(
+            [float(np.nanmedian(raw[:, j])) if np.isfinite(raw[:, j]).any() else 0.0
+             for j in range(raw.shape[1])]
+        )
+        self.learned_threshold_ = float(np.quantile(train_scores, 1.0 - a.contamination))
+        self.n_train_ = int(x.shape[0])
+        self.sklearn_version_ = sklearn.__version__
+        self.trained_at_ = datetime.now(UTC).isoformat()
+        return self
+
+    @staticmethod
+    def _prep(x: np.ndarray, med: np.ndarray) -> np.ndarray:
+        x = np.where(np.isnan(x), med, x)
+        return np.maximum(x, med)  # one-sided: only "more than usual" isolates
+
+    @property
+    def threshold(self) -> float:
+        """The configured threshold, raised to the learned training quantile if higher."""
+        learned = getattr(self, "learned_threshold_", 0.0) if self.model_fitted else 0.0
+        return max(float(self.settings.threshold), learned)
+
+    @property
+    def model_fitted(self) -> bool:
+        """Whether a forest exists (fit on enough sessions, or loaded)."""
+        return getattr(self, "model_", None) is not None
+
+    # ------------------------------------------------------------------ scoring
+    def _score_raw(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = self._prep(_transform(raw), self.medians_)
+        return -self.model_.score_samples(x), x  # type: ignore[union-attr]
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session; 0.0 for every session while unfitted (cold start).
+
+        The raw feature values ride along as ``f_<feature>`` columns for :meth:`explain`.
+        """
+        s = features.sessions
+        raw = raw_feature_frame(s)
+        s = pl.concat([s, raw.rename({c: f"f_{c}" for c in raw.columns})], how="horizontal")
+        if self.model_fitted and s.height:
+            scores, _ = self._score_raw(raw.to_numpy().astype(np.float64))
+            s = s.with_columns(pl.Series("_score", scores, dtype=pl.Float64))
+        else:
+            s = s.with_columns(pl.lit(0.0).alias("_score"))
+        return session_frame(
+            s, pl.col("_score"), ["calls", "span_s", "basis", "top_tool",
+                                  *[f"f_{c}" for c in raw.columns]]
+        )
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Name the features whose reset to the median lowers the score most."""
+        return self.explain_all(pl.DataFrame([row]))[0]
+
+    def explain_all(self, decided: pl.DataFrame) -> list[tuple[list[str], dict[str, Any]]]:
+        """Reasons and evidence for many rows at once (one forest pass per feature)."""
+        if decided.height == 0:
+            return []
+        if not self.model_fitted:
+            return [([], {}) for _ in range(decided.height)]
+        raw = decided.select([pl.col(f"f_{n}").cast(pl.Float64) for n, _, _ in FOREST_FEATURES])
+        raw_np = raw.to_numpy().astype(np.float64)
+        base, x = self._score_raw(raw_np)
+        k = len(FOREST_FEATURES)
+        drops = np.zeros((x.shape[0], k))
+        for j in range(k):
+            xc = x.copy()
+            xc[:, j] = self.medians_[j]
+            drops[:, j] = base - (-self.model_.score_samples(xc))  # type: ignore[union-attr]
+        out = []
+        for i in range(x.shape[0]):
+            order = [int(j) for j in np.argsort(-drops[i]) if drops[i, j] > 1e-4]
+            top = order[: self.settings.explain_top] or [int(np.argmax(x[i] - self.medians_))]
+            parts = []
+            driving = {}
+            for j in top:
+                name, kind, words = FOREST_FEATURES[j]
+                val, typ = raw_np[i, j], self.raw_medians_[j]
+                fmt = pct if kind == "ratio" and name != "regularity" else num
+                parts.append(f"{words} {fmt(_f(val))} (typical {fmt(_f(typ))})")
+                driving[name] = clean(
+                    {"value": _f(val), "typical": _f(typ), "score_drop": _f(drops[i, j])}
+                )
+            reasons = [
+                f"Isolation-forest score {base[i]:.2f} (alert threshold {self.threshold:.2f}, "
+                f"trained on {self.n_train_:,} sessions): unlike other sessions mainly in "
+                + "; ".join(parts) + "."
+            ]
+            evidence = {
+                "driving_features": driving,
+                "features": clean({n: _f(raw_np[i, j]) for j, (n, _, _) in
+                                   enumerate(FOREST_FEATURES)}),
+                "threshold": round(self.threshold, 4),
+                "n_train": self.n_train_,
+                "sklearn_version": self.sklearn_version_,
+                "top_tool": decided["top_tool"][i] if "top_tool" in decided.columns else None,
+            }
+            out.append((reasons, clean(evidence)))
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model with skops (no pickle), stamped with versions.
+
+        Raises
+        ------
+        ModelError
+            When there is no fitted forest to save.
+        """
+        import skops.io as sio
+
+        if not self.model_fitted:
+            raise ModelError(
+                "no isolation forest to save: fit needs at least "
+                f"{self.settings.min_train_sessions} sessions"
+            )
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "format_version": FORMAT_VERSION,
+            "sklearn_version": self.sklearn_version_,
+            "features": [f[0] for f in FOREST_FEATURES],
+            "model": self.model_,
+            "medians": self.medians_,
+            "raw_medians": self.raw_medians_,
+            "learned_threshold": self.learned_threshold_,
+            "n_train": self.n_train_,
+            "trained_at": self.trained_at_,
+        }
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        sio.dump(state, tmp)
+        tmp.replace(p)
+        return p
+
+    def load(self, path: str | Path) -> Self:
+        """Load a model written by :meth:`save`.
+
+        Raises
+        ------
+        ModelError
+            Missing/unreadable file, types outside :data:`TRUSTED_TYPES`, another feature
+            set, or a scikit-learn major.minor different from the running one.
+        """
+        import skops.io as sio
+
+        p = Path(path)
+        if not p.is_file():
+            raise ModelError(f"model file {p} not found (run `toolwatch train`)")
+        try:
+            untrusted = sio.get_untrusted_types(file=p)
+        except Exception as exc:  # skops raises various errors on corrupt files
+            raise ModelError(f"model file {p} is not a readable skops file: {exc}") from exc
+        bad = sorted(set(untrusted) - set(TRUSTED_TYPES))
+        if bad:
+            raise ModelError(f"model file {p} holds untrusted types {bad}; refusing to load")
+        try:
+            state = sio.load(p, trusted=TRUSTED_TYPES)
+        except Exception as exc:
+            raise ModelError(f"cannot load model file {p}: {exc}") from exc
+        if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+            raise ModelError(f"model file {p} has an unknown format; retrain it")
+        saved = str(state.get("sklearn_version", "?"))
+        if sklearn_minor(saved) != sklearn_minor(sklearn.__version__):
+            raise ModelError(
+                f"model file {p} was trained with scikit-learn {saved} but "
+                f"{sklearn.__version__} is installed; retrain with `toolwatch train` "
+                "(or set detectors.anomaly.on_version_mismatch = 'refit')"
+            )
+        if list(state.get("features", [])) != [f[0] for f in FOREST_FEATURES]:
+            raise ModelError(f"model file {p} uses another feature set; retrain it")
+        self.model_ = state["model"]
+        self.medians_ = np.asarray(state["medians"], dtype=np.float64)
+        self.raw_medians_ = np.asarray(state["raw_medians"], dtype=np.float64)
+        self.learned_threshold_ = float(state["learned_threshold"])
+        self.n_train_ = int(state["n_train"])
+        self.sklearn_version_ = saved
+        self.trained_at_ = str(state.get("trained_at", ""))
+        self.fitted_ = True
+        return self
+
+
+def _f(v: float) -> float | None:
+    v = float(v)
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+def load_or_fit(
+    detector: IsolationForestDetector, model_path: Path | None, fit_on: FeatureSet
+) -> str:
+    """Load ``model_path`` when given and present, else fit on ``fit_on``.
+
+    Returns how the model was obtained: ``loaded``, ``fitted`` or ``refit`` (saved model
+    incompatible and ``on_version_mismatch = 'refit'``).
+
+    Raises
+    ------
+    ModelError
+        When the saved model is incompatible and the config says ``'error'``, or the file
+        is untrusted/corrupt.
+    """
+    if model_path is not None and Path(model_path).is_file():
+        try:
+            detector.load(model_path)
+            return "loaded"
+        except ModelError as exc:
+            version_issue = "scikit-learn" in str(exc)
+            if not version_issue or detector.settings.on_version_mismatch == "error":
+                raise
+            warnings.warn(f"{exc}; refitting on the data at hand", stacklevel=2)
+            detector.fit(fit_on)
+            return "refit"
+    detector.fit(fit_on)
+    return "fitted"

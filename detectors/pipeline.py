@@ -1,0 +1,322 @@
+"""Entry points: batch detection (``analyze``), training (``train``) and live increments.
+
+Batch and live share one code path: features of a set of events → every registered
+detector scores them → decided rows become alert records. Batch fits baselines on the
+history (or, without one, on the batch itself); live fits once on history and then scores
+each micro-batch over the buffered events of the sessions and entities it touches, so
+alert ids — functions of (entity, category, window) only — come out identical.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from detectors import registry
+from detectors.alerts import build_alerts, empty_alerts
+from detectors.base import Detector, FeatureSet
+from detectors.config import DetectorsConfig
+from detectors.forest import IsolationForestDetector, load_or_fit
+from toolwatch.errors import ModelError
+
+log = logging.getLogger("toolwatch.detectors")
+
+
+def _to_us(now: datetime | None) -> int | None:
+    if now is None:
+        return None
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware (UTC)")
+    return int(now.timestamp() * 1_000_000)
+
+
+@dataclass
+class DetectResult:
+    """What one detection run produced.
+
+    Attributes
+    ----------
+    alerts
+        Alert records (``toolwatch.schema.ALERTS`` columns), suppressed ones removed.
+    suppressed
+        Alerts dropped by an allowlist, with ``suppressed_by`` naming it.
+    scores
+        Detector name → full score frame (every session / entity window), when requested.
+    model
+        How the isolation forest was obtained: ``loaded``, ``fitted``, ``refit``,
+        ``unfitted`` (too little data) or ``disabled``.
+    timings
+        Seconds per stage.
+    """
+
+    alerts: pl.DataFrame
+    suppressed: pl.DataFrame
+    scores: dict[str, pl.DataFrame] = field(default_factory=dict)
+    model: str = "disabled"
+    timings: dict[str, float] = field(default_factory=dict)
+    n_events: int = 0
+    n_sessions: int = 0
+
+    @property
+    def suppressed_count(self) -> int:
+        """Number of alerts dropped by allowlists."""
+        return self.suppressed.height
+
+
+def _fit_all(
+    dets: list[Detector], fit_on: FeatureSet, model_path: Path | None
+) -> str:
+    model = "disabled"
+    for det in dets:
+        if isinstance(det, IsolationForestDetector):
+            how = load_or_fit(det, model_path, fit_on)
+            model = how if det.model_fitted else "unfitted"
+        else:
+            det.fit(fit_on)
+    return model
+
+
+def _score_all(
+    dets: list[Detector], batch: FeatureSet, config: DetectorsConfig, detected_at: int | None,
+    keep_scores: bool, timings: dict[str, float],
+) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, pl.DataFrame]]:
+    decided: list[tuple[Detector, pl.DataFrame]] = []
+    scores: dict[str, pl.DataFrame] = {}
+    for det in dets:
+        t0 = time.perf_counter()
+        sc = det.score(batch)
+        decided.append((det, det.decide(sc)))
+        if keep_scores:
+            scores[det.name] = sc
+        timings[f"score:{det.name}"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    alerts, suppressed = build_alerts(decided, config, detected_at)
+    timings["alerts"] = time.perf_counter() - t0
+    return alerts, suppressed, scores
+
+
+def detect(
+    events: pl.DataFrame,
+    summaries: pl.DataFrame | None,
+    config: DetectorsConfig,
+    *,
+    history: pl.DataFrame | None = None,
+    model_path: Path | None = None,
+    now: datetime | None = None,
+    detectors: list[str] | None = None,
+    keep_scores: bool = False,
+) -> DetectResult:
+    """Run every enabled detector over a batch; the full result (see :func:`run_batch`).
+
+    Parameters
+    ----------
+    detectors
+        Registry names to run (default: all enabled).
+    keep_scores
+        Also return every detector's full score frame (evaluation, notebooks).
+    """
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    batch = FeatureSet.build(events, summaries, config)
+    timings["features"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if history is not None and history.height:
+        fit_on = FeatureSet.build(history, None, config).union(batch)
+    else:
+        fit_on = batch
+    dets = registry.build(config, detectors)
+    model = _fit_all(dets, fit_on, model_path)
+    timings["fit"] = time.perf_counter() - t0
+    detected_at = _to_us(now) if now is not None else batch.max_t
+    alerts, suppressed, scores = _score_all(dets, batch, config, detected_at, keep_scores,
+                                            timings)
+    if suppressed.height:
+        log.info("%d alert(s) suppressed by allowlists", suppressed.height)
+    return DetectResult(
+        alerts=alerts,
+        suppressed=suppressed,
+        scores=scores,
+        model=model,
+        timings=timings,
+        n_events=batch.events.height,
+        n_sessions=batch.sessions.height,
+    )
+
+
+def run_batch(
+    events: pl.DataFrame,
+    summaries: pl.DataFrame | None,
+    config: DetectorsConfig,
+    *,
+    history: pl.DataFrame | None = None,
+    model_path: Path | None = None,
+    now: datetime | None = None,
+) -> pl.DataFrame:
+    """Alerts for a batch of events and session summaries.
+
+    Parameters
+    ----------
+    events
+        Rows of ``toolwatch.schema.EVENTS`` (missing optional columns are tolerated).
+    summaries
+        Rows of ``toolwatch.schema.SUMMARIES`` (or None).
+    config
+        Detector configuration.
+    history
+        Earlier events: baselines (population, per caller) and — when no saved model is
+        given — the isolation forest are fitted on history plus batch. Without history
+        they are fitted on the batch itself.
+    model_path
+        A forest saved by :func:`train`; used when the file exists.
+    now
+        Detection time; defaults to the latest log time in the batch (batch and forensic
+        replay never use the wall clock).
+
+    Returns
+    -------
+    polars.DataFrame
+        One row per (entity, category, window) with ``toolwatch.schema.ALERTS`` columns,
+        allowlisted alerts removed (see :func:`detect` for the count).
+    """
+    return detect(events, summaries, config, history=history, model_path=model_path,
+                  now=now).alerts
+
+
+def train(
+    events: pl.DataFrame,
+    summaries: pl.DataFrame | None,
+    config: DetectorsConfig,
+    model_path: Path,
+) -> dict[str, Any]:
+    """Fit the isolation forest on history and save it (skops) to ``model_path``.
+
+    Returns
+    -------
+    dict
+        ``path``, ``n_train`` (sessions), ``threshold`` (effective alert threshold),
+        ``learned_threshold``, ``sklearn_version``, ``trained_at``.
+
+    Raises
+    ------
+    ModelError
+        When history has fewer than ``anomaly.min_train_sessions`` sessions.
+    """
+    fs = FeatureSet.build(events, summaries, config)
+    det = IsolationForestDetector(config).fit(fs)
+    if not det.model_fitted:
+        raise ModelError(
+            f"only {fs.sessions.height} sessions in history; the forest needs at least "
+            f"{config.anomaly.min_train_sessions} (detectors.anomaly.min_train_sessions)"
+        )
+    path = det.save(model_path)
+    return {
+        "path": str(path),
+        "n_train": det.n_train_,
+        "threshold": det.threshold,
+        "learned_threshold": det.learned_threshold_,
+        "sklearn_version": det.sklearn_version_,
+        "trained_at": det.trained_at_,
+    }
+
+
+class IncrementalDetector:
+    """Live mode: fit once on history, then score small micro-batches as they arrive.
+
+    Events are buffered for ``max(entity window, max_session_hours)`` of log time. Each
+    :meth:`update` re-scores only the sessions and entities (caller, client address) the
+    micro-batch touched, over their buffered events, and returns the alerts that are new
+    or changed (higher score, later ``last_seen`` or new evidence) since the last update.
+    Alert ids are the same as batch mode's, so a sink that upserts by ``alert_id`` (or
+    the store's latest-version view) never duplicates.
+
+    Parameters
+    ----------
+    config
+        Detector configuration.
+    history_events, history_summaries
+        Past traffic to fit baselines (and the forest, unless ``model_path`` exists).
+    model_path
+        A forest saved by :func:`train`.
+    """
+
+    def __init__(
+        self,
+        config: DetectorsConfig,
+        *,
+        history_events: pl.DataFrame | None = None,
+        history_summaries: pl.DataFrame | None = None,
+        model_path: Path | None = None,
+    ):
+        self.config = config
+        self.detectors = registry.build(config)
+        hist = FeatureSet.build(history_events, history_summaries, config)
+        self.model = _fit_all(self.detectors, hist, model_path)
+        self._events: pl.DataFrame | None = None
+        self._summaries: pl.DataFrame | None = None
+        self._emitted: dict[str, tuple[float, Any, str]] = {}
+        self.horizon_us = max(config.window_us, int(config.max_session_hours * 3_600_000_000))
+
+    def _append(self, buf: pl.DataFrame | None, new: pl.DataFrame | None) -> pl.DataFrame | None:
+        if new is None or new.height == 0:
+            return buf
+        out = new if buf is None else pl.concat([buf, new], how="diagonal_relaxed")
+        if "event_id" in out.columns:
+            out = out.unique(subset="event_id", keep="last", maintain_order=True)
+        return out
+
+    def update(
+        self,
+        events: pl.DataFrame | None,
+        summaries: pl.DataFrame | None = None,
+        *,
+        now: datetime | None = None,
+    ) -> pl.DataFrame:
+        """Add a micro-batch; return alerts that are new or changed because of it."""
+        self._events = self._append(self._events, events)
+        self._summaries = self._append(self._summaries, summaries)
+        if self._events is None and self._summaries is None:
+            return empty_alerts()
+        latest = max(
+            (int(df["ts"].dt.epoch("us").max() or 0) for df in (self._events, self._summaries)
+             if df is not None and df.height),
+            default=0,
+        )
+        cutoff = pl.lit(latest - self.horizon_us).cast(pl.Int64)
+        keep = pl.col("ts").dt.epoch("us") >= cutoff
+        if self._events is not None:
+            self._events = self._events.filter(keep)
+        if self._summaries is not None:
+            self._summaries = self._summaries.filter(keep)
+        touched = [df for df in (events, summaries) if df is not None and df.height]
+        if not touched:
+            return empty_alerts()
+        sess = pl.concat([df.select("session_id") for df in touched]).drop_nulls().unique()
+        callers = pl.concat([df.select("caller_id") for df in touched]).drop_nulls().unique()
+        ips = pl.concat([df.select("client_ip") for df in touched]).drop_nulls().unique()
+
+        def subset(df: pl.DataFrame | None) -> pl.DataFrame | None:
+            if df is None:
+                return None
+            return df.filter(
+                pl.col("session_id").is_in(sess["session_id"].implode())
+                | pl.col("caller_id").is_in(callers["caller_id"].implode())
+                | pl.col("client_ip").is_in(ips["client_ip"].implode())
+            )
+
+        fs = FeatureSet.build(subset(self._events), subset(self._summaries), self.config)
+        detected_at = _to_us(now) if now is not None else latest
+        alerts, _, _ = _score_all(self.detectors, fs, self.config, detected_at, False, {})
+        changed = []
+        for i, r in enumerate(alerts.iter_rows(named=True)):
+            sig = (r["score"], r["last_seen"], r["evidence"])
+            prev = self._emitted.get(r["alert_id"])
+            if prev is None or prev[1] != sig[1] or prev[0] < sig[0] or prev[2] != sig[2]:
+                self._emitted[r["alert_id"]] = sig
+                changed.append(i)
+        return alerts[changed] if changed else empty_alerts()

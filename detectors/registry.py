@@ -1,0 +1,33 @@
+"""Registry of detectors: name → class. ``run_batch`` runs every enabled one.
+
+Add a detector by subclassing :class:`detectors.base.Detector` and listing it here; the
+contract test (``tests/test_detectors_contract.py``) then checks it automatically.
+"""
+
+from __future__ import annotations
+
+from detectors.base import Detector
+from detectors.bulk import BulkExtractionDetector
+from detectors.config import DetectorsConfig
+from detectors.credential import CredentialStuffingDetector
+from detectors.enumeration import EnumerationDetector
+from detectors.forest import IsolationForestDetector
+from detectors.scraping import ScrapingLoopDetector
+
+REGISTRY: dict[str, type[Detector]] = {
+    cls.name: cls
+    for cls in (
+        EnumerationDetector,
+        BulkExtractionDetector,
+        CredentialStuffingDetector,
+        ScrapingLoopDetector,
+        IsolationForestDetector,
+    )
+}
+
+
+def build(config: DetectorsConfig, names: list[str] | None = None) -> list[Detector]:
+    """Instantiate the enabled detectors (all, or those named), in registry order."""
+    chosen = REGISTRY if names is None else {n: REGISTRY[n] for n in names}
+    dets = [cls(config) for cls in chosen.values()]
+    return [d for d in dets if d.enabled]

@@ -1,0 +1,60 @@
+"""Small score-shaping helpers shared by the rule detectors (polars expressions).
+
+Scores live in ``[0, 1]``. :func:`band` maps a raw figure to a score that is exactly 0.5
+at ``lo`` (where the signal starts to count; the default alert threshold) and reaches 1.0
+at ``hi`` (unmistakable), so config keys read naturally as "alert from here" and
+"critical from here". Signals are combined with :func:`all_of` (every condition must
+hold: the weakest decides) and :func:`any_of` (the strongest pattern decides).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+IntoExpr = pl.Expr | float | int
+
+
+def _expr(x: IntoExpr) -> pl.Expr:
+    return x if isinstance(x, pl.Expr) else pl.lit(x)
+
+
+def band(x: IntoExpr, lo: float, hi: float) -> pl.Expr:
+    """Score of figure ``x``: ``0.5 * x / lo`` below ``lo``, then linear from 0.5 to 1 at ``hi``.
+
+    Parameters
+    ----------
+    x
+        The figure (expression or number); null counts as 0.
+    lo
+        Figure at which the score is 0.5 (the default alert threshold).
+    hi
+        Figure at which the score saturates at 1.0 (must exceed ``lo``).
+
+    Returns
+    -------
+    polars.Expr
+        Float64 score in ``[0, 1]``, monotone non-decreasing in ``x``.
+    """
+    xv = _expr(x).cast(pl.Float64).fill_null(0.0).fill_nan(0.0)
+    lo = float(lo)
+    hi = max(float(hi), lo + 1e-9)
+    below = (xv / lo).clip(0.0, 1.0) if lo > 0 else pl.lit(1.0)
+    above = ((xv - lo) / (hi - lo)).clip(0.0, 1.0)
+    return 0.5 * below + 0.5 * above
+
+
+def all_of(*scores: pl.Expr) -> pl.Expr:
+    """Conjunction of signals: the weakest one decides."""
+    return pl.min_horizontal(*scores)
+
+
+def any_of(*scores: pl.Expr) -> pl.Expr:
+    """Alternative patterns: the strongest one decides."""
+    return pl.max_horizontal(*scores)
+
+
+def ratio(num: IntoExpr, den: IntoExpr) -> pl.Expr:
+    """``num / den`` with 0 when the denominator is 0 or null."""
+    n = _expr(num).cast(pl.Float64)
+    d = _expr(den).cast(pl.Float64)
+    return pl.when(d > 0).then(n / d).otherwise(0.0).fill_null(0.0)

@@ -1,0 +1,136 @@
+"""Scraping loop: mechanical, repetitive crawling that no person or thinking agent produces.
+
+Patterns (the strongest decides):
+
+* **pagination sweep** — many distinct page numbers / offsets / cursors of one tool;
+* **mechanical loop** — many calls, machine-regular gaps (low coefficient of variation:
+  people and LLM agents think between calls, CV ≈ 1) and one dominant tool;
+* **stuck loop** — many calls, most of them exact repeats (same tool and arguments);
+* **sustained rate** — a high call rate kept up over many calls.
+
+Then, when the caller has an established baseline (sessions on several days), the
+session must also be unusual *for that caller* (calls or pages well above its own
+median): a CI probe or an export job that crawls the same way every day is its normal.
+Benign retries (a few identical calls) and long, diverse power-user sessions stay low.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import polars as pl
+
+from detectors.base import Detector, FeatureSet, session_frame
+from detectors.baseline import Baseline
+from detectors.scoring import all_of, any_of, band, ratio
+from detectors.text import clean, duration, num, pct
+
+_EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
+             "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
+             "own_days", "own_typical_calls", "own_typical_max_pages", "p_pages", "p_mech",
+             "p_stuck", "p_rate", "p_own"]
+
+
+class ScrapingLoopDetector(Detector):
+    """Flags sessions crawling mechanically."""
+
+    name = "scraping_rules"
+    category = "scraping_loop"
+    config_key = "scraping_loop"
+    summary = "Pagination sweeps, machine-regular loops, exact repeats, sustained rate."
+
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn each caller's typical calls and pages per session."""
+        cfg = self.config
+        self.caller_baseline_ = Baseline(
+            ["calls", "max_pages"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
+            min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
+        ).fit(history.sessions)
+        self.fitted_ = True
+        return self
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session."""
+        s = self.settings
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        calls = band(pl.col("calls"), s.calls_lo, s.calls_hi)
+        cv = pl.col("gap_cv")
+        regular = pl.when(cv.is_null()).then(0.0).otherwise(
+            band(s.gap_cv_max / cv.clip(lower_bound=0.01), 1.0, 3.0)
+        )
+        share_hi = min(1.0, s.top_tool_share_lo + 0.25)
+        # An id walk (most calls one sequential/dense run) is enumeration's business.
+        walk = ratio(pl.max_horizontal("seq_run", "dense_ids"), pl.col("calls"))
+        not_walk = band(1.0 - walk, 0.5, 0.8)
+        pats = {
+            "p_pages": band(pl.col("max_pages"), s.pages_lo, s.pages_hi),
+            "p_mech": all_of(calls, regular, not_walk,
+                             band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi)),
+            "p_stuck": all_of(calls, band(pl.col("dup_ratio"), s.dup_ratio_lo, 0.95)),
+            "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
+            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), not_walk))
+            .otherwise(0.0),
+        }
+        df = self.caller_baseline_.with_own(features.sessions).with_columns(**pats)
+        z_own = pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_max_pages"))
+        df = df.with_columns(
+            z_own.alias("z_own"),
+            pl.when(z_own.is_null()).then(1.0)
+            .otherwise(band(z_own, s.self_z_lo, s.self_z_hi)).alias("p_own"),
+        )
+        score = all_of(any_of(*[pl.col(k) for k in pats]), pl.col("p_own"))
+        return session_frame(df, score, _EVIDENCE).with_columns(
+            pl.lit(None, pl.List(pl.String)).alias("session_ids"),
+            pl.lit(1, pl.Int64).alias("n_sessions"),
+        )
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons naming the crawl's cadence, pages, repeats and the caller's own normal."""
+        reasons = [
+            f"{num(row['calls'])} calls in {duration(row.get('span_s'))} "
+            f"({num(row.get('calls_per_min'))} per minute), {pct(row.get('top_tool_share'))} "
+            f"of them to {row.get('top_tool') or 'one tool'}."
+        ]
+        if (row.get("max_pages") or 0) >= 2:
+            reasons.append(
+                f"{row['max_pages']} distinct pages/offsets/cursors of {row.get('page_tool')} "
+                "requested in sequence."
+            )
+        if row.get("gap_cv") is not None:
+            reasons.append(
+                f"Gaps between calls vary by {pct(row['gap_cv'])} of their mean (coefficient "
+                f"of variation {num(row['gap_cv'])}; people and reasoning agents are ≈ 100%)."
+            )
+        if (row.get("dup_ratio") or 0) >= 0.2:
+            reasons.append(
+                f"{pct(row['dup_ratio'])} of calls repeat an earlier call with identical "
+                "arguments."
+            )
+        if row.get("z_own") is not None:
+            reasons.append(
+                f"Unusual for this caller: it typically makes {num(row.get('own_typical_calls'))} "
+                f"calls per session ({row.get('own_n')} sessions on {row.get('own_days')} days)."
+            )
+        evidence = clean(
+            {
+                "calls": row.get("calls"),
+                "duration_s": row.get("span_s"),
+                "calls_per_min": row.get("calls_per_min"),
+                "gap_cv": row.get("gap_cv"),
+                "top_tool": row.get("top_tool"),
+                "top_tool_share": row.get("top_tool_share"),
+                "page_tool": row.get("page_tool"),
+                "distinct_pages": row.get("max_pages"),
+                "duplicate_call_ratio": row.get("dup_ratio"),
+                "distinct_tools": row.get("distinct_tools"),
+                "z_own_baseline": row.get("z_own"),
+                "own_typical_calls": row.get("own_typical_calls"),
+                "own_baseline_sessions": row.get("own_n"),
+                "own_baseline_days": row.get("own_days"),
+                "basis": row.get("basis"),
+                "pattern_scores": clean({k: row.get(k) for k in
+                                         ("p_pages", "p_mech", "p_stuck", "p_rate", "p_own")}),
+            }
+        )
+        return reasons, evidence

@@ -592,7 +592,7 @@ class StatusPublisher:
         publisher = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404)
                     return
@@ -603,7 +603,7 @@ class StatusPublisher:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         self._server = http.server.ThreadingHTTPServer((host, port), Handler)
@@ -869,7 +869,7 @@ class LivePipeline:
                 ).pl()
             finally:
                 con.close()
-        except Exception as exc:  # noqa: BLE001 - warm-up is best effort
+        except Exception as exc:
             log.warning("cannot load stored alerts: %s", exc)
             return
         self.tracker.remember(reversed(list(rows.iter_rows(named=True))))
@@ -910,7 +910,7 @@ class LivePipeline:
                 ).pl()
             finally:
                 con.close()
-        except Exception as exc:  # noqa: BLE001 - warm-up is best effort
+        except Exception as exc:
             log.warning("cannot warm up detection window: %s", exc)
             return 0
         if ev.height == 0 and su.height == 0:
@@ -1096,7 +1096,7 @@ class LivePipeline:
         for ds in ("events", "quarantine", "summaries", "alerts"):
             try:
                 self.store.compact(ds)
-            except Exception as exc:  # noqa: BLE001 - compaction is housekeeping
+            except Exception as exc:
                 log.warning("compaction of %s failed: %s", ds, exc)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ ISO-8601 UTC). The same ``alert_id`` arriving again is an *update* of that alert
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import random
@@ -100,7 +101,7 @@ class Sink:
             try:
                 self.send(r)
                 self.sent += 1
-            except Exception as exc:  # noqa: BLE001 - a sink never stops ingestion
+            except Exception as exc:
                 self.failed += 1
                 log.warning("%s sink failed: %s", self.name, exc)
 
@@ -130,7 +131,7 @@ class StdoutSink(Sink):
         super().__init__(config)
         self.stream = stream
 
-    def send(self, row: dict[str, Any]) -> None:  # noqa: D102
+    def send(self, row: dict[str, Any]) -> None:
         out = self.stream if self.stream is not None else sys.stdout.buffer
         out.write(alert_json(row))
         out.flush()
@@ -147,7 +148,7 @@ class FileSink(Sink):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: BinaryIO | None = None
 
-    def submit(self, rows: list[dict[str, Any]]) -> None:  # noqa: D102
+    def submit(self, rows: list[dict[str, Any]]) -> None:
         try:
             if self._fh is None:
                 self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open across batches
@@ -161,7 +162,7 @@ class FileSink(Sink):
                 self._fh.close()
                 self._fh = None
 
-    def close(self) -> None:  # noqa: D102
+    def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -177,7 +178,7 @@ class _QueuedSink(Sink):
         self._closing = False
         self._thread.start()
 
-    def submit(self, rows: list[dict[str, Any]]) -> None:  # noqa: D102
+    def submit(self, rows: list[dict[str, Any]]) -> None:
         for r in rows:
             while True:
                 try:
@@ -204,7 +205,7 @@ class _QueuedSink(Sink):
                 self.send(row)
                 self.sent += 1
                 return
-            except Exception as exc:  # noqa: BLE001 - retried, then counted
+            except Exception as exc:
                 if attempt >= self.config.retries or self._closing:
                     self.failed += 1
                     log.warning(
@@ -221,10 +222,8 @@ class _QueuedSink(Sink):
         while not self._q.empty() and time.monotonic() < deadline:
             time.sleep(0.02)
         self._closing = True
-        try:
+        with contextlib.suppress(queue.Full):
             self._q.put_nowait(None)
-        except queue.Full:
-            pass
         self._thread.join(max(0.1, deadline - time.monotonic()))
 
 
@@ -233,7 +232,7 @@ class WebhookSink(_QueuedSink):
 
     name = "webhook"
 
-    def send(self, row: dict[str, Any]) -> None:  # noqa: D102
+    def send(self, row: dict[str, Any]) -> None:
         body = orjson.dumps(
             slack_payload(row) if self.config.slack else row, option=_JSON_OPTS, default=str
         )
@@ -275,18 +274,18 @@ class KafkaSink(_QueuedSink):
             )
         return self._producer
 
-    def send(self, row: dict[str, Any]) -> None:  # noqa: D102
+    def send(self, row: dict[str, Any]) -> None:
         key = f"{row.get('entity_type')}:{row.get('entity_id')}".encode()
         fut = self._producer_().send(self.config.topic, key=key, value=alert_json(row)[:-1])
         fut.get(timeout=self.config.timeout_s)
 
-    def close(self, timeout: float = 10.0) -> None:  # noqa: D102
+    def close(self, timeout: float = 10.0) -> None:
         super().close(timeout)
         if self._producer is not None:
             try:
                 self._producer.flush(timeout=timeout)
                 self._producer.close(timeout=timeout)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("kafka sink close: %s", exc)
             self._producer = None
 
@@ -311,7 +310,7 @@ class SinkSet:
         for s in self.sinks:
             try:
                 s.submit([r for r in rows if s.wants(r)])
-            except Exception as exc:  # noqa: BLE001 - a sink never stops ingestion
+            except Exception as exc:
                 s.failed += len(rows)
                 log.warning("%s sink failed: %s", s.name, exc)
 
@@ -324,7 +323,7 @@ class SinkSet:
         for s in self.sinks:
             try:
                 s.close()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("%s sink close failed: %s", s.name, exc)
 
 

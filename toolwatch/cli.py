@@ -72,12 +72,25 @@ def ingest(
         bool, typer.Option("--json", help="Print the summary as JSON.")
     ] = False,
     progress: Annotated[bool | None, typer.Option("--progress/--no-progress")] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="Keep reading: - follows a pipe to EOF, files are tailed (see toolwatch tail).",
+        ),
+    ] = False,
 ) -> None:
     """Read MCP logs into the store. Bad lines are quarantined, never fatal.
 
     Example: toolwatch ingest 'logs/*.jsonl.gz' -
     """
     from toolwatch.ingest_run import ingest_paths
+
+    if follow:
+        from toolwatch.live_cli import follow as follow_paths
+
+        follow_paths(paths, config, data_dir)
+        return
 
     try:
         cfg = _config(config, data_dir)
@@ -182,6 +195,12 @@ def version() -> None:
 from dashboard.launch import dashboard_command
 
 app.command("dashboard")(dashboard_command)  # noqa: E402, E702, I001
+from toolwatch.live_cli import kafka, run, status, tail  # noqa: E402
+
+app.command()(tail)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)
+app.command()(kafka)
+app.command()(status)
 # --- end of registered commands ---
 
 

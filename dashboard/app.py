@@ -1,7 +1,7 @@
 """Entry point of the toolwatch dashboard (``toolwatch dashboard`` runs it).
 
 Run directly with ``streamlit run dashboard/app.py -- --data-dir DIR``. Pages live in
-``dashboard/pages/``; shared helpers in :mod:`dashboard.ui`; queries in
+``dashboard/views/``; shared helpers in :mod:`dashboard.ui`; queries in
 :mod:`dashboard.data`.
 
 Access control: if ``$TOOLWATCH_DASHBOARD_PASSWORD`` is set, every session must enter it

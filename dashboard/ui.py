@@ -34,11 +34,11 @@ REFRESH_CHOICES = (5, 10, 30, 60)
 DEFAULT_REFRESH_S = 10
 #: Page files, relative to ``dashboard/app.py``.
 PAGES = {
-    "overview": "pages/overview.py",
-    "flagged": "pages/flagged.py",
-    "session": "pages/session.py",
-    "entity": "pages/entity.py",
-    "forensics": "pages/forensics.py",
+    "overview": "views/overview.py",
+    "flagged": "views/flagged.py",
+    "session": "views/session.py",
+    "entity": "views/entity.py",
+    "forensics": "views/forensics.py",
 }
 #: Plotly colours per call outcome and alert severity (stable across charts).
 STATUS_COLORS = {

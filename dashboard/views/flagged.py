@@ -99,7 +99,7 @@ def flagged(flt: data.AlertFilter) -> None:
         shown,
         key="flagged_table",
         select=True,
-        height=min(40 + 35 * shown.height, 640),
+        height=min(36 * (shown.height + 1) + 3, 640),
         column_config={
             "score": st.column_config.ProgressColumn(
                 "score", min_value=0.0, max_value=1.0, format="%.2f"

@@ -50,12 +50,11 @@ def _pick() -> None:
 
 def _alert_panel(alert: dict[str, Any]) -> None:
     st.subheader("Alert")
-    c = st.columns(4)
+    c = st.columns(3)
     c[0].metric("Severity", str(alert.get("severity")))
     c[1].metric("Category", str(alert.get("category")))
     c[2].metric("Score", f"{alert.get('score') or 0:.2f}")
-    c[3].metric("Detector", str(alert.get("detector")))
-    st.text(f"Alert id: {alert['alert_id']}")
+    st.text(f"Alert id: {alert['alert_id']}   ·   detector: {alert.get('detector')}")
     st.text(f"Entity: {alert.get('entity_type')} = {alert.get('entity_id')}")
     st.text(
         f"Window: {ui.fmt_time(alert.get('first_seen'), tz)} → "
@@ -90,7 +89,6 @@ def _alert_panel(alert: dict[str, Any]) -> None:
         ui.open_entity("caller_id", alert["caller_id"])
     if alert.get("client_ip") and b[1].button("Open client address", key="sd_open_ip"):
         ui.open_entity("client_ip", alert["client_ip"])
-    _triage_panel(alert)
 
 
 def _triage_panel(alert: dict[str, Any]) -> None:
@@ -102,14 +100,13 @@ def _triage_panel(alert: dict[str, Any]) -> None:
         + (f" (by {cur.actor} at {ui.fmt_time(cur.at, tz)})" if cur else "")
     )
     with st.form("triage_form", clear_on_submit=True):
-        cols = st.columns([2, 2])
-        status = cols[0].radio(
+        status = st.radio(
             "Verdict",
             [s for s in STATUSES],
             horizontal=True,
             index=STATUSES.index(cur.status) if cur else 1,
         )
-        who = cols[1].text_input("Who", value=ui.default_actor())
+        who = st.text_input("Who", value=ui.default_actor())
         note = st.text_area("Note", placeholder="why; ticket; what was checked")
         suppress = st.checkbox(
             "False positive: also suppress future alerts for this entity",
@@ -261,7 +258,11 @@ if alert is None and session_id is None:
     st.stop()
 
 if alert is not None:
-    _alert_panel(alert)
+    left, right = st.columns([3, 2], gap="large")
+    with left:
+        _alert_panel(alert)
+    with right:
+        _triage_panel(alert)
     if session_id is None:
         sessions = ui.q("sessions_for_alert", alert)
         ids = sessions["session_id"].to_list() if sessions.height else []

@@ -44,6 +44,27 @@ class Pairer:
         self.max_pending = max_pending
         self.pending: pl.DataFrame | None = None
         self.counters = PairCounters()
+        # Ids of recent non-tool requests (initialize, tools/list, ping): their responses
+        # are protocol traffic, not orphans. Bounded like the pending table.
+        self._other_ids: dict[tuple[str | None, str | None], None] = {}
+
+    def note_other_requests(self, rows: pl.DataFrame) -> None:
+        """Remember ids of JSON-RPC requests that are not tool calls."""
+        for key in rows.select(_KEY).iter_rows():
+            self._other_ids[key] = None
+        while len(self._other_ids) > self.max_pending:
+            self._other_ids.pop(next(iter(self._other_ids)))
+
+    def split_protocol(self, orphans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Split unmatched responses into (answers to non-tool requests, true orphans)."""
+        if orphans.height == 0 or not self._other_ids:
+            return orphans.clear(), orphans
+        known = pl.DataFrame(
+            list(self._other_ids), schema={"session_id": pl.String, "rpc_id": pl.String},
+            orient="row",
+        )
+        proto = orphans.join(known, on=_KEY, how="semi")
+        return proto, orphans.join(known, on=_KEY, how="anti")
 
     def pair(
         self, reqs: pl.DataFrame, resps: pl.DataFrame, *, final: bool
@@ -103,6 +124,10 @@ class Pairer:
                 alone = pl.concat([alone, waiting.head(waiting.height - self.max_pending)])
                 waiting = waiting.tail(self.max_pending)
         self.counters.unanswered += alone.height
+        # No response: the outcome is not known (a request line says nothing about it).
+        alone = alone.with_columns(
+            pl.lit("unknown").alias("status"), pl.lit(None, pl.Boolean).alias("is_error_b")
+        )
         self.pending = waiting if waiting.height else None
         events = pl.concat([events, alone], how="vertical_relaxed")
         return events, orphans

@@ -1035,6 +1035,7 @@ class LivePipeline:
 
         if new_alerts is not None and new_alerts.height and self.sinks is not None:
             self.sinks.emit(new_alerts)
+        res.seconds = time.monotonic() - t0
         for hook in self.on_commit:
             hook(res)
         if self.sinks is not None:

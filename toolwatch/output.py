@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
+from decimal import Decimal
 from typing import TextIO
 
 import orjson
@@ -44,7 +46,8 @@ def write_rows(tbl: pa.Table, fmt: str, out: TextIO | None = None, *, max_rows: 
     elif fmt == "json":
         for row in df.iter_rows(named=True):
             out.write(
-                orjson.dumps(row, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z).decode() + "\n"
+                orjson.dumps(row, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z).decode()
+                + "\n"
             )
     else:
         console = Console(file=out, soft_wrap=False, width=max(120, Console().width))
@@ -57,6 +60,17 @@ def write_rows(tbl: pa.Table, fmt: str, out: TextIO | None = None, *, max_rows: 
         if df.height > max_rows:
             console.print(Text(f"… {df.height - max_rows} more rows (use --format csv/json)"))
         console.print(Text(f"{df.height} row(s)"))
+
+
+def _default(v: object) -> object:
+    """JSON for values orjson does not know (DECIMAL sums, timedeltas, bytes)."""
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "backslashreplace")
+    return str(v)
 
 
 def _fmt(v: object) -> str:

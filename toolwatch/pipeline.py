@@ -110,12 +110,18 @@ class Pipeline:
 
         calls = part("call")
         reqs, resps = part("rpc_req"), part("rpc_resp")
-        orphans = empty
+        orphans = protocol = empty
         if reqs.height or resps.height or batch.source_fp in self.pairers:
             pairer = self.pairers.setdefault(batch.source_fp, Pairer())
+            pairer.note_other_requests(
+                part("quarantine").filter(
+                    (pl.col("reason") == "non_tool_message") & pl.col("rpc_id").is_not_null()
+                )
+            )
             before = pairer.counters.unanswered
             paired, orphans = pairer.pair(reqs, resps, final=batch.final)
             self.counters.rpc_responses_merged += resps.height - orphans.height
+            protocol, orphans = pairer.split_protocol(orphans)
             self.counters.rpc_requests_unanswered += pairer.counters.unanswered - before
             if batch.final:
                 self.pairers.pop(batch.source_fp, None)
@@ -123,7 +129,7 @@ class Pipeline:
 
         events = self._events(calls, batch, now)
         summaries = self._summaries(part("summary"), batch, now)
-        quarantine = self._quarantine(part("quarantine"), orphans, batch, now)
+        quarantine = self._quarantine(part("quarantine"), orphans, protocol, batch, now)
         return BatchOutput(
             events=events,
             summaries=summaries,
@@ -157,8 +163,21 @@ class Pipeline:
         return s.select(schema.SUMMARIES.names).to_arrow().cast(schema.SUMMARIES)
 
     def _quarantine(
-        self, rows: pl.DataFrame, orphans: pl.DataFrame, batch: RawBatch, now: datetime
+        self,
+        rows: pl.DataFrame,
+        orphans: pl.DataFrame,
+        protocol: pl.DataFrame,
+        batch: RawBatch,
+        now: datetime,
     ) -> pa.Table:
+        if protocol.height:
+            rows = pl.concat(
+                [rows, protocol.with_columns(
+                    pl.lit("non_tool_message").alias("reason"),
+                    pl.lit("JSON-RPC response to a non-tool request").alias("detail"),
+                )],
+                how="vertical_relaxed",
+            )
         if orphans.height:
             rows = pl.concat(
                 [

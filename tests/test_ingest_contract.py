@@ -1,0 +1,223 @@
+"""The log contract: every alias and format, through the real CLI into the real store."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from ingest.aliases import ALIASES
+
+BASE = {
+    "ts": "2026-11-02T10:00:00Z",
+    "session_id": "s-1",
+    "caller_id": "alice",
+    "client_ip": "10.1.2.3",
+    "server": "docs",
+    "tool": "getDocument",
+    "args": {"documentId": "doc-1001"},
+    "status": "ok",
+    "bytes": 100,
+    "rows": 2,
+    "duration_ms": 5.5,
+}
+CANON_VALUE = {
+    "ts": "2026-11-02T10:00:00Z",
+    "session_id": "s-alias",
+    "caller_id": "bob",
+    "client_ip": "192.0.2.9",
+    "server": "crm",
+    "tool": "searchItems",
+    "args": {"query": "x", "customerId": "c-77"},
+    "resource_id": "res-9",
+    "status": "not_found",
+    "bytes": 4321,
+    "rows": 17,
+    "duration_ms": 12.25,
+}
+# Fields whose aliases are exercised as a per-call event.
+CALL_FIELDS = [
+    "ts", "session_id", "caller_id", "client_ip", "server", "tool", "args",
+    "resource_id", "status", "bytes", "rows", "duration_ms",
+]
+CASES = [(f, a) for f in CALL_FIELDS for a in ALIASES[f]]
+COLUMN = {"args": "args", "ts": "ts"}
+
+
+@pytest.mark.parametrize(("field", "alias"), CASES, ids=[f"{f}-{a}" for f, a in CASES])
+def test_every_alias_is_read(tw, write_lines, field: str, alias: str) -> None:
+    event = {k: v for k, v in BASE.items() if k != field}
+    event[alias] = CANON_VALUE[field]
+    summary = tw.ingest(write_lines(event))
+    assert summary["events_stored"] == 1, summary
+    (row,) = tw.query("SELECT * FROM events")
+    col = COLUMN.get(field, field)
+    if field == "args":
+        assert json.loads(row["args"]) == CANON_VALUE["args"]
+        assert row["resource_key"] == "customerId" and row["resource_id"] == "c-77"
+    elif field == "ts":
+        assert row["ts"].startswith("2026-11-02T10:00:00")
+    else:
+        assert row[col] == CANON_VALUE[field]
+
+
+def test_first_alias_wins_and_unknown_fields_are_kept(tw, write_lines) -> None:
+    ev = {**BASE, "sessionId": "second", "session_id": "first", "custom_field": {"deep": [1, 2]}}
+    tw.ingest(write_lines(ev))
+    (row,) = tw.query("SELECT session_id, raw FROM events")
+    assert row["session_id"] == "first"
+    assert json.loads(row["raw"])["custom_field"] == {"deep": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2026-11-02T10:00:00.250Z", "2026-11-02T10:00:00.250"),
+        ("2026-11-02T11:00:00+01:00", "2026-11-02T10:00:00"),
+        ("2026-11-02 10:00:00", "2026-11-02T10:00:00"),
+        (1793613600, "2026-11-02T10:00:00"),
+        (1793613600.5, "2026-11-02T10:00:00.500"),
+        (1793613600123, "2026-11-02T10:00:00.123"),
+        ("1793613600", "2026-11-02T10:00:00"),
+    ],
+)
+def test_timestamp_forms(tw, write_lines, value, expected: str) -> None:
+    tw.ingest(write_lines({**BASE, "ts": value}))
+    (row,) = tw.query("SELECT strftime(ts, '%Y-%m-%dT%H:%M:%S.%g') AS t FROM events")
+    assert row["t"].startswith(expected.ljust(23, "0")[:23] if "." in expected else expected)
+
+
+@pytest.mark.parametrize(
+    ("fields", "status"),
+    [
+        ({"status": "success"}, "ok"),
+        ({"status": "404"}, "not_found"),
+        ({"status": 404}, "not_found"),
+        ({"outcome": "Not Found"}, "not_found"),
+        ({"status": "forbidden"}, "denied"),
+        ({"status": 403}, "denied"),
+        ({"status": "unauthorized"}, "auth_failed"),
+        ({"status": "invalid_api_key"}, "auth_failed"),
+        ({"status": 429}, "rate_limited"),
+        ({"outcome": "throttled"}, "rate_limited"),
+        ({"status": 500}, "error"),
+        ({"isError": True}, "error"),
+        ({"is_error": False}, "ok"),
+        ({"status": "not_found", "isError": True}, "not_found"),
+        ({}, "unknown"),
+    ],
+)
+def test_outcome_normalization(tw, write_lines, fields: dict, status: str) -> None:
+    ev = {k: v for k, v in BASE.items() if k != "status"} | fields
+    tw.ingest(write_lines(ev))
+    (row,) = tw.query("SELECT status FROM events")
+    assert row["status"] == status
+
+
+def test_numbers_as_strings_are_coerced(tw, write_lines) -> None:
+    tw.ingest(write_lines({**BASE, "bytes": "1234", "rows": "7", "duration_ms": "3.5"}))
+    (row,) = tw.query("SELECT bytes, rows, duration_ms FROM events")
+    assert row == {"bytes": 1234, "rows": 7, "duration_ms": 3.5}
+
+
+def test_resource_derived_from_args(tw, write_lines) -> None:
+    lines = [
+        {**BASE, "args": {"sessionId": "x", "bookingId": "bk-1"}},
+        {**BASE, "args": {"path": "/etc/hosts"}},
+        {**BASE, "args": {"uri": "https://a.example/b"}},
+        {**BASE, "args": {"id": 42}},
+        {**BASE, "args": {"query": "no resource here"}},
+        {**BASE, "resource_id": "explicit", "args": {"documentId": "doc-1"}},
+    ]
+    tw.ingest(write_lines(*lines))
+    rows = tw.query("SELECT resource_key, resource_id FROM events ORDER BY line_no")
+    assert [(r["resource_key"], r["resource_id"]) for r in rows] == [
+        ("bookingId", "bk-1"),
+        ("path", "/etc/hosts"),
+        ("uri", "https://a.example/b"),
+        ("id", "42"),
+        (None, None),
+        (None, "explicit"),
+    ]
+
+
+def test_session_summaries_become_sessions(tw, write_lines) -> None:
+    summary = {
+        "event": "SESSION_ANOMALY", "sessionId": "sum-1", "callCount": 900,
+        "uniqueResourcesAccessed": 850, "totalBytesReturned": 10_000_000, "authFailures": 3,
+        "ts": "2026-11-02T12:00:00Z", "callerId": "mallory", "clientIp": "203.0.113.5",
+    }
+    res = tw.ingest(write_lines(summary, {**BASE, "session_id": "s-1"}))
+    assert res["summaries_stored"] == 1 and res["events_stored"] == 1
+    rows = {r["session_id"]: r for r in tw.query("SELECT * FROM sessions")}
+    assert rows["sum-1"]["basis"] == "summary"
+    assert rows["sum-1"]["calls"] == 900 and rows["sum-1"]["distinct_resources"] == 850
+    assert rows["sum-1"]["auth_failures"] == 3 and rows["sum-1"]["caller_id"] == "mallory"
+    assert rows["s-1"]["basis"] == "events"
+
+
+def _rpc(ts: str, sid: str, msg: dict, wrap: bool = True) -> dict:
+    return {"ts": ts, "session_id": sid, "message": msg} if wrap else {**msg}
+
+
+def test_jsonrpc_transcript_pairs_requests_and_responses(tw, write_lines) -> None:
+    req = lambda i, name, args: {"jsonrpc": "2.0", "id": i, "method": "tools/call",  # noqa: E731
+                                 "params": {"name": name, "arguments": args}}
+    lines = [
+        _rpc("2026-11-02T10:00:00Z", "c1", {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                            "params": {}}),
+        _rpc("2026-11-02T10:00:00.100Z", "c1", {"jsonrpc": "2.0", "id": 0, "result": {}}),
+        _rpc("2026-11-02T10:00:01Z", "c1", req(1, "getDocument", {"documentId": "doc-1"})),
+        _rpc("2026-11-02T10:00:01Z", "c1", req(2, "getDocument", {"documentId": "doc-2"})),
+        # responses out of order, interleaved with another connection using the same id
+        _rpc("2026-11-02T10:00:01Z", "c2", req(1, "searchItems", {"query": "q"})),
+        _rpc("2026-11-02T10:00:01.300Z", "c1", {"jsonrpc": "2.0", "id": 2, "error": {
+            "code": -32001, "message": "Document not found"}}),
+        _rpc("2026-11-02T10:00:01.250Z", "c1", {"jsonrpc": "2.0", "id": 1, "result": {
+            "content": [{"type": "text", "text": "hello"}], "isError": False}}),
+        _rpc("2026-11-02T10:00:02Z", "c2", {"jsonrpc": "2.0", "id": 1, "result": {
+            "content": [{"type": "text", "text": "denied: permission"}], "isError": True}}),
+        _rpc("2026-11-02T10:00:03Z", "c1", {"jsonrpc": "2.0", "id": 99, "result": {}}),
+        # a bare (unwrapped) request whose response never comes
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "ts": "2026-11-02T10:00:04Z",
+         "session_id": "c3", "params": {"name": "readFile", "arguments": {"path": "/x"}}},
+    ]
+    res = tw.ingest(write_lines(*lines))
+    assert res["events_stored"] == 4, res
+    assert res["rpc_responses_merged"] == 3
+    assert res["quarantined"].get("non_tool_message", 0) == 2  # initialize + its response
+    assert res["quarantined"].get("orphan_response", 0) == 1
+    assert res["lines_read"] == len(lines)
+    rows = {(r["session_id"], r["resource_id"] or r["tool"]): r for r in tw.query(
+        "SELECT session_id, tool, resource_id, status, duration_ms, bytes, format FROM events")}
+    assert rows[("c1", "doc-1")]["status"] == "ok"
+    assert rows[("c1", "doc-1")]["duration_ms"] == pytest.approx(250.0)
+    assert rows[("c1", "doc-1")]["bytes"] > 0
+    assert rows[("c1", "doc-2")]["status"] == "not_found"
+    assert rows[("c2", "searchItems")]["status"] == "denied"
+    assert rows[("c3", "/x")]["status"] == "unknown"
+    assert {r["format"] for r in rows.values()} == {"jsonrpc"}
+
+
+def test_gzip_glob_and_stdin(tw, write_lines, tmp_path) -> None:
+    plain = write_lines({**BASE, "session_id": "a"}, name="a.jsonl")
+    gz = tmp_path / "b.jsonl.gz"
+    gz.write_bytes(gzip.compress(json.dumps({**BASE, "session_id": "b"}).encode() + b"\n"))
+    res = tw.ingest(str(tmp_path / "*.jsonl*"))
+    assert res["events_stored"] == 2
+    out = tw("ingest", "-", "-d", str(tw.data_dir), "--json",
+             input=json.dumps({**BASE, "session_id": "c"}).encode() + b"\n")
+    assert json.loads(out.stdout)["events_stored"] == 1
+    assert sorted(r["session_id"] for r in tw.query("SELECT session_id FROM events")) == [
+        "a", "b", "c"]
+    assert plain.exists()
+
+
+def test_missing_file_is_a_clear_failure_but_others_still_ingest(tw, write_lines, tmp_path) -> None:
+    good = write_lines(BASE)
+    proc = tw("ingest", str(good), str(tmp_path / "nope.jsonl"), "-d", str(tw.data_dir),
+              "--json", check=False)
+    assert proc.returncode == 1
+    assert "nope.jsonl" in proc.stderr
+    assert json.loads(proc.stdout)["events_stored"] == 1

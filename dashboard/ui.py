@@ -264,6 +264,24 @@ def plotly(fig: Any, *, key: str | None = None) -> None:
     st.plotly_chart(fig, key=key, config={"displaylogo": False, "displayModeBar": "hover"})
 
 
+def time_bars(fig: Any, bucket: str, counts: pl.DataFrame | None = None, y: str = "") -> Any:
+    """Give time-bucketed bars their bucket's width on the time axis; whole-number ticks.
+
+    Parameters
+    ----------
+    counts, y
+        The plotted frame and its count column, to use unit ticks for small counts.
+    """
+    widths = {"minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+    fig.update_traces(width=0.85 * widths.get(bucket, 3_600_000), offset=0)
+    fig.update_yaxes(rangemode="tozero")
+    if counts is not None and counts.height and y in counts.columns:
+        peak = counts.group_by("bucket").agg(pl.col(y).sum())[y].max()
+        if peak is not None and peak <= 8:  # type: ignore[operator]
+            fig.update_yaxes(dtick=1)
+    return fig
+
+
 def default_actor() -> str:
     """Who is triaging: the OIDC user's e-mail, ``$TOOLWATCH_ANALYST`` or the OS user."""
     try:

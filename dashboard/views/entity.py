@@ -60,7 +60,8 @@ else:
         ui.open_session(session_id=row.get("session_id"), alert_id=row["alert_id"])
 
 st.subheader("Activity")
-act = ui.q("entity_activity", etype, eid, data.pick_bucket(s.get("first_seen"), s.get("last_seen")))
+ebucket = data.pick_bucket(s.get("first_seen"), s.get("last_seen"))
+act = ui.q("entity_activity", etype, eid, ebucket)
 if act.height:
     fig = px.bar(
         data.to_timezone(act, tz).to_pandas(),
@@ -68,9 +69,9 @@ if act.height:
         y="calls",
         color="status",
         color_discrete_map=ui.STATUS_COLORS,
-        labels={"bucket": f"time ({tz})"},
+        labels={"bucket": f"time ({tz}, per {ebucket})"},
     )
-    ui.plotly(fig, key="en_activity")
+    ui.plotly(ui.time_bars(fig, ebucket, act, "calls"), key="en_activity")
 
 st.subheader("Sessions")
 sess = ui.q("entity_sessions", etype, eid)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import zoneinfo
+from datetime import timedelta
+
 import plotly.express as px
 import polars as pl
 import streamlit as st
@@ -35,6 +38,17 @@ def overview() -> None:
 
     lo, hi = ui.q("time_bounds")
     bucket = data.pick_bucket(lo, hi)
+    # both charts share the store's time span, so bars line up by eye
+    span = None
+    if lo is not None and hi is not None:
+        pad = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}.get(
+            bucket, timedelta(days=1)
+        )
+        zone = zoneinfo.ZoneInfo(tz)
+        span = [
+            (lo - pad).astimezone(zone).replace(tzinfo=None),
+            (hi + pad).astimezone(zone).replace(tzinfo=None),
+        ]
     left, right = st.columns(2)
     with left:
         st.subheader("Alerts over time")
@@ -59,7 +73,8 @@ def overview() -> None:
                 category_orders={"severity": list(data.SEVERITIES)},
                 labels={"bucket": f"first seen ({tz}, per {bucket})"},
             )
-            ui.plotly(fig, key="ov_alerts_chart")
+            fig.update_xaxes(range=span)
+            ui.plotly(ui.time_bars(fig, bucket, df, "alerts"), key="ov_alerts_chart")
     with right:
         st.subheader("Events ingested")
         et = ui.q("events_over_time", bucket)
@@ -75,7 +90,8 @@ def overview() -> None:
                 color_discrete_map=ui.STATUS_COLORS,
                 labels={"bucket": f"time ({tz}, per {bucket})"},
             )
-            ui.plotly(fig, key="ov_events_chart")
+            fig.update_xaxes(range=span)
+            ui.plotly(ui.time_bars(fig, bucket, et, "events"), key="ov_events_chart")
 
     st.subheader("Top callers, client addresses and tools")
     cols = st.columns(3)

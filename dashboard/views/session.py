@@ -50,7 +50,7 @@ def _pick() -> None:
 
 def _alert_panel(alert: dict[str, Any]) -> None:
     st.subheader("Alert")
-    c = st.columns(3)
+    c = st.columns([1, 2, 1])
     c[0].metric("Severity", str(alert.get("severity")))
     c[1].metric("Category", str(alert.get("category")))
     c[2].metric("Score", f"{alert.get('score') or 0:.2f}")

@@ -186,7 +186,7 @@ def tail_files(
     """Follow files/globs into the store until stopped; returns the (closed) pipeline."""
     from ingest.sources.file_tail import TailSource
 
-    stop = stop or StopFlag()
+    stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="tail", name=" ".join(patterns), sinks=sinks, detector=detector,
                 live=live, verbose=verbose)
     lc = r.live
@@ -370,7 +370,7 @@ def consume_kafka(
     """Consume topics as a member of ``group_id`` until stopped."""
     from ingest.sources.kafka import KafkaLiveSource
 
-    stop = stop or StopFlag()
+    stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,
                 detector=detector, live=live, verbose=verbose)
     src: KafkaLiveSource | None = None

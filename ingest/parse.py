@@ -221,7 +221,7 @@ WITH b AS (
   SELECT *,
     CASE WHEN reason IS NULL AND args_o IS NOT NULL AND resource_id_v IS NULL THEN
       list_filter(
-        regexp_extract_all(args_o, '"([A-Za-z0-9_]*(?:Id|_id|ID)|id|path|uri|url)"\s*:', 1),
+        regexp_extract_all(args_o, '"([A-Za-z0-9_]*(?:Id|_id|ID)|id|path|uri|url)"\\s*:', 1),
         lambda k: NOT list_contains({non_res}, k))[1]
     END AS res_key
   FROM k
@@ -391,7 +391,11 @@ FROM res)
         raw = pc.utf8_rtrim(tbl.column("line"), characters="\r\n")
         if out.num_rows != raw.length():
             raise AssertionError("parser lost rows")  # never expected; guards the zip below
-        return out.append_column("raw", raw)
+        # Original size in bytes (an over-long line's raw is only a prefix).
+        nbytes = pc.binary_length(batch.lines)
+        if batch.line_nos is not None:  # line sources keep the newline byte
+            nbytes = pc.subtract(nbytes, 1)
+        return out.append_column("raw", raw).append_column("raw_bytes", nbytes.cast(pa.int64()))
 
     def close(self) -> None:
         """Release the DuckDB connection."""

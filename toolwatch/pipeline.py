@@ -195,7 +195,6 @@ class Pipeline:
             return schema.QUARANTINE.empty_table()
         keep = self.config.ingest.quarantine_raw_chars
         q = rows.with_columns(
-            pl.col("raw").str.len_bytes().cast(pl.Int64).alias("raw_bytes"),
             pl.col("raw").str.slice(0, keep).alias("raw"),
             pl.lit(batch.source).alias("source"),
             pl.lit(batch.source_fp).alias("source_fp"),

@@ -1,0 +1,290 @@
+"""Bad input loses nothing and stops nothing; re-ingest is idempotent; secrets never stored."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import TOOLWATCH
+
+GOOD = {"ts": "2026-11-02T10:00:00Z", "session_id": "s", "tool": "getDocument",
+        "args": {"documentId": "doc-1"}}
+
+
+def good(i: int) -> bytes:
+    return json.dumps({**GOOD, "session_id": f"s{i}"}).encode()
+
+
+MALFORMED = {
+    "invalid_json": b'{"ts": "2026-11-02T10:00:00Z", "tool": "getDoc',
+    "invalid_utf8": b'{"ts": "2026-11-02T10:00:00Z", "tool": "caf\xe9\xff"}',
+    "not_object": b'[1, 2, 3]',
+    "missing_timestamp": b'{"session_id": "x", "tool": "getDocument"}',
+    "bad_timestamp": b'{"ts": "not a time", "tool": "getDocument"}',
+    "no_tool": b'{"ts": "2026-11-02T10:00:00Z", "level": "info", "msg": "server started"}',
+}
+
+
+def test_each_malformed_line_is_quarantined_and_neighbours_survive(tw, write_lines, tmp_path):
+    lines: list[bytes] = []
+    for i, bad in enumerate(MALFORMED.values()):
+        lines += [good(i * 2), bad, good(i * 2 + 1)]
+    binary = bytes(range(256)).replace(b"\n", b"")
+    lines += [binary, good(100)]
+    huge = b'{"ts": "2026-11-02T10:00:00Z", "tool": "x", "blob": "' + b"A" * 2_000_000 + b'"}'
+    lines += [huge, good(101)]
+    path = write_lines(*lines)
+    res = tw.ingest(path)
+    expected = {k: 1 for k in MALFORMED} | {"line_too_long": 1}
+    expected["invalid_utf8"] += 1  # the binary garbage line
+    assert res["quarantined"] == expected
+    assert res["events_stored"] == 2 * len(MALFORMED) + 2
+    assert res["lines_read"] == len(lines)
+    assert res["lines_read"] == res["events_stored"] + res["quarantined_total"]
+    rows = tw.query("SELECT reason, line_no, source, raw_bytes, length(raw) AS n FROM quarantine")
+    by_reason = {}
+    for r in rows:
+        by_reason.setdefault(r["reason"], []).append(r)
+    assert by_reason["invalid_json"][0]["line_no"] == 2
+    assert by_reason["line_too_long"][0]["raw_bytes"] > 2_000_000
+    assert by_reason["line_too_long"][0]["n"] <= 4096  # truncated, not dropped
+    assert all(r["source"] == str(path) for r in rows)
+
+
+def test_truncated_final_line_without_newline(tw, tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(good(1) + b"\n" + good(2) + b"\n" + b'{"ts": "2026-11-02T1')
+    res = tw.ingest(path)
+    assert res["events_stored"] == 2 and res["quarantined"] == {"invalid_json": 1}
+
+
+def test_reingest_is_idempotent_and_appends_are_picked_up(tw, write_lines, tmp_path):
+    path = write_lines(*[good(i) for i in range(50)], b"garbage{")
+    first = tw.ingest(path)
+    assert first["events_stored"] == 50
+    again = tw.ingest(path)
+    assert again["events_stored"] == 0 and again["quarantined_total"] == 0
+    # the same content under another name, gzip-compressed: same stream, nothing new
+    gz = tmp_path / "copy.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert tw.ingest(gz)["events_stored"] == 0
+    with open(path, "ab") as fh:
+        fh.write(good(50) + b"\n" + good(51) + b"\n")
+    assert tw.ingest(path)["events_stored"] == 2
+    (row,) = tw.query("SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM events")
+    assert row == {"n": 52, "d": 52}
+    (q,) = tw.query("SELECT count(*) AS n FROM quarantine")
+    assert q["n"] == 1
+
+
+def _all_store_text(data_dir: Path) -> str:
+    """Every value of every Parquet file in the store, as text (files are compressed)."""
+    con = duckdb.connect()
+    chunks = []
+    for f in data_dir.rglob("*.parquet"):
+        tbl = con.execute("SELECT * FROM read_parquet($f)", {"f": str(f)}).fetchall()
+        chunks.append(repr(tbl))
+    for f in data_dir.rglob("*"):
+        if f.is_file() and f.suffix != ".parquet":
+            chunks.append(f.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(chunks)
+
+
+def test_secrets_are_hashed_everywhere(tw, write_lines, tmp_path):
+    secret = "sk-live-PLANTED-9f8e7d6c5b4a"
+    lines = [
+        {**GOOD, "tool": "connectExternalService", "args": {"service": "s", "apiKey": secret}},
+        {**GOOD, "tool": "login", "arguments": {"user": "a", "password": secret + "pw"}},
+        {**GOOD, "tool": "call", "args": {"headers": {"Authorization": f"Bearer {secret}"}}},
+        {**GOOD, "tool": "c2", "args": {"api\u004bey": secret}},  # escaped key spelling
+        {"ts": "2026-11-02T10:00:01Z", "session_id": "r", "message": {
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "connect", "arguments": {"token": secret}}}},
+    ]
+    path = write_lines(*lines)
+    # and a truncated line carrying it, which must be quarantined without the clear value
+    with open(path, "ab") as fh:
+        fh.write(b'{"ts": "2026-11-02T10:00:00Z", "tool": "x", "args": {"apiKey": "' +
+                 secret.encode() + b'", "more\n')
+        # the escaped spelling on disk, as a serializer with ensure_ascii writes it
+        fh.write(b'{"ts": "2026-11-02T10:00:00Z", "session_id": "e", "tool": "x", '
+                 b'"args": {"api\\u004bey": "' + secret.encode() + b'"}}\n')
+    res = tw.ingest(path)
+    assert res["events_stored"] == 6 and res["quarantined_total"] == 1
+    assert secret not in _all_store_text(tw.data_dir)
+    rows = tw.query("SELECT tool, credential_hash FROM events WHERE credential_hash IS NOT NULL")
+    assert len(rows) >= 4
+    hashes = {r["credential_hash"] for r in rows if r["tool"] in ("connectExternalService", "c2")}
+    assert len(hashes) == 1 and hashes.pop().startswith("hmac:")  # same secret, same hash
+    # the key lives outside the store
+    key_file = Path(tw.env["XDG_CONFIG_HOME"]) / "toolwatch" / "hmac.key"
+    assert key_file.exists() and oct(key_file.stat().st_mode)[-3:] == "600"
+    assert tw.data_dir not in key_file.parents
+
+
+def test_hmac_key_inside_store_is_refused(tw, write_lines, tmp_path):
+    cfg = tmp_path / "tw.toml"
+    cfg.write_text(f'[secrets]\nhmac_key_file = "{tw.data_dir}/key"\n')
+    proc = tw("ingest", str(write_lines(GOOD)), "-d", str(tw.data_dir), "-c", str(cfg),
+              check=False)
+    assert proc.returncode == 1 and "must not live inside the store" in proc.stderr
+
+
+def test_sessionization_by_caller_and_gap(tw, write_lines, tmp_path):
+    def ev(minute: int, caller: str | None = "alice", ip: str | None = None) -> dict:
+        e = {"ts": f"2026-11-02T10:{minute:02d}:00Z", "tool": "t"}
+        if caller:
+            e["caller_id"] = caller
+        if ip:
+            e["client_ip"] = ip
+        return e
+
+    # alice: 0, 10, 20 (one session), 55 (gap 35 > 30 → new session); bob interleaved;
+    # an ip-only actor.
+    lines = [ev(0), ev(1, "bob"), ev(10), ev(20), ev(55), ev(56, "bob"), ev(5, None, "10.0.0.9")]
+    cfg = tmp_path / "tw.toml"
+    cfg.write_text("[ingest]\nsession_gap_minutes = 30\nchunk_bytes = 64\n")  # batch per line
+    tw("ingest", str(write_lines(*lines)), "-d", str(tw.data_dir), "-c", str(cfg))
+    rows = tw.query("SELECT session_id, count(*) AS n, bool_and(session_derived) AS d "
+                    "FROM events GROUP BY 1 ORDER BY 1")
+    assert all(r["d"] for r in rows)
+    assert {r["session_id"]: r["n"] for r in rows} == {
+        "derived:caller:alice@2026-11-02T10:00:00.000000Z": 3,
+        "derived:caller:alice@2026-11-02T10:55:00.000000Z": 1,
+        "derived:caller:bob@2026-11-02T10:01:00.000000Z": 1,
+        "derived:caller:bob@2026-11-02T10:56:00.000000Z": 1,
+        "derived:ip:10.0.0.9@2026-11-02T10:05:00.000000Z": 1,
+    }
+
+
+def test_query_is_read_only(tw, write_lines, tmp_path):
+    tw.ingest(write_lines(GOOD))
+    for sql in [
+        "COPY events TO '/tmp/tw-exfil.csv'",
+        "ATTACH '/tmp/x.db' AS x",
+        "CREATE TABLE t AS SELECT 1",
+        "INSERT INTO events SELECT * FROM events",
+        "SELECT 1; SELECT 2",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SET enable_external_access = true",
+        "PRAGMA database_list",
+    ]:
+        proc = tw("query", sql, "-d", str(tw.data_dir), check=False)
+        assert proc.returncode == 1, sql
+        assert "error" in proc.stderr.lower(), sql
+    assert not Path("/tmp/tw-exfil.csv").exists()
+    assert tw.query("SELECT count(*) AS n FROM events") == [{"n": 1}]
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_query_formats(tw, write_lines, fmt):
+    tw.ingest(write_lines(GOOD, {**GOOD, "session_id": "s2"}))
+    out = tw("query", "SELECT session_id FROM events ORDER BY 1", "-d", str(tw.data_dir),
+             "-f", fmt).stdout
+    assert "s2" in out
+    if fmt == "csv":
+        assert out.splitlines()[0] == "session_id"
+    if fmt == "json":
+        assert [json.loads(x)["session_id"] for x in out.splitlines()] == ["s", "s2"]
+
+
+def test_unknown_config_key_names_file_and_key(tw, write_lines, tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[ingest]\nmax_line_byte = 10\n")
+    proc = tw("ingest", str(write_lines(GOOD)), "-c", str(cfg), "-d", str(tw.data_dir),
+              check=False)
+    assert proc.returncode == 1
+    assert "max_line_byte" in proc.stderr and str(cfg) in proc.stderr
+
+
+def test_reader_runs_while_writer_writes(tw, tmp_path):
+    """query keeps answering, with a growing count, while a large ingest commits batches."""
+    path = tmp_path / "big.jsonl"
+    with open(path, "wb") as fh:
+        for i in range(120_000):
+            fh.write(json.dumps({**GOOD, "session_id": f"s{i % 500}",
+                                 "args": {"documentId": f"doc-{i}"}}).encode() + b"\n")
+    cfg = tmp_path / "tw.toml"
+    cfg.write_text("[ingest]\nchunk_bytes = 262144\n")  # many small commits
+    writer = subprocess.Popen(
+        [TOOLWATCH, "ingest", str(path), "-d", str(tw.data_dir), "-c", str(cfg), "--json"],
+        env=tw.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    counts = []
+    deadline = time.monotonic() + 240
+    while writer.poll() is None and time.monotonic() < deadline:
+        proc = tw("query", "SELECT count(*) AS n FROM events", "-d", str(tw.data_dir),
+                  "-f", "json", check=False)
+        assert proc.returncode == 0, proc.stderr
+        counts.append(json.loads(proc.stdout)["n"])
+    writer.wait(timeout=240)
+    assert writer.returncode == 0, writer.stderr.read()
+    assert counts == sorted(counts), "a reader saw events disappear"
+    assert any(0 < c < 120_000 for c in counts), f"never saw a partial state: {counts}"
+    assert tw.query("SELECT count(*) AS n FROM events") == [{"n": 120_000}]
+
+
+def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
+    """A writer killed after staging (no COMMIT) leaves nothing; after COMMIT, it is finished."""
+    from toolwatch.store import Store
+
+    tw.ingest(write_lines(GOOD))
+    store_dir = tw.data_dir
+    # Fake a dead writer with one committed and one uncommitted batch in staging.
+    st = Store(store_dir)
+    src = next(store_dir.glob("events/date=*/*.parquet"))
+    (store_dir / "_staging" / "999-dead.lock").write_text("")
+    committed = store_dir / "_staging" / "999-dead_00000000000000000001000001"
+    uncommitted = store_dir / "_staging" / "999-dead_00000000000000000002000001"
+    committed.mkdir()
+    uncommitted.mkdir()
+    shutil.copy(src, committed / "f.parquet")
+    shutil.copy(src, uncommitted / "g.parquet")
+    (committed / "COMMIT.json").write_text(json.dumps({
+        "batch_id": "x", "files": [{"tmp": "f.parquet",
+                                    "dest": "events/date=2026-11-03/part-recovered.parquet"}],
+        "checkpoints": [], "replaces": []}))
+    assert st.recover() == 2
+    assert not committed.exists() and not uncommitted.exists()
+    assert (store_dir / "events/date=2026-11-03/part-recovered.parquet").exists()
+    assert not any(store_dir.rglob("g.parquet"))
+    os.sync()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.binary(min_size=0, max_size=300).map(lambda b: b.replace(b"\n", b"")),
+                min_size=1, max_size=40))
+def test_arbitrary_bytes_never_crash_and_every_line_is_accounted_for(tmp_path_factory, lines):
+    from toolwatch.config import Config
+    from toolwatch.pipeline import Pipeline
+    from ingest.sources import FileSource
+
+    d = tmp_path_factory.mktemp("hyp")
+    path = d / "in.jsonl"
+    body = b"\n".join([good(0), *lines, good(1)]) + b"\n"
+    path.write_bytes(body)
+    cfg = Config()
+    cfg.store.data_dir = str(d / "store")
+    cfg.secrets.hmac_key_file = str(d / "key")
+    pipe = Pipeline(cfg, None)
+    totals = {"events": 0, "summaries": 0, "quarantine": 0}
+    for batch in FileSource(str(path), 1 << 20, {}).batches():
+        out = pipe.transform(batch)
+        totals["events"] += out.events.num_rows
+        totals["summaries"] += out.summaries.num_rows
+        totals["quarantine"] += out.quarantine.num_rows
+    n_lines = body.count(b"\n")
+    merged = pipe.counters.rpc_responses_merged
+    assert totals["events"] + totals["summaries"] + totals["quarantine"] + merged == n_lines
+    assert totals["events"] >= 2

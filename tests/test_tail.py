@@ -113,13 +113,12 @@ def test_rotation_by_rename_reads_old_file_to_end(tmp_path: Path) -> None:
     cfg = config_for(data)
     with LiveThread(tail_files, cfg, [str(log)]):
         wait_for(lambda: stored_count(data) == 5)
-        fh = open(log, "ab")  # the writer keeps its descriptor across the rename
-        os.rename(log, tmp_path / "app.log.1")
-        fh.write(lines(5, 8))  # late writes to the old inode
-        fh.flush()
-        write(log, lines(100, 104, session="s-2"))  # the new file
-        fh.write(lines(8, 9))
-        fh.close()
+        with open(log, "ab") as fh:  # the writer keeps its descriptor across the rename
+            os.rename(log, tmp_path / "app.log.1")
+            fh.write(lines(5, 8))  # late writes to the old inode
+            fh.flush()
+            write(log, lines(100, 104, session="s-2"))  # the new file
+            fh.write(lines(8, 9))
         wait_for(lambda: stored_count(data) == 13)
     assert seqs(data) == [*range(9), *range(100, 104)]
     ev = stored_events(data)

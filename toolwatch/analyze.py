@@ -32,10 +32,15 @@ def load_events(store: Store, fingerprints: list[str] | None) -> tuple[pl.DataFr
     try:
         where = "WHERE source_fp IN (SELECT unnest($fps))" if fingerprints is not None else ""
         params = {"fps": fingerprints} if fingerprints is not None else {}
-        ev = con.execute(f"SELECT * FROM events {where} ORDER BY ts", params).pl()
-        su = con.execute(f"SELECT * FROM summaries {where} ORDER BY ts", params).pl()
+        ev = pl.from_arrow(
+            con.sql(f"SELECT * FROM events {where} ORDER BY ts", params=params).to_arrow_table()
+        )
+        su = pl.from_arrow(
+            con.sql(f"SELECT * FROM summaries {where} ORDER BY ts", params=params).to_arrow_table()
+        )
     finally:
         con.close()
+    assert isinstance(ev, pl.DataFrame) and isinstance(su, pl.DataFrame)
     return ev, su
 
 
@@ -92,7 +97,8 @@ _SEV_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 
 def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
     """Flagged sessions and entities, most severe first."""
-    console = Console()
+    # Wide enough for one alert per line when piped (rich falls back to 80 columns).
+    console = Console(width=max(Console().width, 160))
     if alerts.height == 0:
         console.print("no alerts")
         return

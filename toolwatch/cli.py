@@ -58,7 +58,7 @@ def _print_summary(counters: dict, *, title: str) -> None:
     t.add_row("secrets hashed", f"{counters['secrets_redacted']:,}")
     if counters["already_stored_bytes_skipped"]:
         t.add_row("bytes already stored (skipped)", f"{counters['already_stored_bytes_skipped']:,}")
-    Console().print(t)
+    Console(width=max(Console().width, 100)).print(t)
 
 
 @app.command()
@@ -166,6 +166,91 @@ def analyze(
         err.print(f"[bold red]error:[/] {f}", highlight=False)
     if res.ingest.failures:
         raise typer.Exit(1)
+
+
+@app.command()
+def train(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    model: Annotated[Path | None, typer.Option("--model", help="Output path (default <data_dir>/models/forest.skops).")] = None,
+) -> None:
+    """Fit the isolation forest on the store's history (skops, not pickle).
+
+    Example: toolwatch train -d /var/lib/toolwatch
+    """
+    import detectors
+    from toolwatch.analyze import load_events
+    from toolwatch.store import Store
+
+    try:
+        cfg = _config(config, data_dir)
+        events, summaries = load_events(Store(cfg.data_dir), None)
+        path = model or cfg.data_dir / "models" / "forest.skops"
+        info = detectors.train(
+            events, summaries, detectors.DetectorsConfig.from_dict(cfg.detectors), path
+        )
+    except ToolwatchError as exc:
+        raise _fail(exc) from None
+    Console().print(
+        f"trained on {info['n_train']:,} sessions (scikit-learn {info['sklearn_version']}); "
+        f"saved to {info['path']}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+_SEVERITIES = ["low", "medium", "high", "critical"]
+
+
+@app.command()
+def alerts(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    category: Annotated[list[str] | None, typer.Option("--category", help="Repeatable.")] = None,
+    severity: Annotated[str | None, typer.Option(help="Minimum severity: low|medium|high|critical.")] = None,
+    entity: Annotated[str | None, typer.Option(help="Session, caller or client address (exact).")] = None,
+    since: Annotated[str | None, typer.Option(help="Alerts whose window ends at/after this ISO time.")] = None,
+    until: Annotated[str | None, typer.Option(help="Alerts whose window starts at/before this ISO time.")] = None,
+    limit: Annotated[int, typer.Option(help="Most rows shown.")] = 200,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
+) -> None:
+    """List stored alerts, most severe and most recent first.
+
+    Example: toolwatch alerts --category credential_stuffing --severity high --since 2026-11-02
+    """
+    from toolwatch.output import write_rows
+    from toolwatch.store import Store
+
+    if severity is not None and severity not in _SEVERITIES:
+        raise _fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
+    if fmt not in ("table", "csv", "json"):
+        raise _fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
+    # Every filter value is a bound parameter: alert fields come from the logs.
+    sql = (
+        "SELECT severity, category, score, entity_type, entity_id, session_id, caller_id, "
+        "client_ip, first_seen, last_seen, detected_at, reasons[1] AS reason, alert_id "
+        "FROM alerts WHERE ($cats IS NULL OR list_contains($cats, category)) "
+        "AND list_position($sevs, severity) >= $minsev "
+        "AND ($entity IS NULL OR $entity IN (entity_id, session_id, caller_id, client_ip)) "
+        "AND ($since IS NULL OR last_seen >= CAST($since AS TIMESTAMPTZ)) "
+        "AND ($until IS NULL OR first_seen <= CAST($until AS TIMESTAMPTZ)) "
+        "ORDER BY list_position($sevs, severity) DESC, last_seen DESC LIMIT $limit"
+    )
+    params = {
+        "cats": category or None,
+        "sevs": _SEVERITIES,
+        "minsev": _SEVERITIES.index(severity) + 1 if severity else 1,
+        "entity": entity,
+        "since": since,
+        "until": until,
+        "limit": limit,
+    }
+    try:
+        cfg = _config(config, data_dir)
+        tbl = Store(cfg.data_dir).query(sql, params)
+    except ToolwatchError as exc:
+        raise _fail(exc) from None
+    write_rows(tbl, fmt, max_rows=limit)
 
 
 @app.command("config")

@@ -286,10 +286,10 @@ class Store:
                     break
             con = duckdb.connect()
             try:
-                tbl = con.execute(
+                tbl = con.sql(
                     "SELECT * FROM read_parquet($files, union_by_name=true) "
                     f"QUALIFY row_number() OVER (PARTITION BY {part_key} ORDER BY {order}) = 1",
-                    {"files": [str(f) for f in group]},
+                    params={"files": [str(f) for f in group]},
                 ).to_arrow_table()
             finally:
                 con.close()
@@ -347,7 +347,7 @@ class Store:
             try:
                 lock_down(con, self.root)
                 return (
-                    con.execute(sql, params).to_arrow_table()
+                    con.sql(sql, params=params).to_arrow_table()
                     if params is not None
                     else (con.sql(sql).to_arrow_table())
                 )

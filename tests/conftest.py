@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.kafka_broker import kafka_broker  # noqa: F401  (real Tansu broker fixture)
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
 

@@ -2,8 +2,9 @@
 
 Starts the CLI on a fixture store, checks that the flagged sessions are listed, clicks
 through to a session's detail, checks hostile log strings render as literal text and run
-nothing, and saves a screenshot to ``artifacts/dashboard.png`` (and to
-``docs/screenshot.png`` when ``TOOLWATCH_UPDATE_SCREENSHOT=1``).
+nothing, refreshes live, and saves screenshots to ``artifacts/`` (the session detail as
+``artifacts/dashboard.png``, copied to ``docs/screenshot.png`` when
+``TOOLWATCH_UPDATE_SCREENSHOT=1``).
 """
 
 from __future__ import annotations
@@ -163,11 +164,13 @@ def test_flagged_list_and_click_through(server, page):
     out.mkdir(exist_ok=True)
     page.set_viewport_size({"width": 1440, "height": 1500})
     page.wait_for_timeout(800)
-    page.screenshot(path=str(out / "dashboard-session.png"))
+    page.screenshot(path=str(out / "dashboard.png"))
+    if os.environ.get("TOOLWATCH_UPDATE_SCREENSHOT") == "1":
+        shutil.copy(out / "dashboard.png", ROOT / "docs" / "screenshot.png")
     assert not page.dialogs
 
 
-def test_overview_screenshot(server, page):
+def test_flagged_and_overview_screenshots(server, page):
     url, _ = server
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{url}/flagged")
@@ -175,9 +178,7 @@ def test_overview_screenshot(server, page):
     page.wait_for_timeout(1500)
     out = ROOT / "artifacts"
     out.mkdir(exist_ok=True)
-    page.screenshot(path=str(out / "dashboard.png"))
-    if os.environ.get("TOOLWATCH_UPDATE_SCREENSHOT") == "1":
-        shutil.copy(out / "dashboard.png", ROOT / "docs" / "screenshot.png")
+    page.screenshot(path=str(out / "dashboard-flagged.png"))
     page.goto(f"{url}/")
     page.get_by_text("Alerts over time").wait_for()
     page.locator('[data-testid="stMetric"]').first.wait_for()
@@ -222,3 +223,43 @@ def test_hostile_log_strings_render_as_text(server, page):
     page.wait_for_timeout(1000)
     assert page.evaluate("typeof window.__xss") == "undefined"
     assert not page.dialogs
+
+
+def test_live_refresh_shows_new_alerts_without_reload(server, page):
+    """Runs last: adds an alert to the store while the flagged list is open."""
+    import pyarrow as pa
+
+    from dashboard.testdata import BASE
+    from toolwatch import schema
+    from toolwatch.store import Store
+
+    url, info = server
+    page.goto(f"{url}/flagged")
+    page.get_by_text("6 alert(s). Click a row").wait_for()
+    page.evaluate("window.__notReloaded = true")
+    row = {
+        "alert_id": "al-live-0007",
+        "category": "enumeration",
+        "detector": "rules.enumeration",
+        "severity": "high",
+        "score": 0.9,
+        "entity_type": "session",
+        "entity_id": "sess-live-1",
+        "session_id": "sess-live-1",
+        "caller_id": "late-agent",
+        "client_ip": "203.0.113.99",
+        "server": "crm-server",
+        "first_seen": BASE,
+        "last_seen": BASE,
+        "detected_at": BASE,
+        "reasons": ["written while the dashboard was open"],
+        "evidence": "{}",
+    }
+    store = Store(info.data_dir)
+    store.write_batch({"alerts": pa.Table.from_pylist([row], schema=schema.ALERTS)})
+    store.close()
+    # the fragment re-queries on its own (default every 10 s); no navigation, no reload
+    page.get_by_text("7 alert(s). Click a row").wait_for(timeout=40_000)
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.locator("td", has_text="session: sess-live-1").first.wait_for(state="attached")
+    assert page.evaluate("window.__notReloaded") is True

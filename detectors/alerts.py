@@ -112,10 +112,14 @@ def _fold(rows: list[dict[str, Any]], config: DetectorsConfig) -> tuple[list[dic
         if not rules:
             continue
         top = rules[0]
+        # A session known only from its summary offers a handful of figures that every
+        # category reads: report it once, under the category those figures support most.
+        summary_only = (top["_evidence"] or {}).get("basis") == "summary"
         for r in group:
             if r is top:
                 continue
-            if r["category"] == "anomaly" or r["score"] <= top["score"] - config.fold_margin:
+            if (r["category"] == "anomaly" or summary_only
+                    or r["score"] <= top["score"] - config.fold_margin):
                 _absorb(top, r)
                 dropped.add(id(r))
     # Forest alerts on sessions an entity alert already lists.

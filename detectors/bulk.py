@@ -1,71 +1,84 @@
 """Bulk extraction: far more data than the population — and than the caller itself — pulls.
 
-Volumes (bytes, and rows where servers log them) are compared in log units with robust
-z-scores (median / MAD):
+Three patterns (the strongest decides), each then checked against the caller's own
+baseline once that is established (enough sessions over enough distinct days), so a
+service account that exports large volumes every night stays quiet while a user who
+suddenly pulls far more than they ever do does not:
 
-* versus the **population** of sessions (or of entity windows), and
-* versus the **caller's own** sessions (or the entity's own windows) once that baseline is
-  established (enough sessions over enough distinct days). Then the session must be
-  unusual for the caller too, which is what keeps a service account that exports large
-  volumes every night quiet while a user who suddenly downloads gigabytes is not.
+* **sustained volume** — bytes (rows) returned *beyond the single largest response*,
+  compared in log units with a robust z-score (median / MAD) against the population
+  (combined with the caller's own z-score once established), from *heavy* calls (the
+  other calls average ``heavy_factor`` × a typical call). Discounting the largest response
+  keeps the person who downloads one big report out; requiring heavy calls keeps the long,
+  busy session that piles up volume from ordinary calls out;
+* **single response** — one response far beyond the population's largest ones (a
+  one-shot dump), with a high absolute floor;
+* **pagination sweep** — many distinct pages / offsets / cursors of one tool, returning
+  real data: walking a listing to its end is extraction whatever the page size.
 
-An absolute floor (``min_bytes`` / ``min_rows``) keeps huge ratios on tiny volumes out.
+An absolute floor (``min_bytes`` / ``min_rows``) keeps big ratios on tiny volumes out.
 Per caller and client address, sessions not flagged on their own are summed per hopping
 window, so extraction spread over many modest sessions still surfaces.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Self
 
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, session_frame
 from detectors.baseline import Baseline
-from detectors.enumeration import _single
-from detectors.scoring import all_of, band
+from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
+from detectors.features import ENTITY_TYPES, explode_entities
+from detectors.scoring import all_of, any_of, band, gate
 from detectors.text import clean, duration, num, size
 
-_VOL = ["total_bytes", "total_rows"]
-_EVIDENCE = ["calls", "total_bytes", "max_bytes", "total_rows", "max_rows", "span_s", "basis",
-             "top_tool", "z_pop", "z_own", "own_n", "own_days", "own_typical_total_bytes",
-             "own_typical_total_rows", "p_pop", "p_own", "gate"]
+#: Figures with baselines.
+_VOL = ["beyond_bytes", "beyond_rows", "max_bytes", "max_pages"]
+_EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", "max_rows",
+             "beyond_rows", "max_pages", "page_tool", "span_s", "basis", "top_tool", "z_pop",
+             "z_combined", "beyond_per_call",
+             "z_single", "z_own", "own_n", "own_days", "own_typical_beyond_bytes",
+             "own_typical_max_pages", "p_volume", "p_single", "p_sweep", "p_own"]
 
 
-def _rows_logged(df: pl.DataFrame) -> pl.DataFrame:
-    """Rows = 0 means 'not logged' for baselines: such sessions do not shape the rows median."""
-    return df.with_columns(pl.when(pl.col("total_rows") > 0).then(pl.col("total_rows")))
+def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
+    """Observations that can shape a baseline: volume beyond the largest response only
+    exists with two calls or more, and 0 rows means 'not logged'."""
+    multi = pl.col("calls") >= 2
+    return df.with_columns(
+        pl.when(multi).then(pl.col("beyond_bytes")).alias("beyond_bytes"),
+        pl.when(multi & (pl.col("beyond_rows") > 0)).then(pl.col("beyond_rows"))
+        .alias("beyond_rows"),
+    )
 
 
-def _entity_windows(sessions: pl.DataFrame, config: Any) -> pl.DataFrame:
-    """Sessions summed per (entity type, entity, window), assigned by their first call."""
-    hop = config.hop_us
-    n = config.entity_window_minutes // config.entity_hop_minutes
-    parts = []
-    for etype in ("caller_id", "client_ip"):
-        base = sessions.filter(pl.col(etype).is_not_null()).with_columns(
-            pl.lit(etype).alias("entity_type"), pl.col(etype).alias("entity_id")
-        )
-        for j in range(n):
-            parts.append(base.with_columns(((pl.col("first_t") // hop) * hop - j * hop).alias("w")))
-    if not parts:
-        return pl.DataFrame()
-    stacked = pl.concat(parts, how="vertical_relaxed")
-    return stacked.group_by(["entity_type", "entity_id", "w"]).agg(
+def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Sessions summed per (entity type, entity, window), assigned by their first call.
+
+    Returns the aggregated windows and the exploded session rows behind them.
+    """
+    narrow = sessions.select("first_t", "last_t", "sh", "ceh", "ieh", "calls", "total_bytes",
+                             "max_bytes", "total_rows", "max_rows", "max_pages")
+    ee = explode_entities(narrow, config, t_col="first_t")
+    agg = ee.group_by(KEYS).agg(
         pl.len().alias("n_sessions"),
         pl.col("calls").sum(),
         pl.col("total_bytes").sum(),
         pl.col("max_bytes").max(),
         pl.col("total_rows").sum(),
         pl.col("max_rows").max(),
+        pl.col("max_pages").max(),
         pl.col("first_t").min(),
         pl.col("last_t").max(),
-        pl.col("caller_id").unique().alias("_callers"),
-        pl.col("client_ip").unique().alias("_ips"),
-        pl.col("server").drop_nulls().first(),
-        pl.col("top_tool").drop_nulls().mode().sort().first(),
-        pl.col("session_id").unique().sort().head(200).alias("session_ids"),
+        *IDENTITY_AGGS,
+    ).with_columns(
+        (pl.col("total_bytes") - pl.col("max_bytes")).clip(lower_bound=0).alias("beyond_bytes"),
+        (pl.col("total_rows") - pl.col("max_rows")).clip(lower_bound=0).alias("beyond_rows"),
     )
+    return agg, ee
 
 
 class BulkExtractionDetector(Detector):
@@ -74,7 +87,7 @@ class BulkExtractionDetector(Detector):
     name = "bulk_rules"
     category = "bulk_extraction"
     config_key = "bulk_extraction"
-    summary = "Volume versus population and versus the caller's own baseline."
+    summary = "Sustained volume, one-shot dumps and pagination sweeps vs population and self."
 
     def fit(self, history: FeatureSet) -> Self:
         """Learn population and per-caller (and per-entity-window) volume baselines."""
@@ -82,45 +95,78 @@ class BulkExtractionDetector(Detector):
         mk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days,
               "min_mad": cfg.baseline_min_mad}
         self.session_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(
-            _rows_logged(history.sessions)
+            _for_baseline(history.sessions)
         )
+        multi = history.sessions.filter(pl.col("calls") >= 2)
+        typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
+        self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
         self.entity_baselines_: dict[str, Baseline] = {}
         if self.settings.entity and history.sessions.height:
-            win = _entity_windows(history.sessions, cfg)
-            for etype in ("caller_id", "client_ip"):
-                part = _rows_logged(win.filter(pl.col("entity_type") == etype))
-                self.entity_baselines_[etype] = Baseline(
-                    _VOL, ["entity_type", "entity_id"], **mk
-                ).fit(part)
+            win, _ = _entity_windows(history.sessions, cfg)
+            for code, (etype, _) in enumerate(ENTITY_TYPES):
+                part = _for_baseline(win.filter(pl.col("et") == code))
+                self.entity_baselines_[etype] = Baseline(_VOL, ["et", "eh"], **mk).fit(part)
         self.fitted_ = True
         return self
 
     def _score_volume(self, df: pl.DataFrame, bl: Baseline) -> pl.DataFrame:
         b = self.settings
-        rows_known = pl.col("total_rows") > 0
+        rows_known = pl.col("beyond_rows") > 0
         z_pop = pl.max_horizontal(
-            bl.z_pop("total_bytes"), pl.when(rows_known).then(bl.z_pop("total_rows")).otherwise(0.0)
+            bl.z_pop("beyond_bytes"),
+            pl.when(rows_known).then(bl.z_pop("beyond_rows")).otherwise(0.0),
         )
+        z_single = bl.z_pop("max_bytes")
         df = bl.with_own(df)
-        z_own = pl.max_horizontal(
-            pl.col("own_z_total_bytes"),
-            pl.when(rows_known).then(pl.col("own_z_total_rows")),
-        )
         floor = pl.max_horizontal(
-            pl.col("total_bytes").fill_null(0) / b.min_bytes,
+            pl.col("beyond_bytes").fill_null(0) / b.min_bytes,
+            pl.col("beyond_rows").fill_null(0) / b.min_rows,
+        )
+        sweep_floor = pl.max_horizontal(
+            pl.col("total_bytes").fill_null(0) / b.sweep_min_bytes,
             pl.col("total_rows").fill_null(0) / b.min_rows,
         )
-        return df.with_columns(
-            z_pop.alias("z_pop"),
-            z_own.alias("z_own"),
-            band(z_pop, b.z_lo, b.z_hi).alias("p_pop"),
-            pl.when(z_own.is_null()).then(1.0)
-            .otherwise(band(z_own, b.self_z_lo, b.self_z_hi)).alias("p_own"),
-            pl.when(floor >= 1.0).then(1.0).otherwise(0.5 * floor).alias("gate"),
-        ).with_columns(
-            (all_of(pl.col("p_pop"), pl.col("p_own"), pl.col("gate")) if bl.is_fitted
-             else pl.lit(0.0)).alias("_score")
+
+        # With an established own baseline, population and own z-scores are two lines of
+        # evidence about the same volume: combine them (Stouffer) so a session moderately
+        # unusual for both counts, while the own gate below still blocks the habitual.
+        z_vol_own = pl.max_horizontal(
+            pl.col("own_z_beyond_bytes"), pl.when(rows_known).then(pl.col("own_z_beyond_rows"))
         )
+        z_eff = pl.when(z_vol_own.is_not_null()).then(
+            (z_pop + z_vol_own) / math.sqrt(2.0)
+        ).otherwise(z_pop)
+        per_call = pl.col("beyond_bytes") / (pl.col("calls") - 1).clip(lower_bound=1)
+        heavy = (
+            gate(per_call / self.typical_call_bytes_, b.heavy_factor)
+            if self.typical_call_bytes_ else pl.lit(1.0)
+        )
+        p_volume = all_of(band(z_eff, b.z_lo, b.z_hi), gate(floor, 1.0), heavy)
+        p_single = all_of(
+            band(z_single, b.single_z_lo, b.single_z_hi),
+            gate(pl.col("max_bytes"), b.single_min_bytes),
+        )
+        p_sweep = all_of(band(pl.col("max_pages"), b.pages_lo, b.pages_hi), gate(sweep_floor, 1.0))
+        # Unusual for the caller itself (only once its baseline is established).
+        z_own = pl.max_horizontal(
+            pl.col("own_z_beyond_bytes"),
+            pl.when(rows_known).then(pl.col("own_z_beyond_rows")),
+            pl.col("own_z_max_bytes"),
+            pl.col("own_z_max_pages"),
+        )
+        df = df.with_columns(
+            z_pop.alias("z_pop"),
+            z_eff.alias("z_combined"),
+            per_call.alias("beyond_per_call"),
+            z_single.alias("z_single"),
+            z_own.alias("z_own"),
+            (p_volume if bl.is_fitted else pl.lit(0.0)).alias("p_volume"),
+            (p_single if bl.is_fitted else pl.lit(0.0)).alias("p_single"),
+            p_sweep.alias("p_sweep"),
+            pl.when(z_own.is_null()).then(1.0).otherwise(gate(z_own, b.self_z)).alias("p_own"),
+        )
+        raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"))
+        return df.with_columns(raw.alias("_raw"), all_of(raw, pl.col("p_own")).alias("_score"))
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows."""
@@ -133,33 +179,37 @@ class BulkExtractionDetector(Detector):
         )
         if not self.settings.entity or not self.entity_baselines_:
             return out
-        flagged = out.filter(pl.col("score") >= self.threshold).select("session_id")
+        # Sessions explained on their own — flagged, or normal only for their caller — are
+        # not evidence of a distributed pattern.
+        flagged = scored.filter(pl.col("_raw") >= self.threshold).select("session_id")
         residual = features.sessions.join(flagged, on="session_id", how="anti")
-        win = _entity_windows(residual, self.config)
-        if win.height == 0:
+        if residual.height == 0:
             return out
+        win, ee = _entity_windows(residual, self.config)
         win = win.filter(pl.col("n_sessions") >= self.config.entity_min_sessions)
         parts = []
-        for etype, bl in self.entity_baselines_.items():
-            part = win.filter(pl.col("entity_type") == etype)
-            if part.height:
+        for code, (etype, _) in enumerate(ENTITY_TYPES):
+            part = win.filter(pl.col("et") == code)
+            bl = self.entity_baselines_.get(etype)
+            if part.height and bl is not None:
                 parts.append(self._score_volume(part, bl))
         if not parts:
             return out
         ent = pl.concat(parts, how="vertical_relaxed").with_columns(
             pl.lit("events").alias("basis"),
+            pl.lit(None, pl.String).alias("page_tool"),
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
         )
+        hot = ent.filter(pl.col("_score") >= self.threshold)
+        ent = finish(ent.join(sessions_of(ee, hot, features), on=KEYS, how="left"), features)
         ent = ent.select(
             "entity_type",
             "entity_id",
             pl.col("w").alias("window_start"),
             pl.col("_score").alias("score"),
             pl.lit(None, pl.String).alias("session_id"),
-            pl.when(pl.col("entity_type") == "caller_id").then(pl.col("entity_id"))
-            .otherwise(_single("_callers")).alias("caller_id"),
-            pl.when(pl.col("entity_type") == "client_ip").then(pl.col("entity_id"))
-            .otherwise(_single("_ips")).alias("client_ip"),
+            "caller_id",
+            "client_ip",
             "server",
             "first_t",
             "last_t",
@@ -176,28 +226,52 @@ class BulkExtractionDetector(Detector):
         entity = row["entity_type"] != "session"
         etype = row["entity_type"]
         bl = self.entity_baselines_.get(etype) if entity else self.session_baseline_
-        typical = bl.pop_typical("total_bytes") if bl else None
+        unit = "window" if entity else "session"
         where = f" across {row['n_sessions']} sessions" if entity else ""
         rows = row.get("total_rows") or 0
         rows_txt = f", {num(rows)} rows" if rows else ""
         reasons = [
             f"Returned {size(row['total_bytes'])}{rows_txt} in {num(row['calls'])} calls over "
-            f"{duration(row.get('span_s'))}{where} (largest single response "
-            f"{size(row.get('max_bytes'))})."
+            f"{duration(row.get('span_s'))}{where}; largest single response "
+            f"{size(row.get('max_bytes'))}."
         ]
-        unit = "entity-window" if entity else "session"
-        if typical:
-            factor = (row["total_bytes"] or 0) / max(typical, 1.0)
+        pats = {k: float(row.get(k) or 0.0) for k in ("p_volume", "p_single", "p_sweep")}
+        top = max(pats, key=lambda k: pats[k])
+        typical = bl.pop_typical("beyond_bytes") if bl else None
+        if top == "p_sweep" or pats["p_sweep"] >= 0.5:
             reasons.append(
-                f"That is {num(factor)}× the typical {unit} volume ({size(typical)}), robust "
-                f"z-score {num(row.get('z_pop'))}."
+                f"Walked {row.get('max_pages')} distinct pages/offsets/cursors of "
+                f"{row.get('page_tool') or 'one tool'}: a listing paged through to extract it."
+            )
+        if top == "p_volume" or pats["p_volume"] >= 0.5:
+            factor = (row.get("beyond_bytes") or 0) / max(typical or 1.0, 1.0)
+            typ_call = self.typical_call_bytes_ or 0.0
+            reasons.append(
+                f"Its other calls returned {size(row.get('beyond_per_call'))} each on average, "
+                f"{num((row.get('beyond_per_call') or 0) / max(typ_call, 1.0))}× a typical call "
+                f"({size(typ_call)})."
+            )
+            reasons.append(
+                f"{size(row.get('beyond_bytes'))} came beyond the largest response — "
+                f"{num(factor)}× the typical {unit} ({size(typical)}), robust z-score "
+                f"{num(row.get('z_pop'))}"
+                + (f" (combined with the {unit}'s own baseline: {num(row.get('z_combined'))})."
+                   if row.get("z_own") is not None else ".")
+            )
+        if top == "p_single" or pats["p_single"] >= 0.5:
+            reasons.append(
+                f"One response of {size(row.get('max_bytes'))} is far beyond the population's "
+                f"largest ones (typical {size(bl.pop_typical('max_bytes') if bl else None)}, "
+                f"z-score {num(row.get('z_single'))})."
             )
         who = "caller" if etype in ("session", "caller_id") else "address"
         if row.get("z_own") is not None:
             reasons.append(
-                f"It is also unusual for this {who}: its own typical {unit} returns "
-                f"{size(row.get('own_typical_total_bytes'))} over {row.get('own_n')} "
-                f"{unit}s on {row.get('own_days')} days (z-score {num(row.get('z_own'))})."
+                f"Unusual for this {who} too: its typical {unit} returns "
+                f"{size(row.get('own_typical_beyond_bytes'))} beyond its largest response "
+                f"and {num(row.get('own_typical_max_pages'))} pages "
+                f"({row.get('own_n')} {unit}s on {row.get('own_days')} days; z-score "
+                f"{num(row.get('z_own'))})."
             )
         else:
             reasons.append(
@@ -209,20 +283,26 @@ class BulkExtractionDetector(Detector):
                 "calls": row.get("calls"),
                 "total_bytes": row.get("total_bytes"),
                 "max_bytes_per_call": row.get("max_bytes"),
+                "bytes_beyond_largest": row.get("beyond_bytes"),
+                "bytes_per_other_call": row.get("beyond_per_call"),
+                "population_typical_call_bytes": self.typical_call_bytes_,
                 "total_rows": rows or None,
                 "max_rows_per_call": row.get("max_rows") or None,
+                "distinct_pages": row.get("max_pages") or None,
+                "page_tool": row.get("page_tool"),
                 "duration_s": row.get("span_s"),
-                "population_typical_bytes": typical,
+                "population_typical_beyond_bytes": typical,
                 "z_population": row.get("z_pop"),
+                "z_combined": row.get("z_combined"),
+                "z_single_response": row.get("z_single"),
                 "z_own_baseline": row.get("z_own"),
-                "own_typical_bytes": row.get("own_typical_total_bytes"),
+                "own_typical_beyond_bytes": row.get("own_typical_beyond_bytes"),
                 "own_baseline_observations": row.get("own_n"),
                 "own_baseline_days": row.get("own_days"),
                 "basis": row.get("basis"),
                 "top_tool": row.get("top_tool"),
-                "pattern_scores": clean(
-                    {"p_pop": row.get("p_pop"), "p_own": row.get("p_own"), "gate": row.get("gate")}
-                ),
+                "pattern_scores": clean({k: row.get(k) for k in
+                                         ("p_volume", "p_single", "p_sweep", "p_own")}),
             }
         )
         return reasons, evidence

@@ -84,6 +84,27 @@ class EnumerationConfig:
         "requested for the ids to count as a dense range.",
         0.6,
     )
+    summary_distinct_lo: int = doc(
+        "Sessions known only from a summary: distinct resources from which nearly every call "
+        "touching a new resource counts as a walk.",
+        60,
+    )
+    summary_distinct_hi: int = doc("Summary distinct resources that are critical.", 300)
+    summary_new_share_lo: float = doc(
+        "Summary: share of calls that touched a new resource from which it counts.", 0.9
+    )
+    summary_bytes_factor: float = doc(
+        "Summary: a walk probes, so its responses are small; sessions returning more than "
+        "this many times the population's typical bytes per call are harvesting data (bulk "
+        "extraction's business), not enumerating.",
+        4.0,
+    )
+    self_z: float = doc(
+        "When the caller has an established baseline, the session must also be this many "
+        "robust z-scores above the caller's own median distinct resources or run length "
+        "(a sync job walking ids every night is normal for it).",
+        3.0,
+    )
     entity: bool = doc(
         "Also score callers and client addresses per window over sessions not already "
         "flagged for enumeration (distributed enumeration).",
@@ -98,24 +119,51 @@ class BulkExtractionConfig:
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc("Score from which an alert is raised.", 0.5)
     min_bytes: int = doc(
-        "Sessions (or entity windows) returning fewer bytes than this never count as bulk, "
-        "whatever their z-score (ratios on tiny volumes are noise).",
+        "Sustained volume (bytes returned beyond the single largest response) below this "
+        "never counts as bulk, whatever its z-score: ratios on tiny volumes are noise, and "
+        "one big download is what people do when they export a report.",
         2_000_000,
     )
-    min_rows: int = doc("Like min_bytes for rows, when the server logs rows.", 5_000)
+    min_rows: int = doc("Like min_bytes for rows, when the server logs rows.", 10_000)
     z_lo: float = doc(
-        "Robust z-score (median/MAD of log volume) versus the population from which volume "
-        "counts. 3.5 is the usual outlier cut for MAD z-scores.",
+        "Robust z-score (median/MAD of log volume) of the sustained volume versus the "
+        "population from which it counts (combined with the caller's own z-score when its "
+        "baseline is established: (z_pop + z_own) / sqrt 2). 3.5 is the usual outlier cut "
+        "for MAD z-scores.",
         3.5,
     )
     z_hi: float = doc("Population z-score that makes the signal critical.", 9.0)
-    self_z_lo: float = doc(
+    heavy_factor: float = doc(
+        "Sustained volume must come from heavy calls: the session's other calls must return "
+        "on average at least this many times the population's typical call. A long, busy "
+        "session piles up volume from ordinary calls; an extraction asks for big chunks.",
+        10.0,
+    )
+    single_z_lo: float = doc(
+        "A single response this many robust z-scores above the population's largest "
+        "responses counts on its own (a one-shot dump far beyond any normal export).",
+        6.0,
+    )
+    single_z_hi: float = doc("Single-response z-score that is critical.", 12.0)
+    single_min_bytes: int = doc(
+        "...but only from this size: a single response below it never counts.", 50_000_000
+    )
+    pages_lo: int = doc(
+        "Pagination sweep: distinct page numbers / offsets / cursors of one tool in one "
+        "session from which walking a listing to its end counts as extraction.",
+        25,
+    )
+    pages_hi: int = doc("Distinct pages that are critical.", 150)
+    sweep_min_bytes: int = doc(
+        "A pagination sweep must return at least this many bytes (or min_rows rows) to count.",
+        1_000_000,
+    )
+    self_z: float = doc(
         "When the caller has an established baseline, the session must also be this many "
-        "robust z-scores above the caller's own median (a nightly export is normal for the "
-        "account that runs it every night).",
+        "robust z-scores above the caller's own median volume / pages (a nightly export is "
+        "normal for the account that runs it every night).",
         3.0,
     )
-    self_z_hi: float = doc("Caller z-score that makes the signal critical.", 8.0)
     entity: bool = doc(
         "Also score callers and client addresses per window over sessions not already "
         "flagged (distributed extraction).",
@@ -168,16 +216,10 @@ class CredentialStuffingConfig:
 
 @dataclass
 class ScrapingLoopConfig:
-    """Scraping loop: mechanical, repetitive crawling (pagination sweeps, stuck loops)."""
+    """Scraping loop: an agent looping — identical calls again and again, machine cadence."""
 
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc("Score from which an alert is raised.", 0.5)
-    pages_lo: int = doc(
-        "Distinct page numbers / cursors / offsets requested of one tool in one session "
-        "from which a pagination sweep counts.",
-        25,
-    )
-    pages_hi: int = doc("Distinct pages that are critical.", 150)
     calls_lo: int = doc("Calls from which the mechanical-loop and stuck-loop signals count.", 60)
     calls_hi: int = doc("Calls that make those signals critical.", 400)
     gap_cv_max: float = doc(
@@ -196,13 +238,12 @@ class ScrapingLoopConfig:
     rate_lo: float = doc("Calls per minute from which a sustained crawl counts.", 30.0)
     rate_hi: float = doc("Calls per minute that are critical.", 200.0)
     rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
-    self_z_lo: float = doc(
+    self_z: float = doc(
         "When the caller has an established baseline, its session must also be this many "
         "robust z-scores above the caller's own median calls or pages (a CI probe or an "
         "export job that crawls the same way every day is normal for it).",
         3.0,
     )
-    self_z_hi: float = doc("Caller z-score that makes the signal critical.", 8.0)
 
 
 @dataclass
@@ -286,8 +327,9 @@ class DetectorsConfig:
         "Fold weaker alerts on the same session into its strongest one (listed under "
         "evidence.also with a reason) instead of emitting several: an isolation-forest alert "
         "on a session that a rule already explains, a rule alert scoring fold_margin below "
-        "another category's on the same session, and forest alerts on sessions that an "
-        "entity alert already lists.",
+        "another category's on the same session, any second category on a session known "
+        "only from its summary (its few figures feed every category), and forest alerts on "
+        "sessions that an entity alert already lists.",
         True,
     )
     fold_margin: float = doc(

@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, empty_scores, session_frame
-from detectors.enumeration import _single
+from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from detectors.features import explode_entities
 from detectors.scoring import all_of, any_of, band, ratio
 from detectors.text import clean, duration, pct
@@ -69,61 +69,43 @@ class CredentialStuffingDetector(Detector):
         cfg = self.config
         c = self.settings
         s = features.sessions
-        cols = ["t", "session_id", "caller_id", "client_ip", "server", "tool", "credential_hash",
-                "weight"]
+        flagged_sh = s.join(flagged, on="session_id", how="semi").select("sh")
+        cols = ["t", "sh", "ceh", "ieh", "crh", "tlh", "weight"]
         fe = (
             features.events.filter(pl.col("authf"))
-            .join(flagged, on="session_id", how="anti")
             .with_columns(pl.lit(1, pl.Int64).alias("weight"))
             .select(cols)
         )
-        summ = (
-            s.filter((pl.col("basis") == "summary") & (pl.col("auth_failures") > 0))
-            .join(flagged, on="session_id", how="anti")
-            .select(
-                pl.col("last_t").alias("t"),
-                "session_id",
-                "caller_id",
-                "client_ip",
-                "server",
-                pl.lit(None, pl.String).alias("tool"),
-                pl.lit(None, pl.String).alias("credential_hash"),
-                pl.col("auth_failures").cast(pl.Int64).alias("weight"),
-            )
+        summ = s.filter((pl.col("basis") == "summary") & (pl.col("auth_failures") > 0)).select(
+            pl.col("last_t").alias("t"),
+            "sh",
+            "ceh",
+            "ieh",
+            pl.lit(None, pl.UInt64).alias("crh"),
+            pl.lit(None, pl.UInt64).alias("tlh"),
+            pl.col("auth_failures").cast(pl.Int64).alias("weight"),
         )
-        rows = pl.concat([fe, summ], how="vertical_relaxed")
+        rows = pl.concat([fe, summ], how="vertical_relaxed").join(flagged_sh, on="sh", how="anti")
         if rows.height == 0:
             return empty_scores()
-        succeeded = s.select(
-            "session_id",
-            ((pl.col("ok_calls") > 0) | (pl.col("calls") > pl.col("auth_failures"))).alias("succ"),
-        )
-        rows = rows.join(succeeded, on="session_id", how="left").with_columns(
+        succeeded = s.select("sh", pl.col("auth_recovered").alias("succ"))
+        rows = rows.join(succeeded, on="sh", how="left").with_columns(
             pl.col("succ").fill_null(False)
         )
         ee = explode_entities(rows, cfg)
-        keys = ["entity_type", "entity_id", "w"]
-        ee = ee.with_columns(
-            pl.col("weight").sum().over([*keys, "session_id"]).alias("_per_session")
-        )
-        no_hash_fail_only = pl.col("session_id").filter(
-            pl.col("credential_hash").is_null() & ~pl.col("succ")
-        ).n_unique()
-        agg = ee.group_by(keys).agg(
+        ee = ee.with_columns(pl.col("weight").sum().over([*KEYS, "sh"]).alias("_per_session"))
+        no_hash_fail_only = pl.col("sh").filter(pl.col("crh").is_null() & ~pl.col("succ"))
+        agg = ee.group_by(KEYS).agg(
             pl.col("weight").sum().alias("auth_failures"),
-            pl.col("credential_hash").drop_nulls().n_unique().alias("failed_creds"),
-            no_hash_fail_only.alias("_nohash_sessions"),
-            pl.col("session_id").n_unique().alias("fail_sessions"),
-            pl.col("session_id").filter(~pl.col("succ")).n_unique().alias("fail_only_sessions"),
-            pl.col("caller_id").drop_nulls().n_unique().alias("fail_callers"),
+            pl.col("crh").drop_nulls().n_unique().alias("_creds"),
+            no_hash_fail_only.n_unique().alias("_nohash_sessions"),
+            pl.col("sh").n_unique().alias("fail_sessions"),
+            pl.col("sh").filter(~pl.col("succ")).n_unique().alias("fail_only_sessions"),
+            pl.col("ceh").drop_nulls().n_unique().alias("fail_callers"),
             pl.col("_per_session").max().alias("max_session_failures"),
             pl.col("t").min().alias("first_t"),
             pl.col("t").max().alias("last_t"),
-            pl.col("caller_id").unique().alias("_callers"),
-            pl.col("client_ip").unique().alias("_ips"),
-            pl.col("server").drop_nulls().first().alias("server"),
-            pl.col("tool").drop_nulls().mode().sort().first().alias("top_tool"),
-            pl.col("session_id").unique().sort().head(200).alias("session_ids"),
+            *IDENTITY_AGGS,
         ).filter(pl.col("fail_sessions") >= cfg.entity_min_sessions)
         if agg.height == 0:
             return empty_scores()
@@ -131,26 +113,27 @@ class CredentialStuffingDetector(Detector):
             ratio(pl.col("fail_only_sessions"), pl.col("fail_sessions")), c.fail_only_lo,
             c.fail_only_hi,
         )
-        units = pl.col("failed_creds") + pl.col("_nohash_sessions")
+        units = pl.col("_creds") + pl.col("_nohash_sessions")
         agg = agg.with_columns(
             all_of(band(units, c.entity_creds_lo, c.entity_creds_hi), fail_only).alias("p_creds"),
-            pl.when(pl.col("entity_type") == "client_ip")
+            pl.when(pl.col("et") == 1)
             .then(all_of(band(pl.col("fail_callers"), c.entity_callers_lo, c.entity_callers_hi),
                          fail_only))
             .otherwise(0.0)
             .alias("p_callers"),
-            (pl.col("failed_creds") + pl.col("_nohash_sessions")).alias("failed_creds"),
+            units.alias("failed_creds"),
         ).with_columns(any_of(pl.col("p_creds"), pl.col("p_callers")).alias("score"))
+        hot = agg.filter(pl.col("score") >= self.threshold)
+        agg = agg.join(sessions_of(ee, hot, features), on=KEYS, how="left")
+        agg = finish(agg, features)
         return agg.select(
             "entity_type",
             "entity_id",
             pl.col("w").alias("window_start"),
             "score",
             pl.lit(None, pl.String).alias("session_id"),
-            pl.when(pl.col("entity_type") == "caller_id").then(pl.col("entity_id"))
-            .otherwise(_single("_callers")).alias("caller_id"),
-            pl.when(pl.col("entity_type") == "client_ip").then(pl.col("entity_id"))
-            .otherwise(_single("_ips")).alias("client_ip"),
+            "caller_id",
+            "client_ip",
             "server",
             "first_t",
             "last_t",
@@ -207,7 +190,7 @@ class CredentialStuffingDetector(Detector):
             reasons.append(
                 f"{row['fail_only_sessions']} of those {row['fail_sessions']} sessions "
                 f"({pct(ratio_py(row['fail_only_sessions'], row['fail_sessions']))}) never "
-                "authenticated successfully."
+                "got past the failing authentication (people who mistype retry and succeed)."
             )
             if row["entity_type"] == "client_ip" and (row.get("fail_callers") or 0) > 1:
                 reasons.append(f"{row['fail_callers']} different caller ids failed from it.")

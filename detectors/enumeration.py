@@ -18,13 +18,15 @@ below the bar) still surfaces, as one entity alert per window.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, empty_scores, session_frame
+from detectors.baseline import Baseline
+from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from detectors.features import explode_entities, resource_features
-from detectors.scoring import all_of, any_of, band, ratio
+from detectors.scoring import all_of, any_of, band, gate, ratio
 from detectors.text import clean, duration, iso, pct, span_us
 
 _EVIDENCE = [
@@ -33,11 +35,6 @@ _EVIDENCE = [
     "seq_first_t", "seq_last_t", "seq_miss", "dense_ids", "dense_lo", "dense_hi", "span_s",
     "basis", "top_tool",
 ]
-
-#: Summary-only sessions: distinct resources / share of calls touching a new resource.
-SUMMARY_DISTINCT_LO = 60
-SUMMARY_DISTINCT_HI = 300
-SUMMARY_NEW_SHARE_LO = 0.9
 
 
 class EnumerationDetector(Detector):
@@ -63,28 +60,62 @@ class EnumerationDetector(Detector):
             "p_dense": band(pl.col("dense_ids"), e.dense_lo, e.dense_hi),
         }
 
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn each caller's typical distinct resources and run lengths per session."""
+        cfg = self.config
+        self.caller_baseline_ = Baseline(
+            ["distinct_resources", "seq_run", "dense_ids"], ["caller_id"],
+            min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
+            min_mad=cfg.baseline_min_mad,
+        ).fit(history.sessions)
+        multi = history.sessions.filter((pl.col("calls") >= 2) & (pl.col("basis") != "summary"))
+        bpc = (multi["total_bytes"] / multi["calls"]).median() if multi.height else None
+        self.typical_bytes_per_call_ = float(bpc) if bpc is not None else None  # type: ignore[arg-type]
+        self.fitted_ = True
+        return self
+
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows (see module docs)."""
-        s = features.sessions
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        e = self.settings
+        s = self.caller_baseline_.with_own(features.sessions)
+        z_own = pl.max_horizontal(
+            pl.col("own_z_distinct_resources"), pl.col("own_z_seq_run"), pl.col("own_z_dense_ids")
+        )
+        s = s.with_columns(
+            z_own.alias("z_own"),
+            pl.when(z_own.is_null()).then(1.0).otherwise(gate(z_own, e.self_z)).alias("p_own"),
+        )
         pats = self._patterns()
         summary_only = pl.col("basis") == "summary"
+        typ = self.typical_bytes_per_call_
+        small = (
+            gate(e.summary_bytes_factor * typ / ratio(pl.col("total_bytes"), pl.col("calls"))
+                 .clip(lower_bound=1e-9), 1.0)
+            if typ else pl.lit(1.0)
+        )
         p_summary = pl.when(summary_only).then(
             all_of(
-                band(pl.col("distinct_resources"), SUMMARY_DISTINCT_LO, SUMMARY_DISTINCT_HI),
-                band(ratio(pl.col("distinct_resources"), pl.col("calls")), SUMMARY_NEW_SHARE_LO,
-                     1.0),
+                band(pl.col("distinct_resources"), e.summary_distinct_lo, e.summary_distinct_hi),
+                band(ratio(pl.col("distinct_resources"), pl.col("calls")),
+                     e.summary_new_share_lo, 1.0),
+                small,
             )
         ).otherwise(0.0)
         scored = s.with_columns(**pats, p_summary=p_summary).with_columns(
-            any_of(*[pl.col(k) for k in (*pats, "p_summary")]).alias("_score")
-        )
+            any_of(*[pl.col(k) for k in (*pats, "p_summary")]).alias("_raw")
+        ).with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
         out = session_frame(
-            scored, pl.col("_score"), [*_EVIDENCE, *pats, "p_summary"]
+            scored, pl.col("_score"), [*_EVIDENCE, *pats, "p_summary", "z_own", "own_n",
+                                       "own_days", "p_own"]
         ).with_columns(pl.lit(None, pl.List(pl.String)).alias("session_ids"),
                        pl.lit(1, pl.Int64).alias("n_sessions"))
         if not self.settings.entity or features.events.height == 0:
             return out
-        flagged = out.filter(pl.col("score") >= self.threshold).select("session_id")
+        # Sessions explained on their own — flagged, or normal only for their caller — are
+        # not evidence of a distributed walk.
+        flagged = scored.filter(pl.col("_raw") >= self.threshold).select("session_id")
         ent = self._entities(features, flagged)
         if ent.height == 0:
             return out
@@ -92,39 +123,36 @@ class EnumerationDetector(Detector):
 
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
         cfg = self.config
-        ev = features.events.filter(pl.col("has_res")).join(flagged, on="session_id", how="anti")
+        flagged_sh = features.sessions.join(flagged, on="session_id", how="semi").select("sh")
+        ev = (
+            features.events.filter(pl.col("has_res"))
+            .select("t", "sh", "ceh", "ieh", "rh", "tlh", "th", "rnum", "miss", "nf", "den", "i")
+            .join(flagged_sh, on="sh", how="anti")
+        )
         if ev.height == 0:
             return empty_scores()
-        # Only entities with at least two residual sessions can show a cross-session walk.
-        ev = ev.select(
-            "t", "session_id", "caller_id", "client_ip", "server", "tool", "resource_id",
-            "resource_key", "rtmpl", "rnum", "miss", "nf", "den",
-        )
         ee = explode_entities(ev, cfg)
-        keys = ["entity_type", "entity_id", "w"]
-        agg = ee.group_by(keys).agg(
-            pl.col("session_id").n_unique().alias("n_sessions"),
+        agg = ee.group_by(KEYS).agg(
+            pl.col("sh").n_unique().alias("n_sessions"),
             pl.len().alias("resource_calls"),
-            pl.col("resource_id").n_unique().alias("distinct_resources"),
+            pl.col("rh").n_unique().alias("distinct_resources"),
             pl.col("miss").sum().alias("res_misses"),
             pl.col("nf").sum().alias("not_found"),
             pl.col("den").sum().alias("denied"),
             pl.col("t").min().alias("first_t"),
             pl.col("t").max().alias("last_t"),
-            pl.col("caller_id").unique().alias("_callers"),
-            pl.col("client_ip").unique().alias("_ips"),
-            pl.col("server").drop_nulls().first().alias("server"),
-            pl.col("resource_key").drop_nulls().first().alias("resource_key"),
-            pl.col("tool").drop_nulls().mode().sort().first().alias("top_tool"),
+            pl.col("i").first().alias("_i"),
+            *IDENTITY_AGGS,
         ).filter(
             (pl.col("n_sessions") >= cfg.entity_min_sessions)
             & (pl.col("distinct_resources") >= self.settings.miss_run_lo)
         )
         if agg.height == 0:
             return empty_scores()
-        ee = ee.join(agg.select(keys), on=keys, how="semi")
-        rf = resource_features(ee, keys, cfg)
-        feats = agg.join(rf, on=keys, how="left").with_columns(
+        ee = ee.join(agg.select(KEYS), on=KEYS, how="semi")
+        rf = resource_features(ee, KEYS, cfg, features.events["resource_id"],
+                               time_ordered=features.events["t"].is_sorted())
+        feats = agg.join(rf, on=KEYS, how="left").with_columns(
             pl.col("seq_run").fill_null(0),
             pl.col("seq_miss").fill_null(0.0),
             pl.col("dense_ids").fill_null(0),
@@ -132,38 +160,35 @@ class EnumerationDetector(Detector):
             pl.col("resource_calls").alias("calls"),
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
             pl.lit("events").alias("basis"),
+            features.events["resource_key"].gather(agg["_i"]).alias("resource_key"),
         )
         pats = self._patterns()
         feats = feats.with_columns(**pats, p_summary=pl.lit(0.0)).with_columns(
             any_of(*[pl.col(k) for k in pats]).alias("score")
         )
-        sessions = (
-            ee.join(agg.select(keys), on=keys, how="semi")
-            .group_by(keys)
-            .agg(pl.col("session_id").unique().sort().head(200).alias("session_ids"))
-        )
-        feats = feats.join(sessions, on=keys, how="left")
+        hot = feats.filter(pl.col("score") >= self.threshold)
+        feats = feats.join(sessions_of(ee, hot, features), on=KEYS, how="left")
+        feats = finish(feats, features)
         return feats.select(
             "entity_type",
             "entity_id",
             pl.col("w").alias("window_start"),
             "score",
             pl.lit(None, pl.String).alias("session_id"),
-            _single("_callers").alias("caller_id"),
-            _single("_ips").alias("client_ip"),
+            "caller_id",
+            "client_ip",
             "server",
             "first_t",
             "last_t",
             *_EVIDENCE,
             *pats,
             "p_summary",
+            pl.lit(None, pl.Float64).alias("z_own"),
+            pl.lit(None, pl.Int64).alias("own_n"),
+            pl.lit(None, pl.Int64).alias("own_days"),
+            pl.lit(1.0).alias("p_own"),
             "session_ids",
             "n_sessions",
-        ).with_columns(
-            pl.when(pl.col("entity_type") == "caller_id").then(pl.col("entity_id"))
-            .otherwise(pl.col("caller_id")).alias("caller_id"),
-            pl.when(pl.col("entity_type") == "client_ip").then(pl.col("entity_id"))
-            .otherwise(pl.col("client_ip")).alias("client_ip"),
         )
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -200,6 +225,11 @@ class EnumerationDetector(Detector):
                 f"{dense} ids requested densely covering the range {row['dense_lo']} … "
                 f"{row['dense_hi']}."
             )
+        if row.get("z_own") is not None:
+            reasons.append(
+                f"Unusual for this caller: z-score {row['z_own']:.1f} against its own "
+                f"{row.get('own_n')} sessions on {row.get('own_days')} days."
+            )
         evidence = clean(
             {
                 "calls": row.get("calls"),
@@ -219,16 +249,12 @@ class EnumerationDetector(Detector):
                 "duration_s": row.get("span_s"),
                 "basis": row.get("basis"),
                 "top_tool": row.get("top_tool"),
+                "z_own_baseline": row.get("z_own"),
                 "pattern_scores": {
                     k: round(float(row[k] or 0.0), 3)
-                    for k in ("p_run", "p_miss_run", "p_sparse", "p_dense", "p_summary")
+                    for k in ("p_run", "p_miss_run", "p_sparse", "p_dense", "p_summary", "p_own")
                 },
             }
         )
         return reasons, evidence
 
-
-def _single(col: str) -> pl.Expr:
-    """The one non-null value of a list column, else null (several or none)."""
-    vals = pl.col(col).list.drop_nulls()
-    return pl.when(vals.list.len() == 1).then(vals.list.first()).otherwise(None)

@@ -96,8 +96,20 @@ def _arg_pattern(keys: list[str], value: str) -> str:
     return rf'"(?:{alt})"\s*:\s*{value}'
 
 
+def _h(col: str) -> pl.Expr:
+    """64-bit hash of a string column, null where the value is null."""
+    return pl.when(pl.col(col).is_not_null()).then(pl.col(col).hash(SEED))
+
+
+SEED = 0x7077
+
+
 def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.DataFrame:
     """Detector view of events: typed columns plus per-event derived figures.
+
+    Heavy work (grouping, sorting) runs on 64-bit hashes of the string columns; strings
+    are only looked up again for the rows that end up in results. The frame keeps the
+    input's row order (sorting a wide frame costs more than everything else together).
 
     Parameters
     ----------
@@ -109,9 +121,11 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
     Returns
     -------
     polars.DataFrame
-        One row per event, sorted by ``(session_id, t)``, with ``t`` (µs since epoch),
-        outcome flags ``nf``/``den``/``authf``/``ok``/``miss``, ``rtmpl``/``rnum`` (id shape
-        and number), ``page``/``cursor`` and ``ch`` (hash of tool and arguments).
+        One row per event with ``i`` (row index), ``t`` (µs since epoch), hashes ``sh``
+        (session), ``ceh``/``ieh`` (caller, client address), ``rh`` (resource), ``tlh``
+        (tool), ``crh`` (credential), ``ch`` (tool + arguments), ``cuh`` (cursor), outcome
+        flags ``nf``/``den``/``authf``/``ok``/``miss``/``has_res``, ``th``/``rnum`` (id
+        shape hash and number) and ``page``.
     """
     ev = _conform(events, EVENT_COLUMNS)
     page_re = _arg_pattern(config.page_keys, r'"?(\d{1,12})\b')
@@ -119,6 +133,7 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
     status = pl.col("status").fill_null("unknown")
     shape = pl.col("resource_id").str.extract_groups(_ID_SHAPE)
     ev = ev.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
         pl.col("ts").dt.epoch("us").alias("t"),
         pl.coalesce(
             pl.col("session_id"),
@@ -132,15 +147,24 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         status.is_in(["not_found", "denied"]).alias("miss"),
         pl.coalesce(pl.col("is_error"), ~status.is_in(["ok", "unknown"])).alias("is_error"),
         pl.col("resource_id").is_not_null().alias("has_res"),
-        (shape.struct.field("pre") + "#" + shape.struct.field("suf")).alias("rtmpl"),
+        (shape.struct.field("pre") + "#" + shape.struct.field("suf")).hash(SEED).alias("th"),
         shape.struct.field("num").cast(pl.Int64, strict=False).alias("rnum"),
         pl.col("args").str.extract(page_re, 1).cast(pl.Int64, strict=False).alias("page"),
-        pl.col("args").str.extract(cursor_re, 1).alias("cursor"),
+        pl.col("args").str.extract(cursor_re, 1).alias("_cursor"),
         pl.concat_str(
             [pl.col("tool").fill_null(""), pl.col("args").fill_null("")], separator="\x1f"
-        ).hash(7).alias("ch"),
+        ).hash(SEED).alias("ch"),
+        _h("caller_id").alias("ceh"),
+        _h("client_ip").alias("ieh"),
+        _h("resource_id").alias("rh"),
+        _h("credential_hash").alias("crh"),
+        pl.col("tool").fill_null("").hash(SEED).alias("tlh"),
     )
-    return ev.sort(["session_id", "t"], maintain_order=True)
+    return ev.with_columns(
+        pl.col("session_id").hash(SEED).alias("sh"),
+        _h("_cursor").alias("cuh"),
+        pl.when(pl.col("rnum").is_not_null()).then(pl.col("th")).alias("th"),
+    ).drop("_cursor")
 
 
 def prepare_summaries(summaries: pl.DataFrame | None) -> pl.DataFrame:
@@ -175,70 +199,95 @@ def window_starts(t: pl.Expr, config: DetectorsConfig, j: int) -> pl.Expr:
     return (t // hop) * hop - j * hop
 
 
-def explode_entities(
-    df: pl.DataFrame, config: DetectorsConfig, t_col: str = "t"
-) -> pl.DataFrame:
-    """Stack rows once per entity type (caller_id, client_ip) and per window holding them.
+#: Entity types scored per window, with the hash column and string column of each.
+ENTITY_TYPES = (("caller_id", "ceh"), ("client_ip", "ieh"))
 
-    Adds ``entity_type``, ``entity_id`` and ``w`` (window start, µs). Rows whose entity
-    value is null are dropped for that type.
+
+def explode_entities(df: pl.DataFrame, config: DetectorsConfig, t_col: str = "t") -> pl.DataFrame:
+    """Stack rows once per entity type and per hopping window holding them.
+
+    Adds ``et`` (0 = caller_id, 1 = client_ip), ``eh`` (hash of the entity value) and
+    ``w`` (window start, µs). Rows whose entity is null are dropped for that type. Only
+    numeric columns should be carried (the frame grows ``2 * window / hop`` times).
     """
     n = config.entity_window_minutes // config.entity_hop_minutes
     parts = []
-    for etype in ("caller_id", "client_ip"):
-        base = df.filter(pl.col(etype).is_not_null()).with_columns(
-            pl.lit(etype).alias("entity_type"), pl.col(etype).alias("entity_id")
+    for code, (_, hcol) in enumerate(ENTITY_TYPES):
+        base = df.filter(pl.col(hcol).is_not_null()).with_columns(
+            pl.lit(code, pl.Int8).alias("et"), pl.col(hcol).alias("eh")
         )
         for j in range(n):
             parts.append(base.with_columns(window_starts(pl.col(t_col), config, j).alias("w")))
-    if not parts:
-        return df.with_columns(
-            pl.lit(None, pl.String).alias("entity_type"),
-            pl.lit(None, pl.String).alias("entity_id"),
-            pl.lit(None, pl.Int64).alias("w"),
-        ).clear()
     return pl.concat(parts, how="vertical")
 
 
-def _same_group(keys: list[str]) -> pl.Expr:
-    return pl.all_horizontal([pl.col(k).eq_missing(pl.col(k).shift(1)) for k in keys])
+def entity_names(df: pl.DataFrame, lookup: pl.DataFrame) -> pl.DataFrame:
+    """Add ``entity_type`` / ``entity_id`` strings to rows keyed by ``et`` / ``eh``.
+
+    ``lookup`` maps hashes back to strings: columns ``ceh``, ``caller_id``, ``ieh``,
+    ``client_ip`` (e.g. the session features).
+    """
+    callers = lookup.select("ceh", "caller_id").drop_nulls().unique("ceh")
+    ips = lookup.select("ieh", "client_ip").drop_nulls().unique("ieh")
+    out = df.join(callers, left_on="eh", right_on="ceh", how="left").join(
+        ips, left_on="eh", right_on="ieh", how="left"
+    )
+    return out.with_columns(
+        pl.when(pl.col("et") == 0).then(pl.lit("caller_id")).otherwise(pl.lit("client_ip"))
+        .alias("entity_type"),
+        pl.when(pl.col("et") == 0).then(pl.col("caller_id")).otherwise(pl.col("client_ip"))
+        .alias("entity_id"),
+    ).drop("caller_id", "client_ip")
 
 
-def resource_features(ev: pl.DataFrame, keys: list[str], config: DetectorsConfig) -> pl.DataFrame:
-    """Id-walking figures per group: distinct ids, misses, longest sequential run, dense range.
+def resource_features(
+    ev: pl.DataFrame,
+    keys: list[str],
+    config: DetectorsConfig,
+    ids: pl.Series,
+    *,
+    time_ordered: bool = False,
+) -> pl.DataFrame:
+    """Id-walking figures per group: longest sequential run and densest id range.
 
     Parameters
     ----------
     ev
-        Prepared events (see :func:`prepare_events`) holding the ``keys`` columns.
+        Rows with the numeric ``keys`` columns and ``th``, ``t``, ``rnum``, ``miss``, ``i``
+        (see :func:`prepare_events`).
     keys
-        Grouping columns, e.g. ``["session_id"]`` or ``["entity_type", "entity_id", "w"]``.
+        Numeric grouping columns, e.g. ``["sh"]`` or ``["et", "eh", "w"]``.
     config
         Supplies ``enumeration.max_step`` and ``enumeration.dense_coverage``.
+    ids
+        The ``resource_id`` column the ``i`` indices point into (example ids).
+    time_ordered
+        The caller guarantees rows sharing a group appear in time order (true for rows
+        filtered or exploded from time-ordered events).
 
     Returns
     -------
     polars.DataFrame
-        One row per group having at least one numeric resource id: ``seq_run`` (ids),
-        ``seq_step``, ``seq_first``/``seq_last`` (example ids), ``seq_first_t``/``seq_last_t``,
-        ``seq_miss`` (share of the run's lookups that missed), ``dense_ids`` (distinct ids of
-        the densest well-covered shape, 0 if none) and ``dense_lo``/``dense_hi`` (its range).
+        One row per group having a numeric resource id: ``seq_run`` (ids in the longest
+        constant-step run), ``seq_step``, ``seq_first``/``seq_last`` (example ids),
+        ``seq_first_t``/``seq_last_t``, ``seq_miss`` (share of the run's lookups that
+        missed), ``dense_ids`` (distinct ids of the densest well-covered shape, 0 if none)
+        and ``dense_lo``/``dense_hi`` (its range).
     """
     max_step = config.enumeration.max_step
-    r = (
-        ev.filter(pl.col("rnum").is_not_null())
-        .select([*keys, "rtmpl", "t", "rnum", "resource_id", "miss"])
-        .with_columns(pl.col("rtmpl").hash(11).alias("th"))
-        .sort([*keys, "th", "t", "rnum"])
+    r = ev.filter(pl.col("rnum").is_not_null()).select(
+        pl.struct([*keys, "th"]).hash(SEED).alias("g"), *keys, "t", "rnum", "miss", "i"
     )
-    grp = [*keys, "th"]
-    same = _same_group(grp)
+    # Rows already in time order within each group (see ``time_ordered``) only need a
+    # stable sort on the group: far cheaper than sorting on (group, t).
+    r = r.sort("g", maintain_order=True) if time_ordered else r.sort(["g", "t", "rnum"])
+    same = pl.col("g") == pl.col("g").shift(1)
     # Consecutive repeats of one id (several tools on one document, retries) are one step.
     r = r.filter(~(same & (pl.col("rnum") == pl.col("rnum").shift(1))).fill_null(False))
     d = pl.when(same).then(pl.col("rnum") - pl.col("rnum").shift(1))
     r = r.with_columns(
         pl.when(d.abs().is_between(1, max_step)).then(d).alias("d"),
-        pl.col("resource_id").shift(1).alias("prev_id"),
+        pl.col("i").shift(1).alias("prev_i"),
         pl.col("t").shift(1).alias("prev_t"),
         pl.col("miss").shift(1).alias("prev_miss"),
     )
@@ -248,35 +297,35 @@ def resource_features(ev: pl.DataFrame, keys: list[str], config: DetectorsConfig
         & (pl.col("d") == pl.col("d").shift(1))
         & same
     ).fill_null(False)
-    r = r.with_columns(
-        (pl.col("d").is_not_null() & ~cont).cum_sum().alias("chain"),
-    )
+    r = r.with_columns((pl.col("d").is_not_null() & ~cont).cum_sum().alias("chain"))
     chains = (
         r.filter(pl.col("d").is_not_null())
-        .group_by([*keys, "chain"])
+        .group_by("chain")
         .agg(
+            *[pl.col(k).first() for k in keys],
             (pl.len() + 1).alias("seq_run"),
             pl.col("d").first().alias("seq_step"),
-            pl.col("prev_id").first().alias("seq_first"),
-            pl.col("resource_id").last().alias("seq_last"),
+            pl.col("prev_i").first().alias("_first_i"),
+            pl.col("i").last().alias("_last_i"),
             pl.col("prev_t").first().alias("seq_first_t"),
             pl.col("t").last().alias("seq_last_t"),
             ((pl.col("miss").sum() + pl.col("prev_miss").first().cast(pl.Int64))
              / (pl.len() + 1)).alias("seq_miss"),
         )
-        .sort([*keys, "seq_run", "seq_first_t"], descending=[*([False] * len(keys)), True, False])
+        .sort(["seq_run", "seq_first_t", "chain"], descending=[True, False, False])
         .group_by(keys, maintain_order=True)
         .first()
         .drop("chain")
     )
     dense = (
-        r.group_by([*keys, "th"])
+        r.group_by("g")
         .agg(
+            *[pl.col(k).first() for k in keys],
             pl.col("rnum").n_unique().alias("n"),
             pl.col("rnum").min().alias("lo"),
             pl.col("rnum").max().alias("hi"),
-            pl.col("resource_id").sort_by("rnum").first().alias("dense_lo"),
-            pl.col("resource_id").sort_by("rnum").last().alias("dense_hi"),
+            pl.col("i").sort_by("rnum").first().alias("_lo_i"),
+            pl.col("i").sort_by("rnum").last().alias("_hi_i"),
         )
         .with_columns(
             pl.when(
@@ -290,14 +339,20 @@ def resource_features(ev: pl.DataFrame, keys: list[str], config: DetectorsConfig
             .otherwise(0)
             .alias("dense_ids")
         )
-        .sort([*keys, "dense_ids"], descending=[*([False] * len(keys)), True])
+        .sort(["dense_ids", "g"], descending=[True, False])
         .group_by(keys, maintain_order=True)
         .first()
-        .select([*keys, "dense_ids", "dense_lo", "dense_hi"])
+        .select([*keys, "dense_ids", "_lo_i", "_hi_i"])
     )
-    return dense.join(chains, on=keys, how="left", nulls_equal=True).with_columns(
-        pl.col("seq_run").fill_null(1), pl.col("seq_miss").fill_null(0.0)
-    )
+    out = dense.join(chains, on=keys, how="left")
+    return out.with_columns(
+        pl.col("seq_run").fill_null(1),
+        pl.col("seq_miss").fill_null(0.0),
+        ids.gather(out["_first_i"]).alias("seq_first"),
+        ids.gather(out["_last_i"]).alias("seq_last"),
+        pl.when(pl.col("dense_ids") > 0).then(ids.gather(out["_lo_i"])).alias("dense_lo"),
+        pl.when(pl.col("dense_ids") > 0).then(ids.gather(out["_hi_i"])).alias("dense_hi"),
+    ).drop("_first_i", "_last_i", "_lo_i", "_hi_i")
 
 
 #: Session feature columns with their meaning (docs and anomaly explanations use these).
@@ -313,6 +368,7 @@ SESSION_FEATURES: dict[str, str] = {
     "distinct_creds": "distinct credentials",
     "total_bytes": "bytes returned",
     "max_bytes": "largest single response (bytes)",
+    "beyond_bytes": "bytes returned beyond the largest single response",
     "total_rows": "rows returned",
     "max_rows": "largest single response (rows)",
     "gap_cv": "variation of gaps between calls",
@@ -326,13 +382,31 @@ SESSION_FEATURES: dict[str, str] = {
 }
 
 
+def gap_stats(ev: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Mean, standard deviation and count of gaps (µs) between consecutive calls per group."""
+    cols = [*keys, "t"]
+    g = ev.select(cols)
+    # Already in time order (the store returns events by ts): a stable sort on the key is
+    # enough and much cheaper than sorting on (key, t).
+    g = g.sort(keys, maintain_order=True) if g["t"].is_sorted() else g.sort(cols)
+    same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
+    g = g.with_columns(
+        pl.when(same).then(pl.col("t") - pl.col("t").shift(1)).cast(pl.Float64).alias("gap")
+    )
+    return g.group_by(keys).agg(
+        pl.col("gap").mean().alias("gap_mean"),
+        pl.col("gap").std().alias("gap_std"),
+        pl.col("gap").count().alias("n_gaps"),
+    )
+
+
 def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     """One row per session with every figure the detectors use.
 
     Parameters
     ----------
     ev
-        Prepared events (:func:`prepare_events`), sorted by ``(session_id, t)``.
+        Prepared events (:func:`prepare_events`).
     su
         Prepared summaries (:func:`prepare_summaries`).
     config
@@ -342,59 +416,54 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
     -------
     polars.DataFrame
         Identity columns (``session_id``, ``caller_id``, ``client_ip``, ``server``,
-        ``basis`` = events | summary | both, ``s_anomaly``), time columns ``first_t`` /
-        ``last_t`` (µs), the figures of :data:`SESSION_FEATURES`, ratios ``nf_ratio``,
-        ``denied_ratio``, ``miss_ratio``, ``auth_fail_ratio``, and the example columns of
-        :func:`resource_features` plus ``top_tool``, ``page_tool``, ``resource_key``.
+        ``basis`` = events | summary | both, ``s_anomaly``, hashes ``sh``/``ceh``/``ieh``),
+        time columns ``first_t`` / ``last_t`` (µs), the figures of
+        :data:`SESSION_FEATURES`, ratios ``nf_ratio``, ``denied_ratio``, ``miss_ratio``,
+        ``auth_fail_ratio``, and the example columns of :func:`resource_features` plus
+        ``top_tool``, ``page_tool``, ``resource_key``.
     """
-    same = pl.col("session_id") == pl.col("session_id").shift(1)
-    gaps = ev.select(
-        pl.col("session_id"),
-        pl.when(same).then(pl.col("t") - pl.col("t").shift(1)).cast(pl.Float64).alias("gap"),
-    )
-    base = (
-        pl.concat([ev, gaps.select("gap")], how="horizontal")
-        .group_by("session_id")
-        .agg(
-            pl.len().alias("calls"),
-            pl.col("t").min().alias("first_t"),
-            pl.col("t").max().alias("last_t"),
-            pl.col("caller_id").drop_nulls().first(),
-            pl.col("client_ip").drop_nulls().first(),
-            pl.col("server").drop_nulls().first(),
-            pl.col("tool").n_unique().alias("distinct_tools"),
-            pl.col("resource_id").drop_nulls().n_unique().alias("distinct_resources"),
-            pl.col("resource_key").drop_nulls().first().alias("resource_key"),
-            pl.col("has_res").sum().alias("resource_calls"),
-            pl.col("nf").sum().alias("not_found"),
-            pl.col("den").sum().alias("denied"),
-            (pl.col("miss") & pl.col("has_res")).sum().alias("res_misses"),
-            pl.col("authf").sum().alias("auth_failures"),
-            pl.col("is_error").sum().alias("errors"),
-            pl.col("ok").sum().alias("ok_calls"),
-            pl.col("credential_hash").filter(pl.col("authf")).drop_nulls().n_unique()
-            .alias("failed_creds"),
-            pl.col("credential_hash").drop_nulls().n_unique().alias("distinct_creds"),
-            pl.col("bytes").sum().alias("total_bytes"),
-            pl.col("bytes").max().alias("max_bytes"),
-            pl.col("rows").sum().alias("total_rows"),
-            pl.col("rows").max().alias("max_rows"),
-            pl.col("duration_ms").mean().alias("mean_duration_ms"),
-            pl.col("ch").n_unique().alias("distinct_calls"),
-            pl.col("gap").mean().alias("gap_mean"),
-            pl.col("gap").std().alias("gap_std"),
-            pl.col("gap").count().alias("n_gaps"),
-        )
+    authf = pl.col("authf")
+    base = ev.group_by("sh").agg(
+        pl.col("session_id").first(),
+        pl.len().alias("calls"),
+        pl.col("t").min().alias("first_t"),
+        pl.col("t").max().alias("last_t"),
+        pl.col("caller_id").drop_nulls().first(),
+        pl.col("client_ip").drop_nulls().first(),
+        pl.col("server").drop_nulls().first(),
+        pl.col("tlh").n_unique().alias("distinct_tools"),
+        pl.col("rh").drop_nulls().n_unique().alias("distinct_resources"),
+        pl.col("resource_key").drop_nulls().first().alias("resource_key"),
+        pl.col("has_res").sum().alias("resource_calls"),
+        pl.col("nf").sum().alias("not_found"),
+        pl.col("den").sum().alias("denied"),
+        (pl.col("miss") & pl.col("has_res")).sum().alias("res_misses"),
+        authf.sum().alias("auth_failures"),
+        pl.col("is_error").sum().alias("errors"),
+        pl.col("ok").sum().alias("ok_calls"),
+        pl.col("crh").filter(authf).drop_nulls().n_unique().alias("failed_creds"),
+        (pl.col("ok") & pl.col("crh").is_not_null()).any().alias("_ok_with_cred"),
+        pl.col("crh").drop_nulls().n_unique().alias("distinct_creds"),
+        pl.col("bytes").sum().alias("total_bytes"),
+        pl.col("bytes").max().alias("max_bytes"),
+        pl.col("rows").sum().alias("total_rows"),
+        pl.col("rows").max().alias("max_rows"),
+        pl.col("duration_ms").mean().alias("mean_duration_ms"),
+        pl.col("ch").n_unique().alias("distinct_calls"),
     )
     tools = (
-        ev.group_by(["session_id", "tool"])
+        ev.group_by(["sh", "tlh"])
         .agg(
             pl.len().alias("n"),
-            (pl.col("page").drop_nulls().n_unique() + pl.col("cursor").drop_nulls().n_unique())
+            pl.col("tool").first(),
+            (pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
             .alias("pages"),
+            # The tool that failed authentication later succeeded: the caller got in.
+            (pl.col("authf").any() & pl.col("ok").any()).alias("_recovered"),
         )
-        .group_by("session_id")
+        .group_by("sh")
         .agg(
+            pl.col("_recovered").any().alias("auth_recovered"),
             pl.col("tool").sort_by(["n", "tool"], descending=[True, False]).first()
             .alias("top_tool"),
             pl.col("n").max().alias("top_tool_calls"),
@@ -403,8 +472,14 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
             pl.col("pages").max().alias("max_pages"),
         )
     )
-    res = resource_features(ev, ["session_id"], config)
-    feats = base.join(tools, on="session_id", how="left").join(res, on="session_id", how="left")
+    res = resource_features(ev, ["sh"], config, ev["resource_id"],
+                            time_ordered=ev["t"].is_sorted())
+    feats = (
+        base.join(gap_stats(ev, ["sh"]), on="sh", how="left")
+        .join(tools, on="sh", how="left")
+        .join(res, on="sh", how="left")
+        .drop("sh")
+    )
     # Sessions seen as summaries: merge (the larger figure wins, as in the sessions view).
     feats = feats.join(su, on="session_id", how="full", coalesce=True)
     span_ev = (pl.col("last_t") - pl.col("first_t")).cast(pl.Float64) / 1e6
@@ -437,6 +512,11 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         pl.max_horizontal(span_ev.fill_null(0.0), (pl.col("s_duration_ms") / 1000).fill_null(0.0))
         .alias("span_s"),
     )
+    feats = feats.with_columns(
+        (pl.col("auth_recovered").fill_null(False) | pl.col("_ok_with_cred").fill_null(False)
+         | (pl.col("basis") == "summary") & (pl.col("calls") > 2 * pl.col("auth_failures")))
+        .alias("auth_recovered"),
+    ).drop("_ok_with_cred")
     zero_int = [
         "distinct_tools", "resource_calls", "not_found", "denied", "res_misses", "errors",
         "ok_calls", "failed_creds", "distinct_creds", "max_bytes", "total_rows", "max_rows",
@@ -465,6 +545,11 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         .otherwise(0.0)
         .alias("miss_ratio"),
         (pl.col("auth_failures") / calls).fill_nan(0.0).clip(0.0, 1.0).alias("auth_fail_ratio"),
+        (pl.col("total_bytes") - pl.col("max_bytes")).clip(lower_bound=0).alias("beyond_bytes"),
+        (pl.col("total_rows") - pl.col("max_rows")).clip(lower_bound=0).alias("beyond_rows"),
+        _h("session_id").alias("sh"),
+        _h("caller_id").alias("ceh"),
+        _h("client_ip").alias("ieh"),
     )
     keep_ids = ["session_id", "caller_id", "client_ip", "server", "basis", "s_anomaly"]
     drop = {"s_t", "s_caller", "s_ip", "s_server", "s_calls", "s_resources", "s_bytes",

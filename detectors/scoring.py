@@ -43,6 +43,18 @@ def band(x: IntoExpr, lo: float, hi: float) -> pl.Expr:
     return 0.5 * below + 0.5 * above
 
 
+def gate(x: IntoExpr, lo: float) -> pl.Expr:
+    """A condition as a score: 1.0 once ``x`` reaches ``lo``, else ``0.5 * x / lo``.
+
+    Used for requirements that should pass or block (an absolute floor, "unusual for this
+    caller") rather than grade: the pattern's own score then decides the severity.
+    """
+    xv = _expr(x).cast(pl.Float64).fill_null(0.0).fill_nan(0.0)
+    if lo <= 0:
+        return pl.lit(1.0)
+    return pl.when(xv >= lo).then(1.0).otherwise((0.5 * xv / lo).clip(0.0, 0.5))
+
+
 def all_of(*scores: pl.Expr) -> pl.Expr:
     """Conjunction of signals: the weakest one decides."""
     return pl.min_horizontal(*scores)

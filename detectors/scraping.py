@@ -1,12 +1,18 @@
-"""Scraping loop: mechanical, repetitive crawling that no person or thinking agent produces.
+"""Scraping loop: an agent looping — repetition no person or thinking agent produces.
 
 Patterns (the strongest decides):
 
-* **pagination sweep** — many distinct page numbers / offsets / cursors of one tool;
+* **stuck loop** — many calls, most of them exact repeats (same tool and arguments);
 * **mechanical loop** — many calls, machine-regular gaps (low coefficient of variation:
   people and LLM agents think between calls, CV ≈ 1) and one dominant tool;
-* **stuck loop** — many calls, most of them exact repeats (same tool and arguments);
-* **sustained rate** — a high call rate kept up over many calls.
+* **sustained rate** — a high call rate kept up over many calls of one dominant tool.
+
+Sessions known only from a summary carry no tools or arguments: there, calls that touched
+no new resource (``1 - unique resources / calls``) stand in for exact repeats.
+
+Walking resource ids belongs to enumeration and paging through a listing to bulk
+extraction, so the cadence and rate patterns do not count calls explained by an id run or
+a pagination sweep.
 
 Then, when the caller has an established baseline (sessions on several days), the
 session must also be unusual *for that caller* (calls or pages well above its own
@@ -22,12 +28,12 @@ import polars as pl
 
 from detectors.base import Detector, FeatureSet, session_frame
 from detectors.baseline import Baseline
-from detectors.scoring import all_of, any_of, band, ratio
+from detectors.scoring import all_of, any_of, band, gate, ratio
 from detectors.text import clean, duration, num, pct
 
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
-             "own_days", "own_typical_calls", "own_typical_max_pages", "p_pages", "p_mech",
+             "own_days", "own_typical_calls", "own_typical_max_pages", "p_mech",
              "p_stuck", "p_rate", "p_own"]
 
 
@@ -60,24 +66,28 @@ class ScrapingLoopDetector(Detector):
             band(s.gap_cv_max / cv.clip(lower_bound=0.01), 1.0, 3.0)
         )
         share_hi = min(1.0, s.top_tool_share_lo + 0.25)
-        # An id walk (most calls one sequential/dense run) is enumeration's business.
+        # An id walk (most calls one sequential/dense run) is enumeration's business, and a
+        # pagination sweep (most calls new pages of a listing) bulk extraction's.
         walk = ratio(pl.max_horizontal("seq_run", "dense_ids"), pl.col("calls"))
-        not_walk = band(1.0 - walk, 0.5, 0.8)
+        sweep = ratio(pl.col("max_pages"), pl.col("calls"))
+        other = band(1.0 - pl.max_horizontal(walk, sweep), 0.5, 0.8)
+        one_tool = band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi)
+        # Known only from a summary: calls that touched no new resource stand in for repeats.
+        dup = pl.when((pl.col("basis") == "summary") & (pl.col("distinct_resources") > 0)).then(
+            1.0 - ratio(pl.col("distinct_resources"), pl.col("calls"))
+        ).otherwise(pl.col("dup_ratio"))
         pats = {
-            "p_pages": band(pl.col("max_pages"), s.pages_lo, s.pages_hi),
-            "p_mech": all_of(calls, regular, not_walk,
-                             band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi)),
-            "p_stuck": all_of(calls, band(pl.col("dup_ratio"), s.dup_ratio_lo, 0.95)),
+            "p_mech": all_of(calls, regular, other, one_tool),
+            "p_stuck": all_of(calls, band(dup, s.dup_ratio_lo, 0.95)),
             "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
-            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), not_walk))
+            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), other, one_tool))
             .otherwise(0.0),
         }
         df = self.caller_baseline_.with_own(features.sessions).with_columns(**pats)
         z_own = pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_max_pages"))
         df = df.with_columns(
             z_own.alias("z_own"),
-            pl.when(z_own.is_null()).then(1.0)
-            .otherwise(band(z_own, s.self_z_lo, s.self_z_hi)).alias("p_own"),
+            pl.when(z_own.is_null()).then(1.0).otherwise(gate(z_own, s.self_z)).alias("p_own"),
         )
         score = all_of(any_of(*[pl.col(k) for k in pats]), pl.col("p_own"))
         return session_frame(df, score, _EVIDENCE).with_columns(
@@ -92,11 +102,6 @@ class ScrapingLoopDetector(Detector):
             f"({num(row.get('calls_per_min'))} per minute), {pct(row.get('top_tool_share'))} "
             f"of them to {row.get('top_tool') or 'one tool'}."
         ]
-        if (row.get("max_pages") or 0) >= 2:
-            reasons.append(
-                f"{row['max_pages']} distinct pages/offsets/cursors of {row.get('page_tool')} "
-                "requested in sequence."
-            )
         if row.get("gap_cv") is not None:
             reasons.append(
                 f"Gaps between calls vary by {pct(row['gap_cv'])} of their mean (coefficient "
@@ -130,7 +135,7 @@ class ScrapingLoopDetector(Detector):
                 "own_baseline_days": row.get("own_days"),
                 "basis": row.get("basis"),
                 "pattern_scores": clean({k: row.get(k) for k in
-                                         ("p_pages", "p_mech", "p_stuck", "p_rate", "p_own")}),
+                                         ("p_mech", "p_stuck", "p_rate", "p_own")}),
             }
         )
         return reasons, evidence

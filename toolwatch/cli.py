@@ -253,6 +253,48 @@ def alerts(
     write_rows(tbl, fmt, max_rows=limit)
 
 
+@app.command()
+def evaluate(
+    labels: Annotated[Path, typer.Argument(help="Labels (JSON lines), e.g. sample_logs/demo/labels.jsonl.")],
+    alerts_file: Annotated[Path, typer.Argument(metavar="ALERTS", help="Alerts JSON lines from analyze --alerts-out.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Precision/recall per category and false positives per benign role.
+
+    Example: toolwatch evaluate sample_logs/demo/labels.jsonl alerts.jsonl
+    """
+    import polars as pl
+
+    from detectors.evaluate import evaluate as run_eval
+    from toolwatch import schema
+
+    for p in (labels, alerts_file):
+        if not p.is_file():
+            raise _fail(FileNotFoundError(f"{p}: no such file"), 1)
+    try:
+        rows = [orjson.loads(x) for x in alerts_file.read_bytes().splitlines() if x.strip()]
+    except orjson.JSONDecodeError as exc:
+        raise _fail(ValueError(f"{alerts_file}: not JSON lines ({exc})"), 1) from None
+    for r in rows:  # evidence is an object in the JSON file, text in the store schema
+        if isinstance(r.get("evidence"), dict):
+            r["evidence"] = orjson.dumps(r["evidence"]).decode()
+    empty = pl.from_arrow(schema.ALERTS.empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    frame = (
+        pl.DataFrame(rows, infer_schema_length=None).with_columns(
+            pl.col(c).str.to_datetime(time_zone="UTC", time_unit="us")
+            for c in ("first_seen", "last_seen", "detected_at")
+        )
+        if rows
+        else empty
+    )
+    result = run_eval(labels, frame)
+    if json_out:
+        print(orjson.dumps(result.as_dict(), default=str).decode())
+    else:
+        print(result.to_text())
+
+
 @app.command("config")
 def config_cmd(config: ConfigOpt = None) -> None:
     """Show every configuration key with its default and documentation."""

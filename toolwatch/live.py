@@ -981,13 +981,27 @@ class LivePipeline:
         self._first_pending_at = None
 
         outs: list[BatchOutput] = []
-        for _fp, bl in pending.items():
+        for fp, bl in pending.items():
             merged = merge_batches(bl)
-            outs.append(self.pipe.transform(merged))
+            if len(merged) == 0 and not (merged.final and fp in self.pipe.pairers):
+                # Nothing to parse (e.g. only server text): just advance the checkpoint.
+                if merged.end_offset >= 0:
+                    res.checkpoints.append(
+                        Checkpoint(merged.source_fp, merged.source, merged.end_offset)
+                    )
+                continue
+            try:
+                outs.append(self.pipe.transform(merged))
+            except ValueError:
+                if len(merged):
+                    raise
+                # An empty final batch only flushes waiting JSON-RPC requests; a parser
+                # that cannot take an empty batch must not stop the flush.
+                log.warning("could not flush pending requests of %s", merged.source)
         events = _concat([o.events for o in outs], schema.EVENTS)
         summaries = _concat([o.summaries for o in outs], schema.SUMMARIES)
         quarantine = _concat([o.quarantine for o in outs] + extra_q, schema.QUARANTINE)
-        res.checkpoints = [o.checkpoint for o in outs if o.checkpoint.end_offset >= 0]
+        res.checkpoints += [o.checkpoint for o in outs if o.checkpoint.end_offset >= 0]
 
         alerts_tbl = None
         td = time.monotonic()

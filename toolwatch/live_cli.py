@@ -8,7 +8,9 @@ The command functions are plain typer-annotated functions registered in
 from __future__ import annotations
 
 import logging
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -263,7 +265,7 @@ def _follow_pipe(
     eof = False
     warmed = False
     while not eof:
-        if stop is not None and stop and child is None:
+        if stop is not None and stop:
             break
         timeout = min(0.2, lp.time_to_due())
         for chunk in reader.chunks(timeout):
@@ -330,26 +332,69 @@ def run_wrapped(
     from ingest.sources.process import WrappedServer
 
     name = Path(argv[0]).name if argv else "server"
-    r = _Runner(config, kind="run", name=" ".join(argv)[:200], sinks=sinks, detector=detector,
-                live=live, verbose=verbose)
+    # The server starts first: the MCP client must not wait for toolwatch's own start-up
+    # (store recovery, detector imports). Its stderr is echoed at once and buffered for
+    # the pipeline meanwhile; signals are forwarded from here on.
     server = WrappedServer(argv)
     try:
         server.start()
     except OSError as exc:
-        r.close()
         raise ToolwatchError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+    # The main thread only supervises (forwards signals at once, waits for the child);
+    # parsing and detection run on a worker so a long flush never delays a signal.
+    box: dict[str, Any] = {}
+    drained = StopFlag()  # set when the child is gone and its stderr had time to drain
+
+    def work() -> None:
+        r: _Runner | None = None
+        try:
+            r = _Runner(config, kind="run", name=" ".join(argv)[:200], sinks=sinks,
+                        detector=detector, live=live, verbose=verbose)
+            assert server.reader is not None
+            asm = LineAssembler(f"run:{name}", None, salt=server.salt(),
+                                max_line_bytes=config.ingest.max_line_bytes)
+            r.lp.status.extra["child_pid"] = server.pid
+            _follow_pipe(r, server.reader, asm, split_text=True, stop=drained, child=server)
+        except BaseException as exc:  # reported after the server exits
+            box["error"] = exc
+            if server.reader is not None:
+                # Keep draining (and echoing) stderr so the server never blocks on it.
+                server.reader.q = _Discard()  # type: ignore[assignment]
+            log.error("toolwatch monitoring failed; the server (pid %d) keeps running",
+                      server.pid)
+        finally:
+            box["runner"] = r
+
+    worker = threading.Thread(target=work, name="run-pipeline", daemon=True)
+    worker.start()
     try:
-        assert server.reader is not None
-        asm = LineAssembler(f"run:{name}", None, salt=server.salt(),
-                            max_line_bytes=config.ingest.max_line_bytes)
-        r.lp.status.extra["child_pid"] = server.pid
-        _follow_pipe(r, server.reader, asm, split_text=True, stop=None, child=server)
+        while True:
+            try:
+                assert server.proc is not None
+                server.proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
         code = server.exit_code()
-        r.lp.status.extra["child_exit_code"] = code
+        worker.join(10.0)  # stderr EOF follows the exit (unless a grandchild holds it)
+        drained.set()
+        worker.join(10.0)
     finally:
         server.restore_signals()
-        r.close()
+        r = box.get("runner")
+        if r is not None:
+            r.lp.status.extra["child_exit_code"] = server.poll()
+            r.close()
+    if "error" in box:
+        raise box["error"]
     return code
+
+
+class _Discard:
+    """Queue stand-in that drops chunks (the server's stderr is still echoed)."""
+
+    def put(self, item: object) -> None:
+        return None
 
 
 def consume_kafka(

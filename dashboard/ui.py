@@ -242,6 +242,9 @@ def table(
         "column_order": column_order,
     }
     if select:
+        # A fresh key after every page switch: a row clicked to navigate away must not
+        # still be selected (and navigate again) when the analyst comes back.
+        kwargs["key"] = f"{key}_{st.session_state.get('_nav_nonce', 0)}"
         return st.dataframe(shown, on_select="rerun", selection_mode="single-row", **kwargs)
     st.dataframe(shown, **kwargs)
     return None
@@ -298,14 +301,20 @@ def default_actor() -> str:
         return "analyst"
 
 
+def _bump_nav_nonce() -> None:
+    st.session_state["_nav_nonce"] = st.session_state.get("_nav_nonce", 0) + 1
+
+
 def open_session(session_id: str | None = None, alert_id: str | None = None) -> None:
     """Switch to the session detail page for a session or an alert."""
     params = {k: v for k, v in (("session", session_id), ("alert", alert_id)) if v}
+    _bump_nav_nonce()
     st.switch_page(PAGES["session"], query_params=params)
 
 
 def open_entity(entity_type: str, entity_id: str) -> None:
     """Switch to the entity page for a caller or client address."""
+    _bump_nav_nonce()
     st.switch_page(PAGES["entity"], query_params={"type": entity_type, "id": entity_id})
 
 

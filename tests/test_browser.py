@@ -167,6 +167,13 @@ def test_flagged_list_and_click_through(server, page):
     page.screenshot(path=str(out / "dashboard.png"))
     if os.environ.get("TOOLWATCH_UPDATE_SCREENSHOT") == "1":
         shutil.copy(out / "dashboard.png", ROOT / "docs" / "screenshot.png")
+    # back to the list through the navigation: the clicked row must not navigate again
+    page.locator('[data-testid="stSidebarNav"] a[href$="/flagged"]').click()
+    page.wait_for_url("**/flagged")
+    page.get_by_text("6 alert(s). Click a row").wait_for()
+    page.wait_for_timeout(2500)
+    assert page.url.endswith("/flagged")
+    assert page.locator("h1").first.inner_text() == "Flagged sessions"
     assert not page.dialogs
 
 

@@ -109,29 +109,29 @@ def test_overview_timezone_switch(store_dir):
 def test_flagged_lists_filters_and_clicks_through(store_dir):
     at = open_page(store_dir, "flagged")
     assert at.title[0].value == "Flagged sessions"
-    table = at.dataframe(key="flagged_table").value
+    table = at.dataframe(key="flagged_table_0").value
     assert len(table) == 6
     assert table["severity"].iloc[0] == "critical"
     assert "session: sess-enum-1" in table["entity"].to_list()
     assert any(r.startswith("unusual tool <img") for r in table["first_reason"])
 
     at.multiselect(key="fl_sev").set_value(["high"]).run()
-    assert sorted(at.dataframe(key="flagged_table").value["alert_id"]) == [
+    assert sorted(at.dataframe(key="flagged_table_0").value["alert_id"]) == [
         "al-cred-0003",
         "al-enum-0001",
     ]
     at.multiselect(key="fl_sev").set_value([]).run()
     at.text_input(key="fl_search").set_value("onerror").run()
-    assert at.dataframe(key="flagged_table").value["alert_id"].to_list() == ["al-anom-0004"]
+    assert at.dataframe(key="flagged_table_0").value["alert_id"].to_list() == ["al-anom-0004"]
     at.text_input(key="fl_search").set_value("no such thing").run()
     assert not at.dataframe and "No alerts match these filters." in [i.value for i in at.info]
     at.text_input(key="fl_search").set_value("").run()
     at.selectbox(key="fl_caller").set_value("crawler-9").run()
-    assert at.dataframe(key="flagged_table").value["alert_id"].to_list() == ["al-loop-0005"]
+    assert at.dataframe(key="flagged_table_0").value["alert_id"].to_list() == ["al-loop-0005"]
     at.selectbox(key="fl_caller").set_value("(any)").run()
     at.selectbox(key="fl_range").set_value("Last 24 hours").run()
     # relative ranges end at the newest data in the store, not at the wall clock
-    assert set(at.dataframe(key="flagged_table").value["alert_id"]) == {
+    assert set(at.dataframe(key="flagged_table_0").value["alert_id"]) == {
         "al-bulk-0002",
         "al-cred-0003",
         "al-anom-0004",
@@ -143,7 +143,7 @@ def test_flagged_lists_filters_and_clicks_through(store_dir):
     assert_no_markup_from_logs(at)
 
     # click the second row (the enumeration alert) -> session detail
-    at.session_state["flagged_table"] = {"selection": {"rows": [1], "columns": [], "cells": []}}
+    at.session_state["flagged_table_0"] = {"selection": {"rows": [1], "columns": [], "cells": []}}
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Session detail"
@@ -155,7 +155,7 @@ def test_flagged_triage_status_filter(fresh_store):
     TriageStore(fresh_store).mark("al-bulk-0002", "escalated", "alice")
     at = open_page(fresh_store, "flagged")
     at.multiselect(key="fl_status").set_value(["escalated"]).run()
-    df = at.dataframe(key="flagged_table").value
+    df = at.dataframe(key="flagged_table_0").value
     assert df["alert_id"].to_list() == ["al-bulk-0002"]
     assert df["status"].to_list() == ["escalated"]
 
@@ -169,7 +169,7 @@ def test_session_detail_by_alert_shows_reasons_contributions_and_raw(store_dir):
     charts = at.get("plotly_chart")
     assert len(charts) == 3  # contributions, timeline, bytes
     assert at.get("json")  # evidence
-    events = at.dataframe(key="sd_events").value
+    events = at.dataframe(key="sd_events_0").value
     assert XSS_TOOL in events["tool"].to_list()
     assert any(XSS_ARG in a for a in events["args"])
     tools = find_df(at, "tool", "calls", "errors")
@@ -178,7 +178,7 @@ def test_session_detail_by_alert_shows_reasons_contributions_and_raw(store_dir):
     assert_no_markup_from_logs(at)
 
     # click a raw event -> its original log line, as code (text)
-    at.session_state["sd_events"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
+    at.session_state["sd_events_0"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
     at.run()
     assert not at.exception
     assert any(XSS_ARG in c.value for c in at.code)
@@ -191,7 +191,7 @@ def test_session_detail_by_session_id(store_dir):
     assert {m.label: m.value for m in at.metric}["Calls"] == "150"
     assert find_df(at, "tool", "calls", "errors")["tool"].to_list() == ["crm.getContact"]
     # alerts on this session are listed, click-through opens the alert
-    assert at.dataframe(key="sd_alerts").value["alert_id"].to_list() == ["al-enum-0001"]
+    assert at.dataframe(key="sd_alerts_0").value["alert_id"].to_list() == ["al-enum-0001"]
 
 
 def test_session_detail_entity_alert_picks_among_sessions(store_dir):
@@ -246,15 +246,15 @@ def test_triage_from_session_detail_persists(fresh_store):
 def test_entity_page(store_dir):
     at = open_page(store_dir, "entity", type="caller_id", id="agent-harvester")
     assert "Caller: agent-harvester" in texts(at)
-    sessions = at.dataframe(key="en_sessions").value
+    sessions = at.dataframe(key="en_sessions_0").value
     assert set(sessions["session_id"]) == {"sess-enum-0", "sess-enum-1"}
-    assert at.dataframe(key="en_alerts").value["alert_id"].to_list() == ["al-enum-0001"]
+    assert at.dataframe(key="en_alerts_0").value["alert_id"].to_list() == ["al-enum-0001"]
     ips = find_df(at, "value", "calls", nth=2)
     assert set(ips["value"]) == {"203.0.113.7", "203.0.113.8"}
     assert len(at.get("plotly_chart")) == 1
     # click a session -> session detail
     row = sessions["session_id"].to_list().index("sess-enum-0")
-    at.session_state["en_sessions"] = {"selection": {"rows": [row], "columns": [], "cells": []}}
+    at.session_state["en_sessions_0"] = {"selection": {"rows": [row], "columns": [], "cells": []}}
     at.run()
     assert at.title[0].value == "Session detail"
     assert "Session id: sess-enum-0" in texts(at)

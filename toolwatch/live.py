@@ -36,6 +36,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -573,7 +574,8 @@ class StatusPublisher:
         self.status = status
         self.dir = status_dir(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / f"{status.kind}-{status.pid}.json"
+        # pid plus a random tag: several pipelines may share a process (tests, benchmarks).
+        self.path = self.dir / f"{status.kind}-{status.pid}-{uuid.uuid4().hex[:6]}.json"
         self._server: http.server.ThreadingHTTPServer | None = None
         self.metrics_port: int | None = None
         if metrics_port is not None:

@@ -117,3 +117,65 @@ class Baseline:
         exprs.append(pl.col("_days").fill_null(0).cast(pl.Int64).alias("own_days"))
         drop = [c for c in self.own_.columns if c not in self.keys]
         return out.with_columns(exprs).drop(drop)
+
+
+def habits(
+    frame: pl.DataFrame,
+    raw_col: str,
+    keys: list[str],
+    *,
+    min_rows: int,
+    min_days: int,
+    t_col: str = "first_t",
+) -> pl.DataFrame:
+    """Each established entity's typical (median) raw pattern score.
+
+    An entity whose *typical* session already scores at alert level does this habitually
+    (the nightly export, the sync job, the health probe): only a session far beyond its own
+    normal should alert for it.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``keys`` plus ``habit_score`` for entities with at least ``min_rows`` observations
+        on ``min_days`` distinct UTC days.
+    """
+    if frame.height == 0:
+        return frame.select(keys).clear().with_columns(pl.lit(None, pl.Float64).alias("habit_score"))
+    own = frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys]))
+    return (
+        own.group_by(keys)
+        .agg(
+            pl.len().alias("_n"),
+            (pl.col(t_col) // US_PER_DAY).n_unique().alias("_days"),
+            pl.col(raw_col).median().alias("habit_score"),
+        )
+        .filter((pl.col("_n") >= min_rows) & (pl.col("_days") >= min_days))
+        .drop("_n", "_days")
+    )
+
+
+def habitual_gate(
+    frame: pl.DataFrame,
+    habit: pl.DataFrame | None,
+    keys: list[str],
+    threshold: float,
+    z_own: pl.Expr,
+    self_z: float,
+) -> pl.DataFrame:
+    """Add ``habitual`` and ``p_own``: 1.0 unless the entity habitually scores at alert
+    level, in which case the row must also be ``self_z`` robust z-scores above its own
+    median (:func:`detectors.scoring.gate`)."""
+    from detectors.scoring import gate
+
+    if habit is None or habit.height == 0:
+        return frame.with_columns(
+            pl.lit(False).alias("habitual"), pl.lit(None, pl.Float64).alias("habit_score"),
+            pl.lit(1.0).alias("p_own"),
+        )
+    out = frame.join(habit, on=keys, how="left")
+    habitual = pl.col("habit_score").fill_null(0.0) >= threshold
+    return out.with_columns(
+        habitual.alias("habitual"),
+        pl.when(habitual).then(gate(z_own.fill_null(0.0), self_z)).otherwise(1.0).alias("p_own"),
+    )

@@ -1,9 +1,9 @@
 """Bulk extraction: far more data than the population — and than the caller itself — pulls.
 
-Three patterns (the strongest decides), each then checked against the caller's own
-baseline once that is established (enough sessions over enough distinct days), so a
-service account that exports large volumes every night stays quiet while a user who
-suddenly pulls far more than they ever do does not:
+Three patterns (the strongest decides). When the caller *habitually* scores at alert
+level — its typical session over several days already does, like a service account that
+exports every night — a session must also be far beyond the caller's own median to alert;
+a user who suddenly pulls far more than they ever do is not shielded:
 
 * **sustained volume** — bytes (rows) returned *beyond the single largest response*,
   compared in log units with a robust z-score (median / MAD) against the population
@@ -17,8 +17,9 @@ suddenly pulls far more than they ever do does not:
   real data: walking a listing to its end is extraction whatever the page size.
 
 An absolute floor (``min_bytes`` / ``min_rows``) keeps big ratios on tiny volumes out.
-Per caller and client address, sessions not flagged on their own are summed per hopping
-window, so extraction spread over many modest sessions still surfaces.
+Per caller and client address, sessions not explained on their own are summed per
+hopping window (each session's largest response discounted), so extraction spread over
+many modest sessions still surfaces.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Self
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, session_frame
-from detectors.baseline import Baseline
+from detectors.baseline import Baseline, habits, habitual_gate
 from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from detectors.features import ENTITY_TYPES, explode_entities
 from detectors.scoring import all_of, any_of, band, gate
@@ -41,7 +42,7 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "beyond_rows", "max_pages", "page_tool", "span_s", "basis", "top_tool", "z_pop",
              "z_combined", "beyond_per_call",
              "z_single", "z_own", "own_n", "own_days", "own_typical_beyond_bytes",
-             "own_typical_max_pages", "p_volume", "p_single", "p_sweep", "p_own"]
+             "own_typical_max_pages", "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
 
 
 def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
@@ -61,7 +62,8 @@ def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, 
     Returns the aggregated windows and the exploded session rows behind them.
     """
     narrow = sessions.select("first_t", "last_t", "sh", "ceh", "ieh", "calls", "total_bytes",
-                             "max_bytes", "total_rows", "max_rows", "max_pages")
+                             "max_bytes", "total_rows", "max_rows", "max_pages",
+                             "beyond_bytes", "beyond_rows")
     ee = explode_entities(narrow, config, t_col="first_t")
     agg = ee.group_by(KEYS).agg(
         pl.len().alias("n_sessions"),
@@ -71,12 +73,13 @@ def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, 
         pl.col("total_rows").sum(),
         pl.col("max_rows").max(),
         pl.col("max_pages").max(),
+        # Each session may download one big thing (a report): only what came beyond each
+        # session's largest response adds up.
+        pl.col("beyond_bytes").sum(),
+        pl.col("beyond_rows").sum(),
         pl.col("first_t").min(),
         pl.col("last_t").max(),
         *IDENTITY_AGGS,
-    ).with_columns(
-        (pl.col("total_bytes") - pl.col("max_bytes")).clip(lower_bound=0).alias("beyond_bytes"),
-        (pl.col("total_rows") - pl.col("max_rows")).clip(lower_bound=0).alias("beyond_rows"),
     )
     return agg, ee
 
@@ -100,12 +103,22 @@ class BulkExtractionDetector(Detector):
         multi = history.sessions.filter(pl.col("calls") >= 2)
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
+        hk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days}
+        self.habit_ = habits(
+            self._score_volume(history.sessions, self.session_baseline_), "_raw",
+            ["caller_id"], **hk,
+        )
         self.entity_baselines_: dict[str, Baseline] = {}
+        self.entity_habits_: dict[str, pl.DataFrame] = {}
         if self.settings.entity and history.sessions.height:
             win, _ = _entity_windows(history.sessions, cfg)
             for code, (etype, _) in enumerate(ENTITY_TYPES):
-                part = _for_baseline(win.filter(pl.col("et") == code))
-                self.entity_baselines_[etype] = Baseline(_VOL, ["et", "eh"], **mk).fit(part)
+                part = win.filter(pl.col("et") == code)
+                bl = Baseline(_VOL, ["et", "eh"], **mk).fit(_for_baseline(part))
+                self.entity_baselines_[etype] = bl
+                self.entity_habits_[etype] = habits(
+                    self._score_volume(part, bl), "_raw", ["et", "eh"], **hk
+                )
         self.fitted_ = True
         return self
 
@@ -163,16 +176,22 @@ class BulkExtractionDetector(Detector):
             (p_volume if bl.is_fitted else pl.lit(0.0)).alias("p_volume"),
             (p_single if bl.is_fitted else pl.lit(0.0)).alias("p_single"),
             p_sweep.alias("p_sweep"),
-            pl.when(z_own.is_null()).then(1.0).otherwise(gate(z_own, b.self_z)).alias("p_own"),
         )
         raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"))
-        return df.with_columns(raw.alias("_raw"), all_of(raw, pl.col("p_own")).alias("_score"))
+        return df.with_columns(raw.alias("_raw"))
+
+    def _gated(self, df: pl.DataFrame, habit: pl.DataFrame | None, keys: list[str]) -> pl.DataFrame:
+        df = habitual_gate(df, habit, keys, self.threshold, pl.col("z_own"), self.settings.self_z)
+        return df.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows."""
         if not self.is_fitted:
             self.fit(FeatureSet.empty(self.config))
-        scored = self._score_volume(features.sessions, self.session_baseline_)
+        scored = self._gated(
+            self._score_volume(features.sessions, self.session_baseline_), self.habit_,
+            ["caller_id"],
+        )
         out = session_frame(scored, pl.col("_score"), _EVIDENCE).with_columns(
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
@@ -192,7 +211,8 @@ class BulkExtractionDetector(Detector):
             part = win.filter(pl.col("et") == code)
             bl = self.entity_baselines_.get(etype)
             if part.height and bl is not None:
-                parts.append(self._score_volume(part, bl))
+                parts.append(self._gated(self._score_volume(part, bl),
+                                         self.entity_habits_.get(etype), ["et", "eh"]))
         if not parts:
             return out
         ent = pl.concat(parts, how="vertical_relaxed").with_columns(
@@ -265,6 +285,11 @@ class BulkExtractionDetector(Detector):
                 f"z-score {num(row.get('z_single'))})."
             )
         who = "caller" if etype in ("session", "caller_id") else "address"
+        if row.get("habitual"):
+            reasons.append(
+                f"This {who} pulls large volumes habitually, but this {unit} is far beyond its "
+                f"own normal (z-score {num(row.get('z_own'))})."
+            )
         if row.get("z_own") is not None:
             reasons.append(
                 f"Unusual for this {who} too: its typical {unit} returns "

@@ -44,8 +44,9 @@ class EnumerationConfig:
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc("Score from which an alert is raised.", 0.5)
     max_step: int = doc(
-        "Largest |step| between consecutive numeric ids that still counts as a sequence "
-        "(doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10).",
+        "Largest |step| between consecutive numeric ids (in time order) that still counts "
+        "as a run (doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10). Step-1 "
+        "walks are also found with other lookups interleaved.",
         10,
     )
     run_lo: int = doc(
@@ -74,16 +75,11 @@ class EnumerationConfig:
     )
     distinct_hi: int = doc("Distinct resources where sparse probing is critical.", 100)
     dense_lo: int = doc(
-        "Distinct ids of one shape covering at least ``dense_coverage`` of their numeric "
-        "range (shuffled enumeration) from which the dense-range signal alerts.",
+        "Length of the longest block of consecutive ids all requested, in any order "
+        "(a shuffled walk), from which the dense-block signal alerts.",
         25,
     )
-    dense_hi: int = doc("Dense-range id count that is critical.", 100)
-    dense_coverage: float = doc(
-        "Share of the numeric range between the smallest and largest id that must have been "
-        "requested for the ids to count as a dense range.",
-        0.6,
-    )
+    dense_hi: int = doc("Dense-block length that is critical.", 100)
     summary_distinct_lo: int = doc(
         "Sessions known only from a summary: distinct resources from which nearly every call "
         "touching a new resource counts as a walk.",

@@ -23,7 +23,7 @@ from typing import Any, Self
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, empty_scores, session_frame
-from detectors.baseline import Baseline
+from detectors.baseline import Baseline, habits, habitual_gate
 from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from detectors.features import explode_entities, resource_features
 from detectors.scoring import all_of, any_of, band, gate, ratio
@@ -61,7 +61,7 @@ class EnumerationDetector(Detector):
         }
 
     def fit(self, history: FeatureSet) -> Self:
-        """Learn each caller's typical distinct resources and run lengths per session."""
+        """Learn each caller's typical walk figures and whether it walks habitually."""
         cfg = self.config
         self.caller_baseline_ = Baseline(
             ["distinct_resources", "seq_run", "dense_ids"], ["caller_id"],
@@ -71,31 +71,24 @@ class EnumerationDetector(Detector):
         multi = history.sessions.filter((pl.col("calls") >= 2) & (pl.col("basis") != "summary"))
         bpc = (multi["total_bytes"] / multi["calls"]).median() if multi.height else None
         self.typical_bytes_per_call_ = float(bpc) if bpc is not None else None  # type: ignore[arg-type]
+        self.habit_ = habits(
+            self._raw(history.sessions), "_raw", ["caller_id"],
+            min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
+        )
         self.fitted_ = True
         return self
 
-    def score(self, features: FeatureSet) -> pl.DataFrame:
-        """Session rows for every session plus entity-window rows (see module docs)."""
-        if not self.is_fitted:
-            self.fit(FeatureSet.empty(self.config))
+    def _raw(self, sessions: pl.DataFrame) -> pl.DataFrame:
+        """Pattern scores and their maximum ``_raw`` (before the caller's own baseline)."""
         e = self.settings
-        s = self.caller_baseline_.with_own(features.sessions)
-        z_own = pl.max_horizontal(
-            pl.col("own_z_distinct_resources"), pl.col("own_z_seq_run"), pl.col("own_z_dense_ids")
-        )
-        s = s.with_columns(
-            z_own.alias("z_own"),
-            pl.when(z_own.is_null()).then(1.0).otherwise(gate(z_own, e.self_z)).alias("p_own"),
-        )
         pats = self._patterns()
-        summary_only = pl.col("basis") == "summary"
         typ = self.typical_bytes_per_call_
         small = (
             gate(e.summary_bytes_factor * typ / ratio(pl.col("total_bytes"), pl.col("calls"))
                  .clip(lower_bound=1e-9), 1.0)
             if typ else pl.lit(1.0)
         )
-        p_summary = pl.when(summary_only).then(
+        p_summary = pl.when(pl.col("basis") == "summary").then(
             all_of(
                 band(pl.col("distinct_resources"), e.summary_distinct_lo, e.summary_distinct_hi),
                 band(ratio(pl.col("distinct_resources"), pl.col("calls")),
@@ -103,17 +96,34 @@ class EnumerationDetector(Detector):
                 small,
             )
         ).otherwise(0.0)
-        scored = s.with_columns(**pats, p_summary=p_summary).with_columns(
+        return sessions.with_columns(**pats, p_summary=p_summary).with_columns(
             any_of(*[pl.col(k) for k in (*pats, "p_summary")]).alias("_raw")
-        ).with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
+        )
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """Session rows for every session plus entity-window rows (see module docs)."""
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        e = self.settings
+        s = self.caller_baseline_.with_own(features.sessions)
+        s = s.with_columns(
+            pl.max_horizontal(
+                pl.col("own_z_distinct_resources"), pl.col("own_z_seq_run"),
+                pl.col("own_z_dense_ids"),
+            ).alias("z_own")
+        )
+        s = habitual_gate(self._raw(s), self.habit_, ["caller_id"], self.threshold,
+                          pl.col("z_own"), e.self_z)
+        scored = s.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
+        pats = list(self._patterns())
         out = session_frame(
             scored, pl.col("_score"), [*_EVIDENCE, *pats, "p_summary", "z_own", "own_n",
-                                       "own_days", "p_own"]
+                                       "own_days", "habitual", "p_own"]
         ).with_columns(pl.lit(None, pl.List(pl.String)).alias("session_ids"),
                        pl.lit(1, pl.Int64).alias("n_sessions"))
         if not self.settings.entity or features.events.height == 0:
             return out
-        # Sessions explained on their own — flagged, or normal only for their caller — are
+        # Sessions explained on their own — flagged, or habitual for their caller — are
         # not evidence of a distributed walk.
         flagged = scored.filter(pl.col("_raw") >= self.threshold).select("session_id")
         ent = self._entities(features, flagged)
@@ -186,6 +196,7 @@ class EnumerationDetector(Detector):
             pl.lit(None, pl.Float64).alias("z_own"),
             pl.lit(None, pl.Int64).alias("own_n"),
             pl.lit(None, pl.Int64).alias("own_days"),
+            pl.lit(False).alias("habitual"),
             pl.lit(1.0).alias("p_own"),
             "session_ids",
             "n_sessions",
@@ -225,10 +236,11 @@ class EnumerationDetector(Detector):
                 f"{dense} ids requested densely covering the range {row['dense_lo']} … "
                 f"{row['dense_hi']}."
             )
-        if row.get("z_own") is not None:
+        if row.get("habitual"):
             reasons.append(
-                f"Unusual for this caller: z-score {row['z_own']:.1f} against its own "
-                f"{row.get('own_n')} sessions on {row.get('own_days')} days."
+                f"This caller walks resources habitually, but this session is far beyond its "
+                f"own normal (z-score {row['z_own']:.1f} over {row.get('own_n')} sessions on "
+                f"{row.get('own_days')} days)."
             )
         evidence = clean(
             {

@@ -232,9 +232,9 @@ def evaluate(
         caught_by_cat[lb["label"]][0] += 1
         caught_by_cat[lb["label"]][1] += int(ok)
         if not ok:
+            ident = lb.get("session_id") or f"{lb.get('caller_id')}@{lb.get('first_seen')}"
             missed.append({"kind": "session", "label": lb["label"], "variant": lb.get("variant"),
-                           "id": lb.get("session_id") or f"{lb.get('caller_id')}@{lb.get('first_seen')}",
-                           "named_as": ",".join(sorted(cats)) or None})
+                           "id": ident, "named_as": ",".join(sorted(cats)) or None})
     for el in ent_labels:
         c = el["label"]
         ok = any(
@@ -246,7 +246,8 @@ def evaluate(
         if not ok:
             members = [
                 lb for lb in by_entity.get((el["entity_type"], el["entity_id"]), [])
-                if lb["label"] == c and _overlap(lb["_first"], lb["_last"], el["_first"], el["_last"])
+                if lb["label"] == c
+                and _overlap(lb["_first"], lb["_last"], el["_first"], el["_last"])
             ]
             ok = any(c in {x for x, _ in named_by.get(lb["_i"], [])} for lb in members)
         caught_by_cat[c][0] += 1

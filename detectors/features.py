@@ -21,6 +21,10 @@ Sequential runs: within one group and one id shape, ids are taken in time order,
 consecutive repeats of the same id are dropped (a tool reading doc-7 then its comments on
 doc-7), and a run is a stretch where the numeric part keeps stepping by the same non-zero
 constant of at most ``enumeration.max_step``. Its length counts ids (1001..1030 is 30).
+Because an attacker can interleave decoy lookups, a *walk* is also measured: the longest
+stretch of consecutive integers whose first requests come in time order (up or down),
+whatever was requested in between; the longer of the two is ``seq_run``. A *dense block*
+is the longest stretch of consecutive integers all requested, in any order.
 """
 
 from __future__ import annotations
@@ -269,10 +273,11 @@ def resource_features(
     -------
     polars.DataFrame
         One row per group having a numeric resource id: ``seq_run`` (ids in the longest
-        constant-step run), ``seq_step``, ``seq_first``/``seq_last`` (example ids),
-        ``seq_first_t``/``seq_last_t``, ``seq_miss`` (share of the run's lookups that
-        missed), ``dense_ids`` (distinct ids of the densest well-covered shape, 0 if none)
-        and ``dense_lo``/``dense_hi`` (its range).
+        progression: a run stepping by a constant, or a walk of consecutive ids requested
+        in time order with other lookups interleaved), ``seq_step``, ``seq_first`` /
+        ``seq_last`` (example ids), ``seq_first_t``/``seq_last_t``, ``seq_miss`` (share of
+        its lookups that missed), ``dense_ids`` (the longest block of consecutive ids all
+        requested, in any order) and ``dense_lo``/``dense_hi`` (its range).
     """
     max_step = config.enumeration.max_step
     r = ev.filter(pl.col("rnum").is_not_null()).select(
@@ -317,41 +322,88 @@ def resource_features(
         .first()
         .drop("chain")
     )
-    dense = (
-        r.group_by("g")
+    # Distinct ids per group in numeric order, with the time each was first requested.
+    u = (
+        r.group_by(["g", "rnum"])
         .agg(
             *[pl.col(k).first() for k in keys],
-            pl.col("rnum").n_unique().alias("n"),
-            pl.col("rnum").min().alias("lo"),
-            pl.col("rnum").max().alias("hi"),
-            pl.col("i").sort_by("rnum").first().alias("_lo_i"),
-            pl.col("i").sort_by("rnum").last().alias("_hi_i"),
+            pl.col("t").min().alias("ft"),
+            pl.col("i").first().alias("fi"),
+            pl.col("miss").any().alias("m"),
         )
-        .with_columns(
-            pl.when(
-                (pl.col("n") >= 3)
-                & (
-                    pl.col("n") / (pl.col("hi") - pl.col("lo") + 1)
-                    >= config.enumeration.dense_coverage
-                )
-            )
-            .then(pl.col("n"))
-            .otherwise(0)
-            .alias("dense_ids")
+        .sort(["g", "rnum"])
+    )
+    consec = (
+        (pl.col("g") == pl.col("g").shift(1)) & (pl.col("rnum") == pl.col("rnum").shift(1) + 1)
+    ).fill_null(False)
+    later = (pl.col("ft") > pl.col("ft").shift(1)).fill_null(False)
+    u = u.with_columns(
+        (~consec).cum_sum().alias("_blk"),
+        (~(consec & later)).cum_sum().alias("_up"),
+        (~(consec & ~later)).cum_sum().alias("_down"),
+    )
+    # Dense block: consecutive ids all requested, in any order (a shuffled walk).
+    dense = (
+        u.group_by("_blk")
+        .agg(
+            *[pl.col(k).first() for k in keys],
+            pl.len().alias("dense_ids"),
+            pl.col("fi").first().alias("_lo_i"),
+            pl.col("fi").last().alias("_hi_i"),
         )
-        .sort(["dense_ids", "g"], descending=[True, False])
+        .sort(["dense_ids", "_blk"], descending=[True, False])
         .group_by(keys, maintain_order=True)
         .first()
         .select([*keys, "dense_ids", "_lo_i", "_hi_i"])
     )
-    out = dense.join(chains, on=keys, how="left")
+    # Walk: consecutive ids requested in increasing (or decreasing) time order, whatever
+    # else was requested in between (decoy lookups interleaved with the walk).
+    walks = []
+    for col, step in (("_up", 1), ("_down", -1)):
+        walks.append(
+            u.group_by(col)
+            .agg(
+                *[pl.col(k).first() for k in keys],
+                pl.len().alias("walk_run"),
+                pl.col("ft").min().alias("walk_first_t"),
+                pl.col("ft").max().alias("walk_last_t"),
+                pl.col("fi").sort_by("ft").first().alias("_wf_i"),
+                pl.col("fi").sort_by("ft").last().alias("_wl_i"),
+                pl.col("m").mean().alias("walk_miss"),
+            )
+            .with_columns(pl.lit(step, pl.Int64).alias("walk_step"))
+            .drop(col)
+        )
+    walk = (
+        pl.concat(walks)
+        .sort(["walk_run", "walk_first_t"], descending=[True, False])
+        .group_by(keys, maintain_order=True)
+        .first()
+    )
+    out = dense.join(chains, on=keys, how="left").join(walk, on=keys, how="left")
+    # The longest progression wins: a strict constant-step run, or a step-1 walk.
+    use_walk = pl.col("walk_run").fill_null(0) > pl.col("seq_run").fill_null(0)
+    out = out.with_columns(
+        pl.when(use_walk).then(pl.col("walk_run")).otherwise(pl.col("seq_run")).alias("seq_run"),
+        pl.when(use_walk).then(pl.col("walk_step")).otherwise(pl.col("seq_step"))
+        .alias("seq_step"),
+        pl.when(use_walk).then(pl.col("_wf_i")).otherwise(pl.col("_first_i")).alias("_first_i"),
+        pl.when(use_walk).then(pl.col("_wl_i")).otherwise(pl.col("_last_i")).alias("_last_i"),
+        pl.when(use_walk).then(pl.col("walk_first_t")).otherwise(pl.col("seq_first_t"))
+        .alias("seq_first_t"),
+        pl.when(use_walk).then(pl.col("walk_last_t")).otherwise(pl.col("seq_last_t"))
+        .alias("seq_last_t"),
+        pl.when(use_walk).then(pl.col("walk_miss")).otherwise(pl.col("seq_miss"))
+        .alias("seq_miss"),
+    ).drop("walk_run", "walk_step", "_wf_i", "_wl_i", "walk_first_t", "walk_last_t",
+           "walk_miss")
     return out.with_columns(
         pl.col("seq_run").fill_null(1),
         pl.col("seq_miss").fill_null(0.0),
         ids.gather(out["_first_i"]).alias("seq_first"),
         ids.gather(out["_last_i"]).alias("seq_last"),
-        pl.when(pl.col("dense_ids") > 0).then(ids.gather(out["_lo_i"])).alias("dense_lo"),
-        pl.when(pl.col("dense_ids") > 0).then(ids.gather(out["_hi_i"])).alias("dense_hi"),
+        pl.when(pl.col("dense_ids") >= 2).then(ids.gather(out["_lo_i"])).alias("dense_lo"),
+        pl.when(pl.col("dense_ids") >= 2).then(ids.gather(out["_hi_i"])).alias("dense_hi"),
     ).drop("_first_i", "_last_i", "_lo_i", "_hi_i")
 
 

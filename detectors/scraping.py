@@ -5,7 +5,8 @@ Patterns (the strongest decides):
 * **stuck loop** — many calls, most of them exact repeats (same tool and arguments);
 * **mechanical loop** — many calls, machine-regular gaps (low coefficient of variation:
   people and LLM agents think between calls, CV ≈ 1) and one dominant tool;
-* **sustained rate** — a high call rate kept up over many calls of one dominant tool.
+* **sustained rate** — a high call rate kept up over many calls of one dominant tool,
+  mostly not touching new resources (a fast walk over new ids is enumeration's).
 
 Sessions known only from a summary carry no tools or arguments: there, calls that touched
 no new resource (``1 - unique resources / calls``) stand in for exact repeats.
@@ -14,9 +15,9 @@ Walking resource ids belongs to enumeration and paging through a listing to bulk
 extraction, so the cadence and rate patterns do not count calls explained by an id run or
 a pagination sweep.
 
-Then, when the caller has an established baseline (sessions on several days), the
-session must also be unusual *for that caller* (calls or pages well above its own
-median): a CI probe or an export job that crawls the same way every day is its normal.
+Then, when the caller *habitually* scores at alert level (its typical session over several
+days does), the session must also be far beyond its own median (calls, repeated calls):
+a CI probe or a polling job that loops the same way every day is its normal.
 Benign retries (a few identical calls) and long, diverse power-user sessions stay low.
 """
 
@@ -27,14 +28,26 @@ from typing import Any, Self
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, session_frame
-from detectors.baseline import Baseline
-from detectors.scoring import all_of, any_of, band, gate, ratio
+from detectors.baseline import Baseline, habits, habitual_gate
+from detectors.scoring import all_of, any_of, band, ratio
 from detectors.text import clean, duration, num, pct
 
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
-             "own_days", "own_typical_calls", "own_typical_max_pages", "p_mech",
-             "p_stuck", "p_rate", "p_own"]
+             "own_days", "own_typical_calls", "habitual", "p_mech", "p_stuck", "p_rate",
+             "p_own"]
+
+
+def _dup() -> pl.Expr:
+    """Share of repeated calls; for sessions known only from a summary, the share of calls
+    that touched no new resource stands in (when the summary reports resources)."""
+    return pl.when((pl.col("basis") == "summary") & (pl.col("distinct_resources") > 0)).then(
+        1.0 - ratio(pl.col("distinct_resources"), pl.col("calls"))
+    ).otherwise(pl.col("dup_ratio"))
+
+
+def _with_dup_calls(sessions: pl.DataFrame) -> pl.DataFrame:
+    return sessions.with_columns((_dup() * pl.col("calls")).alias("dup_calls"))
 
 
 class ScrapingLoopDetector(Detector):
@@ -46,20 +59,22 @@ class ScrapingLoopDetector(Detector):
     summary = "Pagination sweeps, machine-regular loops, exact repeats, sustained rate."
 
     def fit(self, history: FeatureSet) -> Self:
-        """Learn each caller's typical calls and pages per session."""
+        """Learn each caller's typical calls per session and whether it loops habitually."""
         cfg = self.config
         self.caller_baseline_ = Baseline(
-            ["calls", "max_pages"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
+            ["calls", "dup_calls"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
             min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
-        ).fit(history.sessions)
+        ).fit(_with_dup_calls(history.sessions))
+        self.habit_ = habits(
+            self._raw(history.sessions), "_raw", ["caller_id"],
+            min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
+        )
         self.fitted_ = True
         return self
 
-    def score(self, features: FeatureSet) -> pl.DataFrame:
-        """One row per session."""
+    def _raw(self, sessions: pl.DataFrame) -> pl.DataFrame:
+        """Pattern scores and their maximum ``_raw`` (before the caller's own baseline)."""
         s = self.settings
-        if not self.is_fitted:
-            self.fit(FeatureSet.empty(self.config))
         calls = band(pl.col("calls"), s.calls_lo, s.calls_hi)
         cv = pl.col("gap_cv")
         regular = pl.when(cv.is_null()).then(0.0).otherwise(
@@ -71,25 +86,34 @@ class ScrapingLoopDetector(Detector):
         walk = ratio(pl.max_horizontal("seq_run", "dense_ids"), pl.col("calls"))
         sweep = ratio(pl.col("max_pages"), pl.col("calls"))
         other = band(1.0 - pl.max_horizontal(walk, sweep), 0.5, 0.8)
+        # Speed alone is no loop: a fast session touching a new resource with nearly every
+        # call is walking or harvesting (enumeration, bulk extraction), not looping.
+        new = ratio(pl.col("distinct_resources"), pl.col("calls"))
+        repeating = band(1.0 - pl.max_horizontal(new, sweep), 0.5, 0.8)
         one_tool = band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi)
-        # Known only from a summary: calls that touched no new resource stand in for repeats.
-        dup = pl.when((pl.col("basis") == "summary") & (pl.col("distinct_resources") > 0)).then(
-            1.0 - ratio(pl.col("distinct_resources"), pl.col("calls"))
-        ).otherwise(pl.col("dup_ratio"))
         pats = {
             "p_mech": all_of(calls, regular, other, one_tool),
-            "p_stuck": all_of(calls, band(dup, s.dup_ratio_lo, 0.95)),
+            "p_stuck": all_of(calls, band(_dup(), s.dup_ratio_lo, 0.95)),
             "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
-            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), other, one_tool))
+            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), repeating,
+                         one_tool))
             .otherwise(0.0),
         }
-        df = self.caller_baseline_.with_own(features.sessions).with_columns(**pats)
-        z_own = pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_max_pages"))
-        df = df.with_columns(
-            z_own.alias("z_own"),
-            pl.when(z_own.is_null()).then(1.0).otherwise(gate(z_own, s.self_z)).alias("p_own"),
+        return sessions.with_columns(**pats).with_columns(
+            any_of(*[pl.col(k) for k in pats]).alias("_raw")
         )
-        score = all_of(any_of(*[pl.col(k) for k in pats]), pl.col("p_own"))
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session."""
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        df = self.caller_baseline_.with_own(_with_dup_calls(features.sessions))
+        df = df.with_columns(
+            pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_dup_calls")).alias("z_own")
+        )
+        df = habitual_gate(self._raw(df), self.habit_, ["caller_id"], self.threshold,
+                           pl.col("z_own"), self.settings.self_z)
+        score = all_of(pl.col("_raw"), pl.col("p_own"))
         return session_frame(df, score, _EVIDENCE).with_columns(
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
@@ -112,10 +136,11 @@ class ScrapingLoopDetector(Detector):
                 f"{pct(row['dup_ratio'])} of calls repeat an earlier call with identical "
                 "arguments."
             )
-        if row.get("z_own") is not None:
+        if row.get("habitual"):
             reasons.append(
-                f"Unusual for this caller: it typically makes {num(row.get('own_typical_calls'))} "
-                f"calls per session ({row.get('own_n')} sessions on {row.get('own_days')} days)."
+                "This caller repeats itself habitually, but not on this scale: it typically "
+                f"makes {num(row.get('own_typical_calls'))} calls per session "
+                f"({row.get('own_n')} sessions on {row.get('own_days')} days)."
             )
         evidence = clean(
             {

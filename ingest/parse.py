@@ -375,7 +375,7 @@ FROM res)
         """Classify and normalize every line of ``batch``; one output row per input line."""
         tbl = self._prepare(batch)
         # Several record batches let DuckDB scan the batch on both cores.
-        tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=16_384))
+        tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=16_384), schema=tbl.schema)
         self._con.register("batch", tbl)
         try:
             keys = self._con.sql(

@@ -573,49 +573,78 @@ def parse_evidence(evidence: str | None) -> dict[str, Any]:
     return val if isinstance(val, dict) else {"value": val}
 
 
-_CONTRIB_KEYS = ("feature_contributions", "contributions", "top_features", "features_contrib")
+_CONTRIB_KEYS = (
+    "driving_features",
+    "feature_contributions",
+    "contributions",
+    "top_features",
+    "features_contrib",
+)
+_CONTRIB_VALUE_KEYS = ("score_drop", "contribution", "score", "value")
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def feature_contributions(evidence: str | Mapping[str, Any] | None) -> pl.DataFrame:
     """Isolation-forest feature contributions from an alert's evidence.
 
-    Accepts the shapes detectors emit: a mapping ``{feature: value}``, a list of
-    ``{"feature": ..., "contribution"|"value"|"score": ...}`` objects or a list of
-    ``[feature, value]`` pairs, under one of the keys ``feature_contributions``,
-    ``contributions`` or ``top_features``.
+    Accepts the shapes detectors emit, under one of the keys ``driving_features`` (the
+    toolwatch forest: ``{feature: {"value", "typical", "score_drop"}}``),
+    ``feature_contributions``, ``contributions`` or ``top_features``: a mapping
+    ``{feature: number}`` or ``{feature: {...}}``, a list of ``{"feature": ...,
+    "contribution"|"score_drop"|"score"|"value": ...}`` objects, or ``[feature, number]``
+    pairs.
 
     Returns
     -------
     polars.DataFrame
-        Columns ``feature``, ``contribution`` (largest magnitude first); empty if the
-        evidence has none.
+        Columns ``feature``, ``contribution`` (how much the feature pushed the score, e.g.
+        the score drop when it is reset to its median), ``value`` and ``typical`` (raw
+        feature value and its median, when given); largest contribution first. Empty if
+        the evidence has none.
     """
     ev = parse_evidence(evidence) if not isinstance(evidence, Mapping) else dict(evidence)
     raw = next((ev[k] for k in _CONTRIB_KEYS if k in ev), None)
-    pairs: list[tuple[str, float]] = []
+    rows: list[tuple[str, Any, Any, Any]] = []
+
+    def from_obj(name: Any, obj: Mapping[str, Any]) -> None:
+        contrib = next((obj[k] for k in _CONTRIB_VALUE_KEYS if k in obj), None)
+        value = obj.get("value") if "score_drop" in obj or "contribution" in obj else None
+        rows.append((str(name), contrib, value, obj.get("typical")))
+
     if isinstance(raw, Mapping):
-        items: Iterable[Any] = raw.items()
-        for k, v in items:
+        for k, v in raw.items():
             if isinstance(v, Mapping):
-                v = v.get("contribution", v.get("value", v.get("score")))
-            pairs.append((str(k), v))  # type: ignore[arg-type]
+                from_obj(k, v)
+            else:
+                rows.append((str(k), v, None, None))
     elif isinstance(raw, list):
         for item in raw:
             if isinstance(item, Mapping):
-                name = item.get("feature", item.get("name"))
-                val = item.get("contribution", item.get("value", item.get("score")))
-                pairs.append((str(name), val))
+                from_obj(item.get("feature", item.get("name")), item)
             elif isinstance(item, list | tuple) and len(item) >= 2:
-                pairs.append((str(item[0]), item[1]))
-    clean = []
-    for name, val in pairs:
-        try:
-            f = float(val)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(f):
-            clean.append((name, f))
-    df = pl.DataFrame(clean, schema={"feature": pl.Utf8, "contribution": pl.Float64}, orient="row")
+                rows.append((str(item[0]), item[1], None, None))
+    clean = [
+        (name, c, _num(v), _num(t))
+        for name, contrib, v, t in rows
+        if (c := _num(contrib)) is not None
+    ]
+    df = pl.DataFrame(
+        clean,
+        schema={
+            "feature": pl.Utf8,
+            "contribution": pl.Float64,
+            "value": pl.Float64,
+            "typical": pl.Float64,
+        },
+        orient="row",
+    )
     return df.sort(pl.col("contribution").abs(), descending=True)
 
 

@@ -420,15 +420,18 @@ def build_store(data_dir: str | Path, *, seed: int = 7) -> FixtureInfo:
                 f"unusual tool {XSS_TOOL} called 5 times",
                 f"argument path={XSS_ARG} never seen before",
             ],
+            # the shape of detectors/forest.py's evidence
             evidence={
-                "model": "forest-v1",
-                "score": 0.71,
-                "contributions": {
-                    "error_ratio": 0.31,
-                    "distinct_tools": 0.12,
-                    "bytes_per_call": -0.05,
-                    "rare_tool_ratio": 0.44,
+                "driving_features": {
+                    "rare_tool_ratio": {"value": 0.56, "typical": 0.0, "score_drop": 0.44},
+                    "error_ratio": {"value": 0.33, "typical": 0.05, "score_drop": 0.31},
+                    "distinct_tools": {"value": 2, "typical": 3, "score_drop": 0.12},
+                    "bytes_per_call": {"value": 6800, "typical": 4100, "score_drop": -0.05},
                 },
+                "features": {"calls": 9, "error_ratio": 0.33},
+                "threshold": 0.6,
+                "n_train": 1200,
+                "top_tool": XSS_TOOL,
             },
         ),
         _alert(

@@ -343,6 +343,21 @@ def alerts(flt: data.AlertFilter | None = None) -> pl.DataFrame:
         [c for c in ("status", "triaged_by", "triaged_at", "note") if c in base.columns]
     )
     df = data.attach_triage(base, triage_store().current_frame())
+    from dashboard.triage import is_suppressed, load_suppressions
+
+    rules = load_suppressions(data_dir())
+    df = df.with_columns(
+        pl.Series(
+            "suppressed_by",
+            [
+                (rule.id if (rule := is_suppressed(r, rules)) else None)
+                for r in df.iter_rows(named=True)
+            ]
+            if rules
+            else [None] * df.height,
+            dtype=pl.Utf8,
+        )
+    )
     if flt.statuses:
         df = df.filter(pl.col("status").is_in(list(flt.statuses)))
     return data.sort_alerts(df)

@@ -344,3 +344,25 @@ def test_no_unsafe_rendering_in_source():
         assert "components.html" not in src, path
         # st.markdown is allowed only with literal strings (none today)
         assert "st.markdown(" not in src, path
+
+
+def test_flagged_shows_and_deletes_suppression_rules(fresh_store):
+    from dashboard.triage import add_suppression
+
+    rule = add_suppression(
+        fresh_store,
+        entity_type="caller_id",
+        entity_id="crawler-9",
+        category="scraping_loop",
+        created_by="alice",
+        note="known crawler",
+    )
+    at = open_page(fresh_store, "flagged")
+    df = at.dataframe(key="flagged_table_0").value
+    by_id = dict(zip(df["alert_id"], df["suppressed_by"], strict=True))
+    assert by_id["al-loop-0005"] == rule.id
+    assert by_id["al-enum-0001"] in (None, "") or by_id["al-enum-0001"] != by_id["al-enum-0001"]
+    assert find_df(at, "entity_id", "created_by")["entity_id"].to_list() == ["crawler-9"]
+    at.button(key="fl_rule_delete").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert load_suppressions(fresh_store) == []

@@ -189,6 +189,15 @@ def test_feature_contributions_shapes():
         {"feature_contributions": [{"feature": "f", "contribution": 0.3}, ["g", 0.4]]}
     )
     assert as_list["feature"].to_list() == ["g", "f"]
+    forest = data.feature_contributions(
+        {
+            "driving_features": {
+                "calls": {"value": 900, "typical": 12, "score_drop": 0.2},
+                "error_ratio": {"value": 0.5, "typical": 0.0, "score_drop": 0.35},
+            }
+        }
+    )
+    assert forest.rows() == [("error_ratio", 0.35, 0.5, 0.0), ("calls", 0.2, 900.0, 12.0)]
     assert data.feature_contributions(None).height == 0
     assert data.feature_contributions("not json").height == 0
     assert data.parse_evidence("[1]") == {"value": [1]}

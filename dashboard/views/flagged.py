@@ -88,6 +88,7 @@ def flagged(flt: data.AlertFilter) -> None:
         "last_seen",
         "first_reason",
         "status",
+        "suppressed_by",
         "server",
         "caller_id",
         "client_ip",
@@ -122,3 +123,21 @@ def flagged(flt: data.AlertFilter) -> None:
 
 
 flagged(flt)
+
+
+with st.expander("Suppression rules"):
+    from dashboard.triage import load_suppressions, remove_suppression, rules_frame
+
+    rules = load_suppressions(ui.data_dir())
+    if not rules:
+        st.text(
+            "No suppression rules. Mark an alert a false positive on its detail page to "
+            "create one; the detectors then drop matching alerts."
+        )
+    else:
+        st.text("The detectors drop future alerts matching these rules.")
+        ui.table(rules_frame(rules), key="fl_rules")
+        rid = st.selectbox("Rule", [r.id for r in rules], key="fl_rule_pick")
+        if st.button("Delete rule", key="fl_rule_delete"):
+            remove_suppression(ui.data_dir(), rid)
+            st.rerun()

@@ -66,7 +66,10 @@ def _alert_panel(alert: dict[str, Any]) -> None:
         st.text(f"  • {r}")
     contrib = data.feature_contributions(alert.get("evidence"))
     if contrib.height:
-        st.text("Isolation-forest feature contributions (positive: pushed towards anomalous)")
+        st.text(
+            "Isolation-forest feature contributions (score drop when the feature is reset "
+            "to its median; positive pushed the session towards anomalous)"
+        )
         df = ui.plot_safe(contrib, ["feature"]).to_pandas()
         fig = px.bar(
             df,
@@ -75,11 +78,15 @@ def _alert_panel(alert: dict[str, Any]) -> None:
             orientation="h",
             color="contribution",
             color_continuous_scale="RdBu_r",
+            color_continuous_midpoint=0.0,
+            hover_data={"value": True, "typical": True},
         )
         fig.update_layout(
             yaxis={"autorange": "reversed"}, coloraxis_showscale=False, height=80 + 28 * len(df)
         )
         ui.plotly(fig, key="sd_contrib")
+        if contrib["value"].is_not_null().any():
+            ui.table(contrib, key="sd_contrib_table")
     with st.expander("Evidence (JSON)"):
         st.json(data.parse_evidence(alert.get("evidence")))
     b = st.columns(3)

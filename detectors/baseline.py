@@ -141,7 +141,8 @@ def habits(
         on ``min_days`` distinct UTC days.
     """
     if frame.height == 0:
-        return frame.select(keys).clear().with_columns(pl.lit(None, pl.Float64).alias("habit_score"))
+        empty = frame.select(keys).clear()
+        return empty.with_columns(pl.lit(None, pl.Float64).alias("habit_score"))
     own = frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys]))
     return (
         own.group_by(keys)

@@ -272,6 +272,12 @@ class AnomalyConfig:
         "refit",
     )
     explain_top: int = doc("Features named in an anomaly alert's reasons.", 3)
+    habit_margin: float = doc(
+        "Callers whose typical session (over baseline_min_sessions sessions on "
+        "baseline_min_days days) already scores at alert level alert only this far above "
+        "their own typical isolation score.",
+        0.05,
+    )
 
 
 @dataclass

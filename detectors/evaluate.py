@@ -16,7 +16,8 @@ Matching rules:
   alert on a derived session of the same caller (else client address) overlapping its
   time — or when it is an entity alert on the session's caller / client address whose
   ``[first_seen, last_seen]`` overlaps the session (and whose ``evidence.session_ids``,
-  when complete, lists it).
+  when complete, lists it — for a session logged without an id, lists a derived session
+  of the same caller / address starting within it).
 * An attack label is **caught** when an alert of its category names it; an entity label
   when an entity alert of its category is on that entity and overlaps its time, or alerts
   of its category name sessions of that entity inside its time span.
@@ -56,6 +57,26 @@ def _overlap(a0: Any, a1: Any, b0: Any, b1: Any) -> bool:
     if None in (a0, a1, b0, b1):
         return True
     return a0 - SLACK <= b1 and b0 - SLACK <= a1
+
+
+def _parse_derived(sid: str) -> tuple[str, str, datetime | None]:
+    """``derived:caller:alice@2026-11-02T10:00:00.000000Z`` → (caller_id, alice, start)."""
+    body = sid[len("derived:"):]
+    actor, _, start = body.rpartition("@")
+    kind, _, value = actor.partition(":")
+    etype = {"caller": "caller_id", "ip": "client_ip"}.get(kind, kind)
+    try:
+        ts = _ts(start)
+    except ValueError:
+        ts = None
+    return etype, value, ts
+
+
+def _derived_matches(d: tuple[str, str, datetime | None], lb: dict[str, Any]) -> bool:
+    etype, value, start = d
+    if lb.get(etype) != value:
+        return False
+    return start is None or _overlap(lb["_first"], lb["_last"], start, start)
 
 
 @dataclass
@@ -195,10 +216,15 @@ def evaluate(
             ev = orjson.loads(a["evidence"]) if a.get("evidence") else {}
             listed = set(ev.get("session_ids") or [])
             complete = bool(listed) and not ev.get("session_ids_truncated", False)
+            derived = [_parse_derived(x) for x in listed if x.startswith("derived:")]
             for lb in by_entity.get((a["entity_type"], a["entity_id"]), []):
                 if not _overlap(lb["_first"], lb["_last"], a0, a1):
                     continue
                 if complete and lb.get("session_id") and lb["session_id"] not in listed:
+                    continue
+                if complete and not lb.get("session_id") and not any(
+                    _derived_matches(d, lb) for d in derived
+                ):
                     continue
                 named.append(lb)
         for lb in named:

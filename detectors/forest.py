@@ -10,8 +10,11 @@ imputed with the training median (neutral).
 The score is the isolation score of Liu et al. (``2^(-E[h(x)] / c(n))``, i.e. minus
 scikit-learn's ``score_samples``): about 0.5 for ordinary sessions, approaching 1 for
 isolated ones. An alert needs both the configured ``threshold`` and the learned
-``1 - contamination`` quantile of training scores. Reasons name the features that drove
-the score, found by resetting each feature to its median and measuring the score drop.
+``1 - contamination`` quantile of training scores. A caller whose typical session over
+several days is itself isolated (a service account's nightly run) is habitual: its
+sessions alert only ``habit_margin`` above its own typical score. Reasons name the
+features that drove the score, found by resetting each feature to its median and
+measuring the score drop.
 
 Persistence uses skops (never pickle) with an explicit list of trusted types, stamped with
 the scikit-learn version; a model from another scikit-learn major.minor raises
@@ -33,6 +36,8 @@ import sklearn
 from sklearn.ensemble import IsolationForest
 
 from detectors.base import Detector, FeatureSet, session_frame
+from detectors.baseline import habits, habitual_gate
+from detectors.scoring import all_of
 from detectors.text import clean, num, pct
 from toolwatch.errors import ModelError
 
@@ -146,7 +151,9 @@ class IsolationForestDetector(Detector):
             random_state=a.random_state,
             n_jobs=1,
         ).fit(x)
-        train_scores = -model.score_samples(x)
+        # The alert quantile from (at most) 20k training sessions: precise enough, cheap.
+        sample = x if x.shape[0] <= 20_000 else x[:: max(1, x.shape[0] // 20_000)]
+        train_scores = -model.score_samples(sample)
         self.model_ = model
         self.medians_ = med
         self.raw_medians_ = np.array(
@@ -157,7 +164,35 @@ class IsolationForestDetector(Detector):
         self.n_train_ = int(x.shape[0])
         self.sklearn_version_ = sklearn.__version__
         self.trained_at_ = datetime.now(UTC).isoformat()
+        self.learn_habits(history)
         return self
+
+    def learn_habits(self, history: FeatureSet) -> Self:
+        """Each established caller's typical isolation score (a service account whose every
+        nightly run is isolated is habitually 'anomalous': only a run beyond its own
+        typical score by ``habit_margin`` alerts). Scores are cached for :meth:`score`."""
+        cfg = self.config
+        self.habit_ = None
+        if not self.model_fitted or history.sessions.height == 0:
+            return self
+        scores = self._score_sessions(history.sessions)
+        self.habit_ = habits(
+            history.sessions.select("caller_id", "first_t").with_columns(
+                pl.Series("_raw", scores, dtype=pl.Float64)
+            ),
+            "_raw", ["caller_id"], min_rows=cfg.baseline_min_sessions,
+            min_days=cfg.baseline_min_days,
+        )
+        return self
+
+    def _score_sessions(self, sessions: pl.DataFrame) -> np.ndarray:
+        cached = getattr(self, "_cache", None)
+        if cached is not None and cached[0] is sessions:
+            return cached[1]
+        raw = raw_feature_frame(sessions).to_numpy().astype(np.float64)
+        scores, _ = self._score_raw(raw)
+        self._cache = (sessions, scores)
+        return scores
 
     @staticmethod
     def _prep(x: np.ndarray, med: np.ndarray) -> np.ndarray:
@@ -185,17 +220,23 @@ class IsolationForestDetector(Detector):
 
         The raw feature values ride along as ``f_<feature>`` columns for :meth:`explain`.
         """
-        s = features.sessions
-        raw = raw_feature_frame(s)
-        s = pl.concat([s, raw.rename({c: f"f_{c}" for c in raw.columns})], how="horizontal")
+        sessions = features.sessions
+        raw = raw_feature_frame(sessions)
+        s = pl.concat([sessions, raw.rename({c: f"f_{c}" for c in raw.columns})],
+                      how="horizontal")
         if self.model_fitted and s.height:
-            scores, _ = self._score_raw(raw.to_numpy().astype(np.float64))
-            s = s.with_columns(pl.Series("_score", scores, dtype=pl.Float64))
+            scores = self._score_sessions(sessions)
+            s = s.with_columns(pl.Series("_iso", scores, dtype=pl.Float64))
         else:
-            s = s.with_columns(pl.lit(0.0).alias("_score"))
+            s = s.with_columns(pl.lit(0.0).alias("_iso"))
+        s = habitual_gate(
+            s, getattr(self, "habit_", None), ["caller_id"], self.threshold,
+            pl.col("_iso") - pl.col("habit_score"), self.settings.habit_margin,
+        )
         return session_frame(
-            s, pl.col("_score"), ["calls", "span_s", "basis", "top_tool",
-                                  *[f"f_{c}" for c in raw.columns]]
+            s, all_of(pl.col("_iso"), pl.col("p_own")),
+            ["calls", "span_s", "basis", "top_tool", "habitual",
+             *[f"f_{c}" for c in raw.columns]],
         )
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -351,6 +392,7 @@ def load_or_fit(
     if model_path is not None and Path(model_path).is_file():
         try:
             detector.load(model_path)
+            detector.learn_habits(fit_on)
             return "loaded"
         except ModelError as exc:
             version_issue = "scikit-learn" in str(exc)

@@ -6,6 +6,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 DEMO_DIR ?= .toolwatch/demo
+# The demo's log files (labels.ndjson and manifest.json beside them are not logs).
+DEMO_LOGS := $(wildcard sample_logs/demo/*.jsonl*)
 PORT   ?= 8501
 
 .PHONY: setup setup-dev browser demo analyze-demo dashboard test lint bench clean
@@ -36,7 +38,7 @@ browser:
 # sessions, then the dashboard on the same store.
 analyze-demo: setup
 	rm -rf $(DEMO_DIR)
-	$(BIN)/toolwatch analyze sample_logs/demo/* -d $(DEMO_DIR)/store --alerts-out $(DEMO_DIR)/alerts.jsonl
+	$(BIN)/toolwatch analyze $(DEMO_LOGS) -d $(DEMO_DIR)/store --alerts-out $(DEMO_DIR)/alerts.jsonl
 
 demo: analyze-demo
 	@echo "alerts written to $(DEMO_DIR)/alerts.jsonl"

@@ -4,7 +4,7 @@ Two modes:
 
 * **demo** (``--out-dir DIR``): simulates a few days of traffic against several
   MCP servers (each logging in its own style), injects benign hard negatives and
-  labelled attacks, and writes per-server log files plus ``labels.jsonl`` and
+  labelled attacks, and writes per-server log files plus ``labels.ndjson`` and
   ``manifest.json``.
 * **bench** (``--bench-events N --bench-out FILE``): streams *N* mixed-style
   per-call events (one JSON object per line) to *FILE* for parser benchmarks.
@@ -2138,8 +2138,8 @@ def generate(out_dir: str | Path, seed: int = 7, scale: float = 1.0) -> dict[str
             x.get("entity_id") or "",
         )
     )
-    (out / "labels.jsonl").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in labels))
-    files["labels.jsonl"] = {"lines": len(labels), "bytes": (out / "labels.jsonl").stat().st_size}
+    (out / "labels.ndjson").write_bytes(b"".join(orjson.dumps(x) + b"\n" for x in labels))
+    files["labels.ndjson"] = {"lines": len(labels), "bytes": (out / "labels.ndjson").stat().st_size}
 
     n_sess = len(demo.sessions)
     n_att = sum(1 for s in demo.sessions if s.label != "benign")

@@ -111,7 +111,7 @@ def _events(
 
 @pytest.fixture(scope="module")
 def labels() -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (DEMO / "labels.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in (DEMO / "labels.ndjson").read_text().splitlines()]
 
 
 def test_deterministic_for_seed(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_deterministic_for_seed(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in b.iterdir())
     for n in names:
         assert (a / n).read_bytes() == (b / n).read_bytes(), n
-    assert (a / "labels.jsonl").read_bytes() != (c / "labels.jsonl").read_bytes()
+    assert (a / "labels.ndjson").read_bytes() != (c / "labels.ndjson").read_bytes()
 
 
 def test_committed_demo_is_reproducible(tmp_path: Path) -> None:

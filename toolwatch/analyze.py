@@ -56,7 +56,23 @@ def run_detectors(
     if model_path is None:
         candidate = config.data_dir / "models" / "forest.skops"
         model_path = candidate if candidate.exists() else None
-    return detectors.run_batch(events, summaries, dcfg, model_path=model_path)
+    alerts = detectors.run_batch(events, summaries, dcfg, model_path=model_path)
+    return apply_triage_suppressions(alerts, config.data_dir)
+
+
+def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path) -> pl.DataFrame:
+    """Drop alerts matched by rules an analyst created by marking a false positive.
+
+    The rules live in ``<data_dir>/_triage/suppressions.json`` (written by the dashboard;
+    see docs/dashboard.md). Config allowlists are applied by the detectors themselves.
+    """
+    from dashboard.triage import is_suppressed, load_suppressions
+
+    rules = load_suppressions(data_dir)
+    if not rules or alerts.height == 0:
+        return alerts
+    keep = [is_suppressed(row, rules) is None for row in alerts.iter_rows(named=True)]
+    return alerts.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
 def alerts_to_arrow(alerts: pl.DataFrame) -> pa.Table:

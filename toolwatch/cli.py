@@ -255,13 +255,13 @@ def alerts(
 
 @app.command()
 def evaluate(
-    labels: Annotated[Path, typer.Argument(help="Labels (JSON lines), e.g. sample_logs/demo/labels.jsonl.")],
+    labels: Annotated[Path, typer.Argument(help="Labels (JSON lines), e.g. sample_logs/demo/labels.ndjson.")],
     alerts_file: Annotated[Path, typer.Argument(metavar="ALERTS", help="Alerts JSON lines from analyze --alerts-out.")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Precision/recall per category and false positives per benign role.
 
-    Example: toolwatch evaluate sample_logs/demo/labels.jsonl alerts.jsonl
+    Example: toolwatch evaluate sample_logs/demo/labels.ndjson alerts.jsonl
     """
     import polars as pl
 

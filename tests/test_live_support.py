@@ -121,7 +121,9 @@ def enum_detector(threshold: int = 5) -> Callable[[pl.DataFrame, pl.DataFrame], 
     distinct not-found resources is an ``enumeration`` alert whose score grows with the
     count. Deterministic alert id from (entity, category)."""
 
-    def run(events: pl.DataFrame, summaries: pl.DataFrame) -> pl.DataFrame:
+    def run(
+        events: pl.DataFrame, summaries: pl.DataFrame, history: pl.DataFrame | None = None
+    ) -> pl.DataFrame:
         nf = events.filter(pl.col("status") == "not_found")
         if nf.height == 0:
             return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]

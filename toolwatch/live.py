@@ -147,6 +147,18 @@ class LiveConfig:
         "are still stored and detected, but counted as late_events. Expiry waits this long.",
         60.0,
     )
+    history_events: int = doc(
+        "Baselines (population, per caller) are fitted on the micro-batch's entities plus "
+        "up to this many of the most recent window events, as batch analyze fits them on "
+        "everything it sees (0: the touched entities only; cheaper, noisier early on).",
+        200_000,
+    )
+    history_dir: str = doc(
+        "Store whose recent events seed the baselines at start-up (default: this store). "
+        "Point it at a store holding past traffic to replay logs with the baselines batch "
+        "analyze had.",
+        "",
+    )
     max_tracked_alerts: int = doc(
         "Alert ids remembered to tell new/changed alerts from repeats (LRU).", 200_000
     )
@@ -211,7 +223,8 @@ SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 
 # --------------------------------------------------------------------------- detection
-DetectFn = Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame]
+#: ``(events, summaries, history=None) -> alerts``: the detectors' ``run_batch`` contract.
+DetectFn = Callable[..., pl.DataFrame]
 
 
 def _empty_alerts() -> pl.DataFrame:
@@ -239,8 +252,12 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,
     )
 
-    def run(events: pl.DataFrame, summaries: pl.DataFrame) -> pl.DataFrame:
-        return detectors.run_batch(events, summaries, dcfg, model_path=model_path)
+    def run(
+        events: pl.DataFrame, summaries: pl.DataFrame, history: pl.DataFrame | None = None
+    ) -> pl.DataFrame:
+        return detectors.run_batch(
+            events, summaries, dcfg, history=history, model_path=model_path
+        )
 
     return run, retention
 
@@ -338,23 +355,29 @@ class DetectionWindow:
 
     def select(self, touched: dict[str, set[str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Events and summaries of every touched entity, over the whole window."""
-        if self.events is None:
-            return _empty_events(), _empty_summaries()
-        cond = None
-        for col, ids in touched.items():
-            if not ids:
-                continue
-            c = pl.col(col).is_in(pl.Series(list(ids), dtype=pl.String))
-            cond = c if cond is None else (cond | c)
-        if cond is None:
-            return self.events.clear(), _empty_summaries()
-        ev = self.events.filter(cond).sort("ts")
-        if self.summaries is not None and ev.height:
-            su = self.summaries.filter(
-                pl.col("session_id").is_in(ev["session_id"].unique().implode())
-            )
-        else:
-            su = _empty_summaries()
+
+        def cond_for(df: pl.DataFrame) -> pl.Expr | None:
+            cond = None
+            for col, ids in touched.items():
+                if not ids or col not in df.columns:
+                    continue
+                c = pl.col(col).is_in(pl.Series(list(ids), dtype=pl.String).implode())
+                cond = c if cond is None else (cond | c)
+            return cond
+
+        ev = _empty_events() if self.events is None else self.events.clear()
+        if self.events is not None:
+            c = cond_for(self.events)
+            if c is not None:
+                ev = self.events.filter(c).sort("ts")
+        su = _empty_summaries()
+        if self.summaries is not None:
+            c = cond_for(self.summaries)
+            if ev.height:
+                sess = pl.col("session_id").is_in(ev["session_id"].unique().implode())
+                c = sess if c is None else (c | sess)
+            if c is not None:
+                su = self.summaries.filter(c)
         return ev, su
 
     def expire(self) -> None:
@@ -786,6 +809,8 @@ class LivePipeline:
         self._first_pending_at: float | None = None
         self._last_compact = time.monotonic()
         self._warmed: set[str] = set()
+        self._history_base: pl.DataFrame | None = None
+        self._history_loaded = False
         self._load_alert_memory()
 
     # ------------------------------------------------------------------ input
@@ -865,10 +890,10 @@ class LivePipeline:
         try:
             con = self.store.connect()
             try:
-                rows = con.execute(
+                rows = _pl(con.sql(
                     "SELECT * FROM alerts ORDER BY last_seen DESC LIMIT ?",
-                    [self.live.max_tracked_alerts],
-                ).pl()
+                    params=[self.live.max_tracked_alerts],
+                ))
             finally:
                 con.close()
         except Exception as exc:
@@ -900,16 +925,16 @@ class LivePipeline:
                 if not newest or newest[0] is None:
                     return 0
                 since = newest[0] - timedelta(microseconds=span_us)
-                ev = con.execute(
+                ev = _pl(con.sql(
                     "SELECT * FROM events WHERE source_fp IN (SELECT unnest($fps)) "
                     "AND ts >= $since ORDER BY ts DESC LIMIT $lim",
-                    {"fps": fps, "since": since, "lim": self.live.max_window_events},
-                ).pl()
-                su = con.execute(
+                    params={"fps": fps, "since": since, "lim": self.live.max_window_events},
+                ))
+                su = _pl(con.sql(
                     "SELECT * FROM summaries WHERE source_fp IN (SELECT unnest($fps)) "
                     "AND ts >= $since",
-                    {"fps": fps, "since": since},
-                ).pl()
+                    params={"fps": fps, "since": since},
+                ))
             finally:
                 con.close()
         except Exception as exc:
@@ -1070,15 +1095,17 @@ class LivePipeline:
             return None
         touched: dict[str, set[str]] = {}
         for col in ENTITY_COLUMNS.values():
-            ids = set(events[col].drop_nulls().unique().to_list()) if events.height else set()
-            if col == "session_id" and summaries.height:
-                ids |= set(summaries["session_id"].drop_nulls().unique().to_list())
+            ids: set[str] = set()
+            for df in (events, summaries):
+                if df.height and col in df.columns:
+                    ids |= set(df[col].drop_nulls().unique().to_list())
             touched[col] = ids
         ev, su = self.window.select(touched)
         if ev.height == 0 and su.height == 0:
             return None
+        hist = self._history()
         try:
-            alerts = self.detector(ev, su)
+            alerts = self.detector(ev, su, history=hist)
         except Exception:  # a detector bug must not stop ingestion
             log.exception("detectors failed on a micro-batch; events are stored anyway")
             self.status.extra["detector_errors"] = self.status.extra.get("detector_errors", 0) + 1
@@ -1105,6 +1132,47 @@ class LivePipeline:
         now = datetime.now(UTC)
         return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
 
+    def _load_history_base(self) -> None:
+        """Most recent events already stored when this process started (baselines)."""
+        self._history_loaded = True
+        n = self.live.history_events
+        if n <= 0:
+            return
+        st = Store(self.live.history_dir) if self.live.history_dir else self.store
+        if not st.files("events"):
+            return
+        try:
+            con = st.connect()
+            try:
+                df = _pl(con.sql("SELECT * FROM events ORDER BY ts DESC LIMIT ?", params=[n]))
+            finally:
+                con.close()
+        except Exception as exc:  # baselines then come from the window only
+            log.warning("cannot load baseline history: %s", exc)
+            return
+        if df.height:
+            self._history_base = _conform(df.sort("ts"), schema.EVENTS).with_columns(
+                pl.lit(None, pl.String).alias("raw")
+            )
+
+    def _history(self) -> pl.DataFrame | None:
+        """Baseline history for the detectors: stored past + the window (bounded)."""
+        n = self.live.history_events
+        if n <= 0:
+            return None
+        if not self._history_loaded:
+            self._load_history_base()
+        parts = [p for p in (self._history_base, self.window.events) if p is not None]
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0].tail(n)
+        return (
+            pl.concat([parts[0], parts[1].tail(n)], how="vertical_relaxed")
+            .unique(subset="event_id", keep="last", maintain_order=True)
+            .tail(n)
+        )
+
     def _maybe_compact(self) -> None:
         iv = self.live.compact_interval_s
         if iv <= 0 or time.monotonic() - self._last_compact < iv:
@@ -1124,6 +1192,13 @@ class LivePipeline:
         if self.sinks is not None:
             self.sinks.close()
             self.status.sinks = self.sinks.counters()
+
+
+def _pl(result: Any) -> pl.DataFrame:
+    """A DuckDB result as a polars frame."""
+    df = pl.from_arrow(result.to_arrow_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
 
 
 def _conform(df: pl.DataFrame, sch: pa.Schema) -> pl.DataFrame:

@@ -918,10 +918,10 @@ class LivePipeline:
         try:
             con = self.store.connect()
             try:
-                newest = con.execute(
+                newest = con.sql(
                     "SELECT max(ts) FROM events WHERE source_fp IN (SELECT unnest($fps))",
-                    {"fps": fps},
-                ).fetchone()
+                    params={"fps": fps},
+                ).fetchall()[0]
                 if not newest or newest[0] is None:
                     return 0
                 since = newest[0] - timedelta(microseconds=span_us)

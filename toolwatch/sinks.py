@@ -145,12 +145,12 @@ class FileSink(Sink):
     def __init__(self, config: SinkConfig):
         super().__init__(config)
         self.path = Path(config.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh: BinaryIO | None = None
 
     def submit(self, rows: list[dict[str, Any]]) -> None:
         try:
             if self._fh is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self.path, "ab")  # noqa: SIM115 - kept open across batches
             self._fh.write(b"".join(alert_json(r) for r in rows))
             self._fh.flush()

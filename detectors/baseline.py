@@ -163,10 +163,12 @@ def habitual_gate(
     threshold: float,
     z_own: pl.Expr,
     self_z: float,
+    *,
+    slack: float = 0.0,
 ) -> pl.DataFrame:
     """Add ``habitual`` and ``p_own``: 1.0 unless the entity habitually scores at alert
-    level, in which case the row must also be ``self_z`` robust z-scores above its own
-    median (:func:`detectors.scoring.gate`)."""
+    level (its typical score within ``slack`` of ``threshold``), in which case the row must
+    also be ``self_z`` robust z-scores above its own median (:func:`detectors.scoring.gate`)."""
     from detectors.scoring import gate
 
     if habit is None or habit.height == 0:
@@ -175,7 +177,7 @@ def habitual_gate(
             pl.lit(1.0).alias("p_own"),
         )
     out = frame.join(habit, on=keys, how="left")
-    habitual = pl.col("habit_score").fill_null(0.0) >= threshold
+    habitual = pl.col("habit_score").fill_null(0.0) >= threshold - slack
     return out.with_columns(
         habitual.alias("habitual"),
         pl.when(habitual).then(gate(z_own.fill_null(0.0), self_z)).otherwise(1.0).alias("p_own"),

@@ -249,18 +249,38 @@ class AnomalyConfig:
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc(
         "Isolation score (2^(-mean path length / c(n)), in [0, 1]) from which an alert is "
-        "raised; ~0.5 is ordinary and the original paper calls > 0.6 anomalous.",
-        0.62,
+        "raised; ~0.5 is ordinary. Set high: rules name the attacks, the forest should only "
+        "speak up for sessions clearly unlike any other.",
+        0.72,
     )
     contamination: float = doc(
-        "Also require the score to be above this upper quantile of the training scores "
-        "(at most this share of training sessions would alert).",
+        "Also require the score to clear this upper quantile of the training scores by "
+        "quantile_margin: the most unusual 0.5% of ordinary traffic is what ordinary traffic "
+        "looks like at its most unusual, so an alert must be clearly beyond it.",
         0.005,
     )
-    n_estimators: int = doc("Trees in the forest.", 200)
+    quantile_margin: float = doc(
+        "How far above the training quantile (isolation-score units) a session must be.", 0.05
+    )
+    floor_mads: float = doc(
+        "Each feature is floored at the top of its ordinary range, median + this many "
+        "robust standard deviations (1.4826 MAD) of the training sessions, so a session is "
+        "never isolated by ordinary variation in one figure (0: floor at the median).",
+        0.0,
+    )
+    outlier_z: float = doc(
+        "An anomaly also needs one figure this many robust z-scores (median/MAD, after "
+        "tolerances) beyond its training median, so every alert points at something "
+        "clearly outside the ordinary range, not at mild variation the forest happened "
+        "to isolate.",
+        3.5,
+    )
+    n_estimators: int = doc("Trees in the forest.", 100)
     max_samples: int = doc("Sessions drawn per tree (the paper's 256 works well).", 256)
     min_train_sessions: int = doc(
-        "Fewer training sessions than this leaves the forest unfitted (neutral score 0).", 200
+        "Fewer training sessions than this leaves the forest unfitted (neutral score 0): the "
+        "alert quantile of a few hundred sessions is one or two sessions, i.e. noise.",
+        500,
     )
     max_train_sessions: int = doc(
         "Training sessions are sampled down to this many (deterministically).", 200_000
@@ -274,8 +294,8 @@ class AnomalyConfig:
     explain_top: int = doc("Features named in an anomaly alert's reasons.", 3)
     habit_margin: float = doc(
         "Callers whose typical session (over baseline_min_sessions sessions on "
-        "baseline_min_days days) already scores at alert level alert only this far above "
-        "their own typical isolation score.",
+        "baseline_min_days days) already scores within this of the alert threshold alert "
+        "only this far above their own typical isolation score.",
         0.05,
     )
 

@@ -1,6 +1,6 @@
 """Score alerts against ground-truth labels: precision/recall per category, FPs per role.
 
-Labels (``labels.jsonl``, written by ``sample_logs/generate.py`` or by hand) are one JSON
+Labels (``labels.ndjson``, written by ``sample_logs/generate.py`` or by hand) are one JSON
 object per line::
 
     {"kind": "session", "session_id": ..., "caller_id": ..., "client_ip": ...,
@@ -168,7 +168,7 @@ def evaluate(
     Parameters
     ----------
     labels_path
-        ``labels.jsonl`` (see module docs).
+        ``labels.ndjson`` (see module docs).
     alerts
         Alerts as returned by ``run_batch`` or read from the store / ``--alerts-out``.
     events, summaries

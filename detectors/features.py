@@ -376,7 +376,9 @@ def resource_features(
         )
     walk = (
         pl.concat(walks)
-        .sort(["walk_run", "walk_first_t"], descending=[True, False])
+        .filter(pl.col("walk_run") >= 2)
+        .sort(["walk_run", "walk_first_t", "walk_step", "_wf_i"],
+              descending=[True, False, True, False])
         .group_by(keys, maintain_order=True)
         .first()
     )

@@ -1,11 +1,15 @@
 """Isolation forest over log-scaled session features: the ``anomaly`` category.
 
 Rules catch the attacks we can name; the forest catches sessions that are simply unlike
-the rest. Features (:data:`FOREST_FEATURES`) are log-scaled counts and plain ratios where
-*higher means more suspicious*; each is clipped from below at its training median, so a
-session is never "anomalous" for being unusually small, quiet or short — only for being
-unusually much of something. Missing figures (sessions known only from summaries) are
-imputed with the training median (neutral).
+the rest. Features (:data:`FOREST_FEATURES`) describe the *shape* of a session — rates,
+shares and per-call figures, log-scaled where they are counts — never its sheer size: a
+long, busy, diverse session is not anomalous for being long. Each is oriented so that
+*higher means more suspicious* and floored at a tolerance (everyday noise) and at the top
+of its ordinary range in training (median + ``floor_mads`` robust standard deviations),
+so a session is never "anomalous" for being small, quiet or short, nor for ordinary
+variation in one figure.
+Missing figures (sessions known only from summaries, shares of tiny sessions) take the
+floor (neutral).
 
 The score is the isolation score of Liu et al. (``2^(-E[h(x)] / c(n))``, i.e. minus
 scikit-learn's ``score_samples``): about 0.5 for ordinary sessions, approaching 1 for
@@ -37,28 +41,28 @@ from sklearn.ensemble import IsolationForest
 
 from detectors.base import Detector, FeatureSet, session_frame
 from detectors.baseline import habits, habitual_gate
-from detectors.scoring import all_of
+from detectors.scoring import all_of, gate
 from detectors.text import clean, num, pct
 from toolwatch.errors import ModelError
 
-#: (feature, transform, plain words). ``log`` = log1p of a count; ``ratio`` as is.
-FOREST_FEATURES: list[tuple[str, str, str]] = [
-    ("calls_per_min", "log", "calls per minute"),
-    ("distinct_resources", "log", "distinct resources"),
-    ("new_resource_share", "ratio", "share of calls touching a new resource"),
-    ("miss_ratio", "ratio", "share of lookups not found or denied"),
-    ("auth_fail_ratio", "ratio", "share of calls failing authentication"),
-    ("failed_creds", "log", "distinct failing credentials"),
-    ("total_bytes", "log", "bytes returned"),
-    ("max_bytes", "log", "largest single response (bytes)"),
-    ("bytes_per_call", "log", "bytes per call"),
-    ("total_rows", "log", "rows returned"),
-    ("regularity", "ratio", "regularity of gaps between calls"),
-    ("top_tool_share", "ratio", "share of calls to a single tool"),
-    ("max_pages", "log", "distinct pages/cursors of one tool"),
-    ("dup_ratio", "ratio", "share of identical repeated calls"),
-    ("seq_run", "log", "longest sequential id run"),
-    ("dense_ids", "log", "ids covering a dense range"),
+#: (feature, transform, plain words, tolerance). ``log`` = log1p of a count; ``ratio`` as
+#: is. Values up to the tolerance (raw units) are everyday noise — a few misses, a couple of
+#: mistyped keys, a second page, a short run of ids — and are floored to it, so a session
+#: cannot be isolated merely for having a little of what most sessions have none of.
+FOREST_FEATURES: list[tuple[str, str, str, float]] = [
+    ("calls_per_min", "log", "calls per minute", 10.0),
+    ("new_resource_share", "ratio", "share of calls touching a new resource", 0.5),
+    ("miss_ratio", "ratio", "share of lookups not found or denied", 0.1),
+    ("auth_fail_ratio", "ratio", "share of calls failing authentication", 0.1),
+    ("failed_creds", "log", "distinct failing credentials", 2.0),
+    ("bytes_per_call", "log", "bytes per call", 0.0),
+    ("rows_per_call", "log", "rows per call", 0.0),
+    ("regularity", "ratio", "regularity of gaps between calls", 0.7),
+    ("top_tool_share", "ratio", "share of calls to a single tool", 0.7),
+    ("page_share", "ratio", "share of calls paging through one tool", 0.1),
+    ("dup_ratio", "ratio", "share of identical repeated calls", 0.4),
+    ("seq_run", "log", "longest sequential id run", 4.0),
+    ("dense_ids", "log", "longest block of consecutive ids", 4.0),
 ]
 
 #: Every type a saved model may contain beyond skops' built-in safe set. Loading refuses
@@ -78,7 +82,10 @@ TRUSTED_TYPES: list[str] = [
     "builtins.float",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+
+#: Smallest robust scale of a share feature for the outlier check (5 percentage points).
+RATIO_MIN_SCALE = 0.05
 
 
 def sklearn_minor(version: str) -> str:
@@ -89,25 +96,23 @@ def sklearn_minor(version: str) -> str:
 def raw_feature_frame(sessions: pl.DataFrame) -> pl.DataFrame:
     """The forest's features in raw units (before log and clipping)."""
     calls = pl.col("calls").cast(pl.Float64)
+    many = calls >= 10  # shares mean little in a handful of calls
     return sessions.select(
         pl.col("calls_per_min").fill_null(0.0),
-        pl.col("distinct_resources").cast(pl.Float64),
-        pl.when(calls > 0).then(pl.col("distinct_resources") / calls).otherwise(0.0)
-        .clip(0.0, 1.0).alias("new_resource_share"),
+        pl.when(many).then((pl.col("distinct_resources") / calls).clip(0.0, 1.0))
+        .alias("new_resource_share"),
         pl.col("miss_ratio"),
         pl.col("auth_fail_ratio"),
         pl.col("failed_creds").cast(pl.Float64),
-        pl.col("total_bytes").cast(pl.Float64),
-        pl.col("max_bytes").cast(pl.Float64),
         pl.when(calls > 0).then(pl.col("total_bytes") / calls).otherwise(0.0)
         .alias("bytes_per_call"),
-        pl.col("total_rows").cast(pl.Float64),
-        pl.when(pl.col("gap_cv").is_not_null()).then(1.0 / (1.0 + pl.col("gap_cv")))
+        pl.when(calls > 0).then(pl.col("total_rows") / calls).otherwise(0.0)
+        .alias("rows_per_call"),
+        pl.when(many & pl.col("gap_cv").is_not_null()).then(1.0 / (1.0 + pl.col("gap_cv")))
         .alias("regularity"),
-        # A share of one tool means little in a handful of calls.
-        pl.when(calls >= 10).then(pl.col("top_tool_share")).alias("top_tool_share"),
-        pl.col("max_pages").cast(pl.Float64),
-        pl.when(calls >= 10).then(pl.col("dup_ratio")).alias("dup_ratio"),
+        pl.when(many).then(pl.col("top_tool_share")).alias("top_tool_share"),
+        pl.when(many).then((pl.col("max_pages") / calls).clip(0.0, 1.0)).alias("page_share"),
+        pl.when(many).then(pl.col("dup_ratio")).alias("dup_ratio"),
         pl.col("seq_run").cast(pl.Float64),
         pl.col("dense_ids").cast(pl.Float64),
     )
@@ -115,9 +120,9 @@ def raw_feature_frame(sessions: pl.DataFrame) -> pl.DataFrame:
 
 def _transform(raw: np.ndarray) -> np.ndarray:
     out = raw.copy()
-    for j, (_, kind, _) in enumerate(FOREST_FEATURES):
-        if kind == "log":
-            out[:, j] = np.log1p(np.clip(out[:, j], 0.0, None))
+    for j, (_, kind, _, tol) in enumerate(FOREST_FEATURES):
+        col = np.where(np.isnan(out[:, j]), np.nan, np.maximum(out[:, j], tol))
+        out[:, j] = np.log1p(np.clip(col, 0.0, None)) if kind == "log" else col
     return out
 
 
@@ -142,8 +147,21 @@ class IsolationForestDetector(Detector):
             rng = np.random.default_rng(a.random_state)
             raw = raw[np.sort(rng.choice(raw.shape[0], a.max_train_sessions, replace=False))]
         x = _transform(raw)
-        med = np.nanmedian(x, axis=0)
-        med = np.where(np.isnan(med), 0.0, med)
+        # Floor each feature at the top of its ordinary range (median + floor_mads robust
+        # standard deviations): only what lies clearly beyond it can isolate a session.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+            center = np.nanmedian(x, axis=0)
+            mad = np.nanmedian(np.abs(x - center), axis=0)
+        med = np.where(np.isnan(center), 0.0, center + a.floor_mads * 1.4826 * np.nan_to_num(mad))
+        self.center_ = np.where(np.isnan(center), 0.0, center)
+        # Scale floors: 0.05 for shares, baseline_min_mad (log units) for counts, so a hair
+        # above a near-constant figure is not "many standard deviations".
+        min_scale = np.array([
+            self.config.baseline_min_mad if kind == "log" else RATIO_MIN_SCALE
+            for _, kind, _, _ in FOREST_FEATURES
+        ])
+        self.scale_ = np.maximum(1.4826 * np.nan_to_num(mad), min_scale)
         x = self._prep(x, med)
         model = IsolationForest(
             n_estimators=a.n_estimators,
@@ -201,8 +219,11 @@ class IsolationForestDetector(Detector):
 
     @property
     def threshold(self) -> float:
-        """The configured threshold, raised to the learned training quantile if higher."""
-        learned = getattr(self, "learned_threshold_", 0.0) if self.model_fitted else 0.0
+        """The configured threshold, or the learned training quantile plus
+        ``quantile_margin`` if higher."""
+        if not self.model_fitted:
+            return float(self.settings.threshold)
+        learned = getattr(self, "learned_threshold_", 0.0) + self.settings.quantile_margin
         return max(float(self.settings.threshold), learned)
 
     @property
@@ -215,6 +236,12 @@ class IsolationForestDetector(Detector):
         x = self._prep(_transform(raw), self.medians_)
         return -self.model_.score_samples(x), x  # type: ignore[union-attr]
 
+    def _outlier_z(self, raw: np.ndarray) -> np.ndarray:
+        """Largest robust z-score of any single feature (after tolerances)."""
+        x = _transform(raw)
+        x = np.where(np.isnan(x), self.center_, x)
+        return np.max((x - self.center_) / self.scale_, axis=1)
+
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session; 0.0 for every session while unfitted (cold start).
 
@@ -226,16 +253,24 @@ class IsolationForestDetector(Detector):
                       how="horizontal")
         if self.model_fitted and s.height:
             scores = self._score_sessions(sessions)
-            s = s.with_columns(pl.Series("_iso", scores, dtype=pl.Float64))
+            z = self._outlier_z(raw.to_numpy().astype(np.float64))
+            s = s.with_columns(
+                pl.Series("_iso", scores, dtype=pl.Float64),
+                pl.Series("outlier_z", z, dtype=pl.Float64),
+            )
         else:
-            s = s.with_columns(pl.lit(0.0).alias("_iso"))
+            s = s.with_columns(pl.lit(0.0).alias("_iso"), pl.lit(0.0).alias("outlier_z"))
         s = habitual_gate(
             s, getattr(self, "habit_", None), ["caller_id"], self.threshold,
             pl.col("_iso") - pl.col("habit_score"), self.settings.habit_margin,
+            slack=self.settings.habit_margin,
         )
+        # Isolation alone can come from mild variation in a near-constant figure: require
+        # one figure to lie clearly outside its ordinary range too.
         return session_frame(
-            s, all_of(pl.col("_iso"), pl.col("p_own")),
-            ["calls", "span_s", "basis", "top_tool", "habitual",
+            s, all_of(pl.col("_iso"), pl.col("p_own"),
+                      gate(pl.col("outlier_z"), self.settings.outlier_z)),
+            ["calls", "span_s", "basis", "top_tool", "habitual", "outlier_z",
              *[f"f_{c}" for c in raw.columns]],
         )
 
@@ -249,7 +284,7 @@ class IsolationForestDetector(Detector):
             return []
         if not self.model_fitted:
             return [([], {}) for _ in range(decided.height)]
-        raw = decided.select([pl.col(f"f_{n}").cast(pl.Float64) for n, _, _ in FOREST_FEATURES])
+        raw = decided.select([pl.col(f"f_{n}").cast(pl.Float64) for n, *_ in FOREST_FEATURES])
         raw_np = raw.to_numpy().astype(np.float64)
         base, x = self._score_raw(raw_np)
         k = len(FOREST_FEATURES)
@@ -265,7 +300,7 @@ class IsolationForestDetector(Detector):
             parts = []
             driving = {}
             for j in top:
-                name, kind, words = FOREST_FEATURES[j]
+                name, kind, words, _ = FOREST_FEATURES[j]
                 val, typ = raw_np[i, j], self.raw_medians_[j]
                 fmt = pct if kind == "ratio" and name != "regularity" else num
                 parts.append(f"{words} {fmt(_f(val))} (typical {fmt(_f(typ))})")
@@ -279,7 +314,7 @@ class IsolationForestDetector(Detector):
             ]
             evidence = {
                 "driving_features": driving,
-                "features": clean({n: _f(raw_np[i, j]) for j, (n, _, _) in
+                "features": clean({n: _f(raw_np[i, j]) for j, (n, *_) in
                                    enumerate(FOREST_FEATURES)}),
                 "threshold": round(self.threshold, 4),
                 "n_train": self.n_train_,
@@ -313,6 +348,8 @@ class IsolationForestDetector(Detector):
             "features": [f[0] for f in FOREST_FEATURES],
             "model": self.model_,
             "medians": self.medians_,
+            "center": self.center_,
+            "scale": self.scale_,
             "raw_medians": self.raw_medians_,
             "learned_threshold": self.learned_threshold_,
             "n_train": self.n_train_,
@@ -361,6 +398,8 @@ class IsolationForestDetector(Detector):
             raise ModelError(f"model file {p} uses another feature set; retrain it")
         self.model_ = state["model"]
         self.medians_ = np.asarray(state["medians"], dtype=np.float64)
+        self.center_ = np.asarray(state["center"], dtype=np.float64)
+        self.scale_ = np.asarray(state["scale"], dtype=np.float64)
         self.raw_medians_ = np.asarray(state["raw_medians"], dtype=np.float64)
         self.learned_threshold_ = float(state["learned_threshold"])
         self.n_train_ = int(state["n_train"])

@@ -297,6 +297,18 @@ class Traffic:
                       args={"query": "quarterly report" if i % 2 else "Q3 report"})
             t += self.gap(4, cv=0.2)
 
+    def oddball(self, sid: str, start: datetime, *, caller: str = "odd",
+                ip: str = "198.51.100.200", calls: int = 30) -> None:
+        """Unlike anything else, yet below every rule: distinct heavy lookups with a few
+        auth failures and misses (for the isolation forest)."""
+        t = start
+        for i in range(calls):
+            st = "auth_failed" if i % 5 == 0 else ("not_found" if i % 4 == 0 else "ok")
+            self.call(sid, t, "getContact", caller=caller, ip=ip, resource_key="contactId",
+                      resource_id=f"ct-{(i * 7919) % 100000}", nbytes=30_000 + i, rows=30,
+                      status=st, cred=f"k{i % 3}" if st == "auth_failed" else None)
+            t += self.gap(4)
+
     # ------------------------------------------------------------------ output
     def events(self) -> pl.DataFrame:
         """The calls as a frame with the ``schema.EVENTS`` columns detectors read."""

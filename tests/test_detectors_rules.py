@@ -1,0 +1,316 @@
+"""Each detector: attacks it must catch and hard negatives it must leave alone."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import polars as pl
+import pytest
+
+import detectors
+from detectors import DetectorsConfig
+from detectors.testing import T0, Traffic
+
+
+def run(tr: Traffic, **cfg: object) -> detectors.DetectResult:
+    return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig.from_dict(cfg))
+
+
+def alerts_for(res: detectors.DetectResult, entity: str, category: str | None = None) -> list[dict]:
+    a = res.alerts.filter(
+        (pl.col("entity_id") == entity) | (pl.col("session_id") == entity)
+    )
+    if category is not None:
+        a = a.filter(pl.col("category") == category)
+    return a.to_dicts()
+
+
+def base(seed: int = 1) -> Traffic:
+    """Ordinary population: 40 people over three days."""
+    tr = Traffic(seed=seed)
+    tr.background(days=3, users=40, per_day=2)
+    return tr
+
+
+def assert_quiet(res: detectors.DetectResult, *entities: str) -> None:
+    for e in entities:
+        hits = alerts_for(res, e)
+        assert not hits, [(h["category"], h["reasons"]) for h in hits]
+
+
+# --------------------------------------------------------------------------- enumeration
+def test_fast_enumeration_is_critical_with_numbers_in_reasons() -> None:
+    tr = base()
+    tr.enumeration("enum", T0 + timedelta(hours=3), n=143, miss_share=0.92)
+    hit = alerts_for(run(tr), "enum", "enumeration")
+    assert len(hit) == 1
+    a = hit[0]
+    assert a["severity"] == "critical"
+    assert a["entity_type"] == "session"
+    assert a["reasons"][0].startswith("143 distinct documentId values in")
+    assert "not found or denied" in a["reasons"][0]
+    assert any("143 ids in one sequential run (doc-1001 … doc-1143, step 1)" in r
+               for r in a["reasons"])
+    ev = orjson.loads(a["evidence"])
+    assert ev["longest_sequential_run"] == 143
+
+
+@pytest.mark.parametrize("miss_share", [0.0, 0.3])
+def test_low_and_slow_enumeration_under_static_thresholds(miss_share: float) -> None:
+    """30 sequential ids over three hours: < 50 calls, < 100 resources, still caught."""
+    tr = base()
+    tr.enumeration("slow", T0 + timedelta(hours=1), n=30, gap_s=360, miss_share=miss_share)
+    res = run(tr)
+    hit = alerts_for(res, "slow", "enumeration")
+    assert len(hit) == 1, res.alerts
+    span = hit[0]["last_seen"] - hit[0]["first_seen"]
+    assert span > timedelta(hours=2.5)
+
+
+def test_walk_with_interleaved_decoys() -> None:
+    tr = base()
+    t = T0 + timedelta(hours=4)
+    decoys = iter([117, 4466, 2941, 3486, 905, 7000, 42])
+    for i, n in enumerate(range(3402, 3434)):
+        tr.call("walk", t, "getPage", caller="mallory", ip="203.0.113.9", resource_key="pageId",
+                resource_id=f"pg-{n}")
+        t += timedelta(minutes=5)
+        if i % 5 == 4:
+            tr.call("walk", t, "getPage", caller="mallory", ip="203.0.113.9",
+                    resource_key="pageId", resource_id=f"pg-{next(decoys)}")
+            t += timedelta(minutes=1)
+    hit = alerts_for(run(tr), "walk", "enumeration")
+    assert len(hit) == 1
+    assert "32 ids in one sequential run (pg-3402 … pg-3433" in " ".join(hit[0]["reasons"])
+
+
+def test_shuffled_walk_is_a_dense_block() -> None:
+    tr = base()
+    ids = list(range(5000, 5060))
+    tr.rng.shuffle(ids)
+    t = T0 + timedelta(hours=5)
+    for n in ids:
+        st = "not_found" if n % 3 == 0 else "ok"
+        tr.call("shuffle", t, "getDocument", caller="mallory", ip="203.0.113.9",
+                resource_key="documentId", resource_id=f"doc-{n}", status=st)
+        t += timedelta(seconds=20)
+    hit = alerts_for(run(tr), "shuffle", "enumeration")
+    assert len(hit) == 1
+    assert "60 ids requested densely covering the range doc-5000 … doc-5059" in " ".join(
+        hit[0]["reasons"])
+
+
+def test_summary_only_enumeration() -> None:
+    tr = base()
+    tr.summary("sum-enum", T0 + timedelta(hours=6), kind="SESSION_ANOMALY", calls=2400,
+               unique_resources=2380, total_bytes=9_000_000, duration_s=1500)
+    hit = alerts_for(run(tr), "sum-enum")
+    assert [h["category"] for h in hit] == ["enumeration"]
+    assert hit[0]["reasons"][0].startswith("Session summary only: 2400 calls touched 2380")
+
+
+def test_distributed_enumeration_gives_an_entity_alert() -> None:
+    """A walk split over sessions, each too short to stand out, surfaces per caller."""
+    tr = base()
+    t = T0 + timedelta(hours=2)
+    n = 7000
+    for s in range(8):
+        for _ in range(5):
+            tr.call(f"dist-{s}", t, "getDocument", caller="sly", ip="198.51.100.77",
+                    resource_key="documentId", resource_id=f"doc-{n}")
+            n += 1
+            t += timedelta(seconds=40)
+        t += timedelta(minutes=50)
+    res = run(tr)
+    for s in range(8):
+        assert not alerts_for(res, f"dist-{s}", "enumeration")
+    hit = [a for a in alerts_for(res, "sly", "enumeration") if a["entity_type"] == "caller_id"]
+    assert len(hit) == 1
+    ev = orjson.loads(hit[0]["evidence"])
+    assert ev["longest_sequential_run"] == 40
+    assert sorted(ev["session_ids"]) == sorted(f"dist-{s}" for s in range(8))
+    assert hit[0]["session_id"] is None
+    assert "window_start" in ev and "window_end" in ev
+
+
+def test_enumeration_hard_negatives() -> None:
+    tr = base()
+    tr.power_user("power", T0 + timedelta(hours=1))
+    tr.booking_customer("book", T0 + timedelta(hours=1))
+    t = T0 + timedelta(hours=2)
+    for ch in range(1, 13):  # a reader going through chapters 1..12 in order
+        tr.call("reader", t, "readFile", caller="rea", ip="10.0.0.5", resource_key="path",
+                resource_id=f"/book/chapter-{ch:02d}.md")
+        t += timedelta(minutes=3)
+    res = run(tr)
+    assert_quiet(res, "power", "book", "reader")
+
+
+def test_habitual_walker_is_quiet_but_not_a_far_bigger_walk() -> None:
+    """A sync job walking ids every night is normal for it; a walk ten times longer is not."""
+    tr = base()
+    for day in range(3):
+        tr.enumeration(f"sync-{day}", T0.replace(hour=1) + timedelta(days=day), n=40,
+                       miss_share=0.0, caller="svc-sync", ip="10.1.0.9", first=100)
+    tr.enumeration("sync-big", T0.replace(hour=1) + timedelta(days=3), n=400, miss_share=0.0,
+                   caller="svc-sync", ip="10.1.0.9", first=100)
+    res = run(tr)
+    assert_quiet(res, "sync-0", "sync-1", "sync-2")
+    assert alerts_for(res, "sync-big", "enumeration")
+
+
+# --------------------------------------------------------------------------- credentials
+def test_fast_credential_stuffing_session() -> None:
+    tr = base()
+    tr.stuffing_session("stuff", T0 + timedelta(hours=3), tries=40)
+    hit = alerts_for(run(tr), "stuff", "credential_stuffing")
+    assert len(hit) == 1 and hit[0]["severity"] == "critical"
+    assert hit[0]["reasons"][0].startswith("40 distinct credentials failed authentication")
+
+
+def _distributed(tr: Traffic, *, ip: str, callers: list[str] | None, sessions: int = 30) -> None:
+    start = T0 + timedelta(hours=4)
+    sids = tr.distributed_stuffing("ds", start, ip=ip, sessions=sessions, callers=callers)
+    # Each session also makes an ordinary call that succeeds (no authentication needed).
+    for sid in sids:
+        first = next(r for r in tr.rows if r["session_id"] == sid)
+        tr.call(sid, first["ts"] - timedelta(seconds=5), "listConnections",
+                caller=first["caller_id"], ip=ip)
+
+
+def test_distributed_stuffing_from_one_address_gives_entity_alert() -> None:
+    tr = base()
+    _distributed(tr, ip="192.0.2.77", callers=None)
+    res = run(tr)
+    assert not res.alerts.filter(
+        pl.col("session_id").str.starts_with("ds-") & (pl.col("entity_type") == "session")
+    ).height
+    hit = [a for a in alerts_for(res, "192.0.2.77", "credential_stuffing")
+           if a["entity_type"] == "client_ip"]
+    assert len(hit) == 1
+    a = hit[0]
+    assert a["session_id"] is None and a["client_ip"] == "192.0.2.77"
+    assert "at most 2 per session" in a["reasons"][0]
+    ev = orjson.loads(a["evidence"])
+    assert ev["failing_sessions"] == 30 and ev["never_succeeded_sessions"] == 30
+    assert len(ev["session_ids"]) == 30
+    assert a["first_seen"] < a["last_seen"]
+
+
+def test_distributed_stuffing_against_one_caller_from_many_addresses() -> None:
+    tr = base()
+    start = T0 + timedelta(hours=4)
+    for s in range(25):
+        sid = f"dc-{s}"
+        t = start + timedelta(minutes=20 * s)
+        tr.call(sid, t, "listConnections", caller="victim", ip=f"203.0.113.{s}")
+        for i in range(2):
+            tr.call(sid, t + timedelta(seconds=10 + i), "connectExternalService",
+                    caller="victim", ip=f"203.0.113.{s}", status="auth_failed",
+                    cred=f"guess-{s}-{i}")
+    res = run(tr)
+    hit = [a for a in alerts_for(res, "victim", "credential_stuffing")
+           if a["entity_type"] == "caller_id"]
+    assert len(hit) == 1
+
+
+def test_summary_only_stuffing() -> None:
+    tr = base()
+    tr.summary("sum-cs", T0 + timedelta(hours=6), calls=900, auth_failures=880, unique_resources=0)
+    hit = alerts_for(run(tr), "sum-cs")
+    assert [h["category"] for h in hit] == ["credential_stuffing"]
+
+
+def test_credential_hard_negatives() -> None:
+    tr = base()
+    tr.typo_user("typo", T0 + timedelta(hours=1))
+    t = T0 + timedelta(hours=2)
+    for i in range(6):  # a client retrying one expired key
+        tr.call("expired", t, "searchItems", caller="old", ip="10.0.0.8", status="auth_failed",
+                cred="expired-key")
+        t += timedelta(seconds=30 * (i + 1))
+    # An office behind one NAT address: ten people each mistype once, then get in.
+    for u in range(10):
+        sid = f"office-{u}"
+        t = T0 + timedelta(hours=3, minutes=7 * u)
+        tr.call(sid, t, "connectExternalService", caller=f"emp{u}", ip="10.50.0.1",
+                status="auth_failed", cred=f"typo-{u}")
+        tr.call(sid, t + timedelta(seconds=20), "connectExternalService", caller=f"emp{u}",
+                ip="10.50.0.1", cred=f"good-{u}")
+        tr.call(sid, t + timedelta(seconds=60), "searchItems", caller=f"emp{u}", ip="10.50.0.1")
+    res = run(tr)
+    assert_quiet(res, "typo", "expired", "10.50.0.1", *[f"office-{u}" for u in range(10)])
+
+
+# --------------------------------------------------------------------------- bulk
+def test_bulk_extraction_by_a_light_user() -> None:
+    tr = base()
+    for d in range(3):
+        tr.normal_session(f"eve-{d}", T0 + timedelta(days=d, hours=1), caller="eve",
+                          ip="198.51.100.4")
+    tr.bulk_extraction("bulk", T0 + timedelta(days=2, hours=5), caller="eve", calls=20)
+    hit = alerts_for(run(tr), "bulk", "bulk_extraction")
+    assert len(hit) == 1
+    text = " ".join(hit[0]["reasons"])
+    assert "beyond the largest response" in text and "Unusual for this caller too" in text
+
+
+def test_pagination_sweep_is_bulk_not_scraping() -> None:
+    tr = base()
+    tr.scraping("sweep", T0 + timedelta(hours=2), pages=200)
+    res = run(tr)
+    assert [a["category"] for a in alerts_for(res, "sweep")] == ["bulk_extraction"]
+    assert "200 distinct pages" in " ".join(alerts_for(res, "sweep")[0]["reasons"])
+
+
+def test_bulk_hard_negatives() -> None:
+    tr = base()
+    for d in range(3):
+        tr.nightly_export(f"night-{d}", d, pages=80)
+    tr.power_user("power", T0 + timedelta(hours=2))
+    t = T0 + timedelta(days=1, hours=3)
+    tr.call("report", t, "searchItems", caller="user-3", ip="10.9.0.3")
+    tr.call("report", t + timedelta(seconds=30), "exportReport", caller="user-3", ip="10.9.0.3",
+            nbytes=5_000_000, rows=30_000)
+    tr.call("report", t + timedelta(seconds=90), "getDocument", caller="user-3", ip="10.9.0.3",
+            resource_key="documentId", resource_id="doc-77")
+    res = run(tr)
+    assert_quiet(res, "night-0", "night-1", "night-2", "power", "report", "svc-export")
+
+
+# --------------------------------------------------------------------------- scraping
+def test_stuck_loop() -> None:
+    tr = base()
+    tr.stuck_loop("loop", T0 + timedelta(hours=2), calls=150)
+    hit = alerts_for(run(tr), "loop", "scraping_loop")
+    assert len(hit) == 1
+    assert any("repeat an earlier call with identical arguments" in r for r in hit[0]["reasons"])
+
+
+def test_scraping_hard_negatives() -> None:
+    tr = base()
+    tr.retry_client("retry", T0 + timedelta(hours=1))
+    for d in range(3):
+        for k in range(4):
+            tr.ci_bot(f"ci-{d}-{k}", T0 + timedelta(days=d, hours=3 * k), calls=5)
+    tr.power_user("power", T0 + timedelta(hours=3))
+    res = run(tr)
+    assert_quiet(res, "retry", "power", "ci-probe")
+
+
+def test_habitual_long_probe_is_quiet() -> None:
+    """A health probe looping every day is normal for it."""
+    tr = base()
+    for d in range(3):
+        tr.ci_bot(f"probe-{d}", T0 + timedelta(days=d, hours=6), calls=200)
+    res = run(tr)
+    assert_quiet(res, "probe-0", "probe-1", "probe-2")
+
+
+# --------------------------------------------------------------------------- folding
+def test_one_alert_per_session_when_categories_overlap() -> None:
+    tr = base()
+    tr.enumeration("enum", T0 + timedelta(hours=3), n=300, gap_s=0.3, miss_share=0.95)
+    hit = alerts_for(run(tr), "enum")
+    assert [h["category"] for h in hit] == ["enumeration"]

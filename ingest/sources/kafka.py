@@ -300,8 +300,8 @@ class KafkaLiveSource:
         stop
             Set by signal handlers.
         idle_exit_s
-            Also stop after this long without a message once something was consumed
-            (replays, tests).
+            Also stop after this long without a message, counted from the first message
+            or the first assignment (replays, tests).
         max_seconds
             Also stop after this long.
         poll_timeout_ms
@@ -329,7 +329,9 @@ class KafkaLiveSource:
                         self.lp.warm_up(warm)
                     if self.lp.due():
                         self.lp.flush()
-                if n:
+                if n or (not got_any and self.assigned):
+                    # Idle time counts from the first message, or from the assignment
+                    # when there is nothing (left) to read.
                     last_msg = time.monotonic()
                     got_any = True
                 if self.on_poll is not None:

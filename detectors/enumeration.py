@@ -159,9 +159,7 @@ class EnumerationDetector(Detector):
         )
         if agg.height == 0:
             return empty_scores()
-        ee = ee.join(agg.select(KEYS), on=KEYS, how="semi")
-        rf = resource_features(ee, KEYS, cfg, features.events["resource_id"],
-                               time_ordered=features.events["t"].is_sorted())
+        rf = resource_features(ee, KEYS, cfg, features.events["resource_id"])
         feats = agg.join(rf, on=KEYS, how="left").with_columns(
             pl.col("seq_run").fill_null(0),
             pl.col("seq_miss").fill_null(0.0),

@@ -17,12 +17,13 @@ Three steps, each a handful of columnar passes over the batch:
    same code scores sessions and (caller / client address, window) entities;
    :func:`window_starts` assigns times to the hopping entity windows.
 
-Sequential runs: within one group and one id shape, ids are taken in time order,
-consecutive repeats of the same id are dropped (a tool reading doc-7 then its comments on
-doc-7), and a run is a stretch where the numeric part keeps stepping by the same non-zero
-constant of at most ``enumeration.max_step``. Its length counts ids (1001..1030 is 30).
-Because an attacker can interleave decoy lookups, a *walk* is also measured: the longest
-stretch of consecutive integers whose first requests come in time order (up or down),
+Sequential runs: within one group and one id shape, distinct ids are taken in the order
+they were first requested (repeats — several tools on one document, retries — count
+once), ids with no other id within ``enumeration.max_step`` are set aside (they can be
+part of no run; decoy lookups far from the walk therefore do not break it), and a run is
+a stretch where the numeric part keeps stepping by the same non-zero constant of at most
+``max_step``. Its length counts ids (1001..1030 is 30). A *walk* is also measured: the
+longest stretch of consecutive integers first requested in time order (up or down),
 whatever was requested in between; the longer of the two is ``seq_run``. A *dense block*
 is the longest stretch of consecutive integers all requested, in any order.
 """
@@ -252,7 +253,12 @@ def resource_features(
     *,
     time_ordered: bool = False,
 ) -> pl.DataFrame:
-    """Id-walking figures per group: longest sequential run and densest id range.
+    """Id-walking figures per group: longest sequential run and longest dense block.
+
+    Works on the distinct ids of each group and id shape, with the time each was first
+    requested. Ids with no other id of the same shape within ``max_step`` can belong to
+    no run or block and are dropped first — in ordinary traffic that is nearly all of
+    them, which keeps this cheap.
 
     Parameters
     ----------
@@ -262,91 +268,75 @@ def resource_features(
     keys
         Numeric grouping columns, e.g. ``["sh"]`` or ``["et", "eh", "w"]``.
     config
-        Supplies ``enumeration.max_step`` and ``enumeration.dense_coverage``.
+        Supplies ``enumeration.max_step``.
     ids
         The ``resource_id`` column the ``i`` indices point into (example ids).
     time_ordered
-        The caller guarantees rows sharing a group appear in time order (true for rows
-        filtered or exploded from time-ordered events).
+        Unused (kept for callers); first-request times are computed, not assumed.
 
     Returns
     -------
     polars.DataFrame
-        One row per group having a numeric resource id: ``seq_run`` (ids in the longest
-        progression: a run stepping by a constant, or a walk of consecutive ids requested
-        in time order with other lookups interleaved), ``seq_step``, ``seq_first`` /
-        ``seq_last`` (example ids), ``seq_first_t``/``seq_last_t``, ``seq_miss`` (share of
-        its lookups that missed), ``dense_ids`` (the longest block of consecutive ids all
-        requested, in any order) and ``dense_lo``/``dense_hi`` (its range).
+        One row per group having a run or block of at least two ids: ``seq_run`` (ids in
+        the longest progression: first requests stepping by a constant, or consecutive ids
+        first requested in time order whatever came in between), ``seq_step``,
+        ``seq_first``/``seq_last`` (example ids), ``seq_first_t``/``seq_last_t``,
+        ``seq_miss`` (share of its ids whose lookups missed), ``dense_ids`` (the longest
+        block of consecutive ids all requested, in any order) and ``dense_lo``/``dense_hi``.
     """
+    del time_ordered
     max_step = config.enumeration.max_step
-    r = ev.filter(pl.col("rnum").is_not_null()).select(
-        pl.struct([*keys, "th"]).hash(SEED).alias("g"), *keys, "t", "rnum", "miss", "i"
+    gcols = [*keys, "th"]
+    r = ev.filter(pl.col("rnum").is_not_null()).select(*gcols, "t", "rnum", "miss", "i")
+    # Cheap hash prefilter: an id can only have a neighbour within max_step if its bucket of
+    # width max_step + 1 holds another request, or an adjacent bucket is not empty.
+    width = max_step + 1
+    bucket = pl.col("rnum") // width
+    h0 = pl.struct([*gcols, bucket.alias("_b")]).hash(SEED)
+    r = r.with_columns(h0.alias("_h"))
+    r = r.filter(
+        pl.col("_h").is_duplicated()
+        | pl.struct([*gcols, (bucket - 1).alias("_b")]).hash(SEED).is_in(pl.col("_h").implode())
+        | pl.struct([*gcols, (bucket + 1).alias("_b")]).hash(SEED).is_in(pl.col("_h").implode())
     )
-    # Rows already in time order within each group (see ``time_ordered``) only need a
-    # stable sort on the group: far cheaper than sorting on (group, t).
-    r = r.sort("g", maintain_order=True) if time_ordered else r.sort(["g", "t", "rnum"])
-    same = pl.col("g") == pl.col("g").shift(1)
-    # Consecutive repeats of one id (several tools on one document, retries) are one step.
-    r = r.filter(~(same & (pl.col("rnum") == pl.col("rnum").shift(1))).fill_null(False))
-    d = pl.when(same).then(pl.col("rnum") - pl.col("rnum").shift(1))
-    r = r.with_columns(
-        pl.when(d.abs().is_between(1, max_step)).then(d).alias("d"),
-        pl.col("i").shift(1).alias("prev_i"),
-        pl.col("t").shift(1).alias("prev_t"),
-        pl.col("miss").shift(1).alias("prev_miss"),
-    )
-    cont = (
-        pl.col("d").is_not_null()
-        & pl.col("d").shift(1).is_not_null()
-        & (pl.col("d") == pl.col("d").shift(1))
-        & same
-    ).fill_null(False)
-    r = r.with_columns((pl.col("d").is_not_null() & ~cont).cum_sum().alias("chain"))
-    chains = (
-        r.filter(pl.col("d").is_not_null())
-        .group_by("chain")
-        .agg(
-            *[pl.col(k).first() for k in keys],
-            (pl.len() + 1).alias("seq_run"),
-            pl.col("d").first().alias("seq_step"),
-            pl.col("prev_i").first().alias("_first_i"),
-            pl.col("i").last().alias("_last_i"),
-            pl.col("prev_t").first().alias("seq_first_t"),
-            pl.col("t").last().alias("seq_last_t"),
-            ((pl.col("miss").sum() + pl.col("prev_miss").first().cast(pl.Int64))
-             / (pl.len() + 1)).alias("seq_miss"),
-        )
-        .sort(["seq_run", "seq_first_t", "chain"], descending=[True, False, False])
-        .group_by(keys, maintain_order=True)
-        .first()
-        .drop("chain")
-    )
-    # Distinct ids per group in numeric order, with the time each was first requested.
     u = (
-        r.group_by(["g", "rnum"])
+        r.group_by([*gcols, "rnum"])
         .agg(
-            *[pl.col(k).first() for k in keys],
             pl.col("t").min().alias("ft"),
-            pl.col("i").first().alias("fi"),
+            pl.col("i").sort_by("t").first().alias("fi"),
             pl.col("miss").any().alias("m"),
         )
+        .with_columns(pl.struct(gcols).hash(SEED).alias("g"))
         .sort(["g", "rnum"])
     )
-    consec = (
-        (pl.col("g") == pl.col("g").shift(1)) & (pl.col("rnum") == pl.col("rnum").shift(1) + 1)
+    same_prev = pl.col("g") == pl.col("g").shift(1)
+    same_next = pl.col("g") == pl.col("g").shift(-1)
+    near = (
+        (same_prev & (pl.col("rnum") - pl.col("rnum").shift(1) <= max_step))
+        | (same_next & (pl.col("rnum").shift(-1) - pl.col("rnum") <= max_step))
     ).fill_null(False)
+    u = u.filter(near)
+    empty = {
+        **{k: ev.schema[k] for k in keys}, "dense_ids": pl.Int64, "seq_run": pl.Int64,
+        "seq_step": pl.Int64, "seq_first_t": pl.Int64, "seq_last_t": pl.Int64,
+        "seq_miss": pl.Float64, "seq_first": pl.String, "seq_last": pl.String,
+        "dense_lo": pl.String, "dense_hi": pl.String,
+    }
+    if u.height == 0:
+        return pl.DataFrame(schema=empty)
+    consec = (same_prev & (pl.col("rnum") == pl.col("rnum").shift(1) + 1)).fill_null(False)
     later = (pl.col("ft") > pl.col("ft").shift(1)).fill_null(False)
     u = u.with_columns(
         (~consec).cum_sum().alias("_blk"),
         (~(consec & later)).cum_sum().alias("_up"),
         (~(consec & ~later)).cum_sum().alias("_down"),
     )
+    first_keys = [pl.col(k).first() for k in keys]
     # Dense block: consecutive ids all requested, in any order (a shuffled walk).
     dense = (
         u.group_by("_blk")
         .agg(
-            *[pl.col(k).first() for k in keys],
+            *first_keys,
             pl.len().alias("dense_ids"),
             pl.col("fi").first().alias("_lo_i"),
             pl.col("fi").last().alias("_hi_i"),
@@ -356,56 +346,74 @@ def resource_features(
         .first()
         .select([*keys, "dense_ids", "_lo_i", "_hi_i"])
     )
-    # Walk: consecutive ids requested in increasing (or decreasing) time order, whatever
-    # else was requested in between (decoy lookups interleaved with the walk).
-    walks = []
+    runs = []
+    # Walk: consecutive ids first requested in increasing (decreasing) time order.
     for col, step in (("_up", 1), ("_down", -1)):
-        walks.append(
+        runs.append(
             u.group_by(col)
             .agg(
-                *[pl.col(k).first() for k in keys],
-                pl.len().alias("walk_run"),
-                pl.col("ft").min().alias("walk_first_t"),
-                pl.col("ft").max().alias("walk_last_t"),
-                pl.col("fi").sort_by("ft").first().alias("_wf_i"),
-                pl.col("fi").sort_by("ft").last().alias("_wl_i"),
-                pl.col("m").mean().alias("walk_miss"),
+                *first_keys,
+                pl.len().alias("seq_run"),
+                pl.col("ft").min().alias("seq_first_t"),
+                pl.col("ft").max().alias("seq_last_t"),
+                pl.col("fi").sort_by("ft").first().alias("_first_i"),
+                pl.col("fi").sort_by("ft").last().alias("_last_i"),
+                pl.col("m").mean().alias("seq_miss"),
             )
-            .with_columns(pl.lit(step, pl.Int64).alias("walk_step"))
+            .with_columns(pl.lit(step, pl.Int64).alias("seq_step"))
             .drop(col)
         )
-    walk = (
-        pl.concat(walks)
-        .filter(pl.col("walk_run") >= 2)
-        .sort(["walk_run", "walk_first_t", "walk_step", "_wf_i"],
+    # Run: first requests, in time order, stepping by one constant of at most max_step.
+    v = u.sort(["g", "ft", "rnum"])
+    same = pl.col("g") == pl.col("g").shift(1)
+    d = pl.when(same).then(pl.col("rnum") - pl.col("rnum").shift(1))
+    v = v.with_columns(
+        pl.when(d.abs().is_between(1, max_step)).then(d).alias("d"),
+        pl.col("fi").shift(1).alias("_prev_i"),
+        pl.col("ft").shift(1).alias("_prev_t"),
+        pl.col("m").shift(1).alias("_prev_m"),
+    )
+    cont = (
+        pl.col("d").is_not_null() & (pl.col("d") == pl.col("d").shift(1)) & same
+    ).fill_null(False)
+    v = v.with_columns((pl.col("d").is_not_null() & ~cont).cum_sum().alias("_chain"))
+    runs.append(
+        v.filter(pl.col("d").is_not_null())
+        .group_by("_chain")
+        .agg(
+            *first_keys,
+            (pl.len() + 1).alias("seq_run"),
+            pl.col("_prev_t").first().alias("seq_first_t"),
+            pl.col("ft").last().alias("seq_last_t"),
+            pl.col("_prev_i").first().alias("_first_i"),
+            pl.col("fi").last().alias("_last_i"),
+            ((pl.col("m").sum() + pl.col("_prev_m").first().cast(pl.Int64)) / (pl.len() + 1))
+            .alias("seq_miss"),
+            pl.col("d").first().alias("seq_step"),
+        )
+        .drop("_chain")
+    )
+    cols = [*keys, "seq_run", "seq_first_t", "seq_last_t", "_first_i", "_last_i", "seq_miss",
+            "seq_step"]
+    best = (
+        pl.concat([x.select(cols) for x in runs], how="vertical_relaxed")
+        .filter(pl.col("seq_run") >= 2)
+        .sort(["seq_run", "seq_first_t", "seq_step", "_first_i"],
               descending=[True, False, True, False])
         .group_by(keys, maintain_order=True)
         .first()
     )
-    out = dense.join(chains, on=keys, how="left").join(walk, on=keys, how="left")
-    # The longest progression wins: a strict constant-step run, or a step-1 walk.
-    use_walk = pl.col("walk_run").fill_null(0) > pl.col("seq_run").fill_null(0)
-    out = out.with_columns(
-        pl.when(use_walk).then(pl.col("walk_run")).otherwise(pl.col("seq_run")).alias("seq_run"),
-        pl.when(use_walk).then(pl.col("walk_step")).otherwise(pl.col("seq_step"))
-        .alias("seq_step"),
-        pl.when(use_walk).then(pl.col("_wf_i")).otherwise(pl.col("_first_i")).alias("_first_i"),
-        pl.when(use_walk).then(pl.col("_wl_i")).otherwise(pl.col("_last_i")).alias("_last_i"),
-        pl.when(use_walk).then(pl.col("walk_first_t")).otherwise(pl.col("seq_first_t"))
-        .alias("seq_first_t"),
-        pl.when(use_walk).then(pl.col("walk_last_t")).otherwise(pl.col("seq_last_t"))
-        .alias("seq_last_t"),
-        pl.when(use_walk).then(pl.col("walk_miss")).otherwise(pl.col("seq_miss"))
-        .alias("seq_miss"),
-    ).drop("walk_run", "walk_step", "_wf_i", "_wl_i", "walk_first_t", "walk_last_t",
-           "walk_miss")
+    out = dense.join(best, on=keys, how="full", coalesce=True)
     return out.with_columns(
         pl.col("seq_run").fill_null(1),
         pl.col("seq_miss").fill_null(0.0),
+        pl.col("dense_ids").fill_null(0),
         ids.gather(out["_first_i"]).alias("seq_first"),
         ids.gather(out["_last_i"]).alias("seq_last"),
-        pl.when(pl.col("dense_ids") >= 2).then(ids.gather(out["_lo_i"])).alias("dense_lo"),
-        pl.when(pl.col("dense_ids") >= 2).then(ids.gather(out["_hi_i"])).alias("dense_hi"),
+        pl.when(pl.col("dense_ids").fill_null(0) >= 2).then(ids.gather(out["_lo_i"]))
+        .alias("dense_lo"),
+        pl.when(pl.col("dense_ids").fill_null(0) >= 2).then(ids.gather(out["_hi_i"]))
+        .alias("dense_hi"),
     ).drop("_first_i", "_last_i", "_lo_i", "_hi_i")
 
 

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import TOOLWATCH, make_file, peak_rss_of  # noqa: E402
+from bench_ingest import TOOLWATCH, make_file, peak_rss_of
 
 
 def main() -> None:
@@ -38,20 +38,30 @@ def main() -> None:
             for cmd in ("ingest", "analyze"):
                 store = work / "store"
                 shutil.rmtree(store, ignore_errors=True)
-                extra = ["--alerts-out", str(work / "alerts.jsonl"), "-q"] if cmd == "analyze" \
+                extra = (
+                    ["--alerts-out", str(work / "alerts.jsonl"), "-q"]
+                    if cmd == "analyze"
                     else ["--json"]
-                res[cmd].append(peak_rss_of(
-                    [TOOLWATCH, cmd, str(path), "-d", str(store), "--no-progress", *extra], env))
-        n_alerts = sum(1 for _ in open(work / "alerts.jsonl"))
+                )
+                res[cmd].append(
+                    peak_rss_of(
+                        [TOOLWATCH, cmd, str(path), "-d", str(store), "--no-progress", *extra], env
+                    )
+                )
+        n_alerts = len((work / "alerts.jsonl").read_bytes().splitlines())
         for cmd, runs in res.items():
             best = min(w for w, _ in runs)
             rss = max(r for _, r in runs)
-            print(f"toolwatch {cmd:<8}: {args.events / best:>10,.0f} events/s  (best {best:.2f} s "
-                  f"of {', '.join(f'{w:.2f}' for w, _ in runs)})  peak RSS {rss / 1024:,.0f} MiB")
+            print(
+                f"toolwatch {cmd:<8}: {args.events / best:>10,.0f} events/s  (best {best:.2f} s "
+                f"of {', '.join(f'{w:.2f}' for w, _ in runs)})  peak RSS {rss / 1024:,.0f} MiB"
+            )
         ing = min(w for w, _ in res["ingest"])
         ana = min(w for w, _ in res["analyze"])
-        print(f"detectors share of analyze: {(ana - ing) / ana:.0%} ({ana - ing:.2f} s); "
-              f"{n_alerts} alerts")
+        print(
+            f"detectors share of analyze: {(ana - ing) / ana:.0%} ({ana - ing:.2f} s); "
+            f"{n_alerts} alerts"
+        )
         print(f"target 200k events/s: {'MET' if args.events / ana >= 200_000 else 'NOT MET'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

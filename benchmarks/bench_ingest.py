@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -84,10 +85,8 @@ def orjson_baseline(path: Path) -> float:
     n = 0
     with open(path, "rb") as fh:
         for line in fh:
-            try:
+            with contextlib.suppress(orjson.JSONDecodeError):
                 orjson.loads(line)
-            except orjson.JSONDecodeError:
-                pass
             n += 1
     return n / (time.perf_counter() - t)
 

@@ -32,7 +32,8 @@ CREATE OR REPLACE MACRO tw_status_n(s) AS CASE
     WHEN s IS NULL OR s = '' THEN NULL
     WHEN s IN ('ok','success','succeeded','successful','completed','complete','done','true')
          OR regexp_full_match(s, '2\d\d') THEN 'ok'
-    WHEN s = '404' OR regexp_matches(s, 'not_?found|no_such|missing|does_not_exist') THEN 'not_found'
+    WHEN s = '404' OR regexp_matches(s, 'not_?found|no_such|missing|does_not_exist')
+         THEN 'not_found'
     WHEN s = '401' OR regexp_matches(s,
          'auth\w*_?fail|unauthori[sz]ed|unauthenticated|invalid_?(api_?)?key|invalid_?token|'
          || 'invalid_?credential|bad_?credential|authentication') THEN 'auth_failed'

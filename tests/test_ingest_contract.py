@@ -38,8 +38,18 @@ CANON_VALUE = {
 }
 # Fields whose aliases are exercised as a per-call event.
 CALL_FIELDS = [
-    "ts", "session_id", "caller_id", "client_ip", "server", "tool", "args",
-    "resource_id", "status", "bytes", "rows", "duration_ms",
+    "ts",
+    "session_id",
+    "caller_id",
+    "client_ip",
+    "server",
+    "tool",
+    "args",
+    "resource_id",
+    "status",
+    "bytes",
+    "rows",
+    "duration_ms",
 ]
 CASES = [(f, a) for f in CALL_FIELDS for a in ALIASES[f]]
 COLUMN = {"args": "args", "ts": "ts"}
@@ -144,9 +154,15 @@ def test_resource_derived_from_args(tw, write_lines) -> None:
 
 def test_session_summaries_become_sessions(tw, write_lines) -> None:
     summary = {
-        "event": "SESSION_ANOMALY", "sessionId": "sum-1", "callCount": 900,
-        "uniqueResourcesAccessed": 850, "totalBytesReturned": 10_000_000, "authFailures": 3,
-        "ts": "2026-11-02T12:00:00Z", "callerId": "mallory", "clientIp": "203.0.113.5",
+        "event": "SESSION_ANOMALY",
+        "sessionId": "sum-1",
+        "callCount": 900,
+        "uniqueResourcesAccessed": 850,
+        "totalBytesReturned": 10_000_000,
+        "authFailures": 3,
+        "ts": "2026-11-02T12:00:00Z",
+        "callerId": "mallory",
+        "clientIp": "203.0.113.5",
     }
     res = tw.ingest(write_lines(summary, {**BASE, "session_id": "s-1"}))
     assert res["summaries_stored"] == 1 and res["events_stored"] == 1
@@ -162,26 +178,61 @@ def _rpc(ts: str, sid: str, msg: dict, wrap: bool = True) -> dict:
 
 
 def test_jsonrpc_transcript_pairs_requests_and_responses(tw, write_lines) -> None:
-    req = lambda i, name, args: {"jsonrpc": "2.0", "id": i, "method": "tools/call",  # noqa: E731
-                                 "params": {"name": name, "arguments": args}}
+    def req(i: int, name: str, args: dict) -> dict:
+        return {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": args},
+        }
+
     lines = [
-        _rpc("2026-11-02T10:00:00Z", "c1", {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                                            "params": {}}),
+        _rpc(
+            "2026-11-02T10:00:00Z",
+            "c1",
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}},
+        ),
         _rpc("2026-11-02T10:00:00.100Z", "c1", {"jsonrpc": "2.0", "id": 0, "result": {}}),
         _rpc("2026-11-02T10:00:01Z", "c1", req(1, "getDocument", {"documentId": "doc-1"})),
         _rpc("2026-11-02T10:00:01Z", "c1", req(2, "getDocument", {"documentId": "doc-2"})),
         # responses out of order, interleaved with another connection using the same id
         _rpc("2026-11-02T10:00:01Z", "c2", req(1, "searchItems", {"query": "q"})),
-        _rpc("2026-11-02T10:00:01.300Z", "c1", {"jsonrpc": "2.0", "id": 2, "error": {
-            "code": -32001, "message": "Document not found"}}),
-        _rpc("2026-11-02T10:00:01.250Z", "c1", {"jsonrpc": "2.0", "id": 1, "result": {
-            "content": [{"type": "text", "text": "hello"}], "isError": False}}),
-        _rpc("2026-11-02T10:00:02Z", "c2", {"jsonrpc": "2.0", "id": 1, "result": {
-            "content": [{"type": "text", "text": "denied: permission"}], "isError": True}}),
+        _rpc(
+            "2026-11-02T10:00:01.300Z",
+            "c1",
+            {"jsonrpc": "2.0", "id": 2, "error": {"code": -32001, "message": "Document not found"}},
+        ),
+        _rpc(
+            "2026-11-02T10:00:01.250Z",
+            "c1",
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {"content": [{"type": "text", "text": "hello"}], "isError": False},
+            },
+        ),
+        _rpc(
+            "2026-11-02T10:00:02Z",
+            "c2",
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "result": {
+                    "content": [{"type": "text", "text": "denied: permission"}],
+                    "isError": True,
+                },
+            },
+        ),
         _rpc("2026-11-02T10:00:03Z", "c1", {"jsonrpc": "2.0", "id": 99, "result": {}}),
         # a bare (unwrapped) request whose response never comes
-        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "ts": "2026-11-02T10:00:04Z",
-         "session_id": "c3", "params": {"name": "readFile", "arguments": {"path": "/x"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "ts": "2026-11-02T10:00:04Z",
+            "session_id": "c3",
+            "params": {"name": "readFile", "arguments": {"path": "/x"}},
+        },
     ]
     res = tw.ingest(write_lines(*lines))
     assert res["events_stored"] == 4, res
@@ -189,8 +240,12 @@ def test_jsonrpc_transcript_pairs_requests_and_responses(tw, write_lines) -> Non
     assert res["quarantined"].get("non_tool_message", 0) == 2  # initialize + its response
     assert res["quarantined"].get("orphan_response", 0) == 1
     assert res["lines_read"] == len(lines)
-    rows = {(r["session_id"], r["resource_id"] or r["tool"]): r for r in tw.query(
-        "SELECT session_id, tool, resource_id, status, duration_ms, bytes, format FROM events")}
+    rows = {
+        (r["session_id"], r["resource_id"] or r["tool"]): r
+        for r in tw.query(
+            "SELECT session_id, tool, resource_id, status, duration_ms, bytes, format FROM events"
+        )
+    }
     assert rows[("c1", "doc-1")]["status"] == "ok"
     assert rows[("c1", "doc-1")]["duration_ms"] == pytest.approx(250.0)
     assert rows[("c1", "doc-1")]["bytes"] > 0
@@ -206,18 +261,34 @@ def test_gzip_glob_and_stdin(tw, write_lines, tmp_path) -> None:
     gz.write_bytes(gzip.compress(json.dumps({**BASE, "session_id": "b"}).encode() + b"\n"))
     res = tw.ingest(str(tmp_path / "*.jsonl*"))
     assert res["events_stored"] == 2
-    out = tw("ingest", "-", "-d", str(tw.data_dir), "--json",
-             input=json.dumps({**BASE, "session_id": "c"}).encode() + b"\n")
+    out = tw(
+        "ingest",
+        "-",
+        "-d",
+        str(tw.data_dir),
+        "--json",
+        input=json.dumps({**BASE, "session_id": "c"}).encode() + b"\n",
+    )
     assert json.loads(out.stdout)["events_stored"] == 1
     assert sorted(r["session_id"] for r in tw.query("SELECT session_id FROM events")) == [
-        "a", "b", "c"]
+        "a",
+        "b",
+        "c",
+    ]
     assert plain.exists()
 
 
 def test_missing_file_is_a_clear_failure_but_others_still_ingest(tw, write_lines, tmp_path) -> None:
     good = write_lines(BASE)
-    proc = tw("ingest", str(good), str(tmp_path / "nope.jsonl"), "-d", str(tw.data_dir),
-              "--json", check=False)
+    proc = tw(
+        "ingest",
+        str(good),
+        str(tmp_path / "nope.jsonl"),
+        "-d",
+        str(tw.data_dir),
+        "--json",
+        check=False,
+    )
     assert proc.returncode == 1
     assert "nope.jsonl" in proc.stderr
     assert json.loads(proc.stdout)["events_stored"] == 1

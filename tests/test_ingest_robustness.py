@@ -17,8 +17,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
 
-GOOD = {"ts": "2026-11-02T10:00:00Z", "session_id": "s", "tool": "getDocument",
-        "args": {"documentId": "doc-1"}}
+GOOD = {
+    "ts": "2026-11-02T10:00:00Z",
+    "session_id": "s",
+    "tool": "getDocument",
+    "args": {"documentId": "doc-1"},
+}
 
 
 def good(i: int) -> bytes:
@@ -28,7 +32,7 @@ def good(i: int) -> bytes:
 MALFORMED = {
     "invalid_json": b'{"ts": "2026-11-02T10:00:00Z", "tool": "getDoc',
     "invalid_utf8": b'{"ts": "2026-11-02T10:00:00Z", "tool": "caf\xe9\xff"}',
-    "not_object": b'[1, 2, 3]',
+    "not_object": b"[1, 2, 3]",
     "missing_timestamp": b'{"session_id": "x", "tool": "getDocument"}',
     "bad_timestamp": b'{"ts": "not a time", "tool": "getDocument"}',
     "no_tool": b'{"ts": "2026-11-02T10:00:00Z", "level": "info", "msg": "server started"}',
@@ -107,18 +111,30 @@ def test_secrets_are_hashed_everywhere(tw, write_lines, tmp_path):
         {**GOOD, "tool": "login", "arguments": {"user": "a", "password": secret + "pw"}},
         {**GOOD, "tool": "call", "args": {"headers": {"Authorization": f"Bearer {secret}"}}},
         {**GOOD, "tool": "c2", "args": {"api\u004bey": secret}},  # escaped key spelling
-        {"ts": "2026-11-02T10:00:01Z", "session_id": "r", "message": {
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "connect", "arguments": {"token": secret}}}},
+        {
+            "ts": "2026-11-02T10:00:01Z",
+            "session_id": "r",
+            "message": {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "connect", "arguments": {"token": secret}},
+            },
+        },
     ]
     path = write_lines(*lines)
     # and a truncated line carrying it, which must be quarantined without the clear value
     with open(path, "ab") as fh:
-        fh.write(b'{"ts": "2026-11-02T10:00:00Z", "tool": "x", "args": {"apiKey": "' +
-                 secret.encode() + b'", "more\n')
+        fh.write(
+            b'{"ts": "2026-11-02T10:00:00Z", "tool": "x", "args": {"apiKey": "'
+            + secret.encode()
+            + b'", "more\n'
+        )
         # the escaped spelling on disk, as a serializer with ensure_ascii writes it
-        fh.write(b'{"ts": "2026-11-02T10:00:00Z", "session_id": "e", "tool": "x", '
-                 b'"args": {"api\\u004bey": "' + secret.encode() + b'"}}\n')
+        fh.write(
+            b'{"ts": "2026-11-02T10:00:00Z", "session_id": "e", "tool": "x", '
+            b'"args": {"api\\u004bey": "' + secret.encode() + b'"}}\n'
+        )
     res = tw.ingest(path)
     assert res["events_stored"] == 6 and res["quarantined_total"] == 1
     assert secret not in _all_store_text(tw.data_dir)
@@ -135,8 +151,7 @@ def test_secrets_are_hashed_everywhere(tw, write_lines, tmp_path):
 def test_hmac_key_inside_store_is_refused(tw, write_lines, tmp_path):
     cfg = tmp_path / "tw.toml"
     cfg.write_text(f'[secrets]\nhmac_key_file = "{tw.data_dir}/key"\n')
-    proc = tw("ingest", str(write_lines(GOOD)), "-d", str(tw.data_dir), "-c", str(cfg),
-              check=False)
+    proc = tw("ingest", str(write_lines(GOOD)), "-d", str(tw.data_dir), "-c", str(cfg), check=False)
     assert proc.returncode == 1 and "must not live inside the store" in proc.stderr
 
 
@@ -155,8 +170,10 @@ def test_sessionization_by_caller_and_gap(tw, write_lines, tmp_path):
     cfg = tmp_path / "tw.toml"
     cfg.write_text("[ingest]\nsession_gap_minutes = 30\nchunk_bytes = 64\n")  # batch per line
     tw("ingest", str(write_lines(*lines)), "-d", str(tw.data_dir), "-c", str(cfg))
-    rows = tw.query("SELECT session_id, count(*) AS n, bool_and(session_derived) AS d "
-                    "FROM events GROUP BY 1 ORDER BY 1")
+    rows = tw.query(
+        "SELECT session_id, count(*) AS n, bool_and(session_derived) AS d "
+        "FROM events GROUP BY 1 ORDER BY 1"
+    )
     assert all(r["d"] for r in rows)
     assert {r["session_id"]: r["n"] for r in rows} == {
         "derived:caller:alice@2026-11-02T10:00:00.000000Z": 3,
@@ -190,8 +207,9 @@ def test_query_is_read_only(tw, write_lines, tmp_path):
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_query_formats(tw, write_lines, fmt):
     tw.ingest(write_lines(GOOD, {**GOOD, "session_id": "s2"}))
-    out = tw("query", "SELECT session_id FROM events ORDER BY 1", "-d", str(tw.data_dir),
-             "-f", fmt).stdout
+    out = tw(
+        "query", "SELECT session_id FROM events ORDER BY 1", "-d", str(tw.data_dir), "-f", fmt
+    ).stdout
     assert "s2" in out
     if fmt == "csv":
         assert out.splitlines()[0] == "session_id"
@@ -202,8 +220,7 @@ def test_query_formats(tw, write_lines, fmt):
 def test_unknown_config_key_names_file_and_key(tw, write_lines, tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text("[ingest]\nmax_line_byte = 10\n")
-    proc = tw("ingest", str(write_lines(GOOD)), "-c", str(cfg), "-d", str(tw.data_dir),
-              check=False)
+    proc = tw("ingest", str(write_lines(GOOD)), "-c", str(cfg), "-d", str(tw.data_dir), check=False)
     assert proc.returncode == 1
     assert "max_line_byte" in proc.stderr and str(cfg) in proc.stderr
 
@@ -213,19 +230,32 @@ def test_reader_runs_while_writer_writes(tw, tmp_path):
     path = tmp_path / "big.jsonl"
     with open(path, "wb") as fh:
         for i in range(120_000):
-            fh.write(json.dumps({**GOOD, "session_id": f"s{i % 500}",
-                                 "args": {"documentId": f"doc-{i}"}}).encode() + b"\n")
+            fh.write(
+                json.dumps(
+                    {**GOOD, "session_id": f"s{i % 500}", "args": {"documentId": f"doc-{i}"}}
+                ).encode()
+                + b"\n"
+            )
     cfg = tmp_path / "tw.toml"
     cfg.write_text("[ingest]\nchunk_bytes = 262144\n")  # many small commits
     writer = subprocess.Popen(
         [TOOLWATCH, "ingest", str(path), "-d", str(tw.data_dir), "-c", str(cfg), "--json"],
-        env=tw.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=tw.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     counts = []
     deadline = time.monotonic() + 240
     while writer.poll() is None and time.monotonic() < deadline:
-        proc = tw("query", "SELECT count(*) AS n FROM events", "-d", str(tw.data_dir),
-                  "-f", "json", check=False)
+        proc = tw(
+            "query",
+            "SELECT count(*) AS n FROM events",
+            "-d",
+            str(tw.data_dir),
+            "-f",
+            "json",
+            check=False,
+        )
         assert proc.returncode == 0, proc.stderr
         counts.append(json.loads(proc.stdout)["n"])
     writer.wait(timeout=240)
@@ -251,10 +281,18 @@ def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
     uncommitted.mkdir()
     shutil.copy(src, committed / "f.parquet")
     shutil.copy(src, uncommitted / "g.parquet")
-    (committed / "COMMIT.json").write_text(json.dumps({
-        "batch_id": "x", "files": [{"tmp": "f.parquet",
-                                    "dest": "events/date=2026-11-03/part-recovered.parquet"}],
-        "checkpoints": [], "replaces": []}))
+    (committed / "COMMIT.json").write_text(
+        json.dumps(
+            {
+                "batch_id": "x",
+                "files": [
+                    {"tmp": "f.parquet", "dest": "events/date=2026-11-03/part-recovered.parquet"}
+                ],
+                "checkpoints": [],
+                "replaces": [],
+            }
+        )
+    )
     assert st.recover() == 2
     assert not committed.exists() and not uncommitted.exists()
     assert (store_dir / "events/date=2026-11-03/part-recovered.parquet").exists()
@@ -262,13 +300,20 @@ def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
     os.sync()
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.binary(min_size=0, max_size=300).map(lambda b: b.replace(b"\n", b"")),
-                min_size=1, max_size=40))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.binary(min_size=0, max_size=300).map(lambda b: b.replace(b"\n", b"")),
+        min_size=1,
+        max_size=40,
+    )
+)
 def test_arbitrary_bytes_never_crash_and_every_line_is_accounted_for(tmp_path_factory, lines):
+    from ingest.sources import FileSource
     from toolwatch.config import Config
     from toolwatch.pipeline import Pipeline
-    from ingest.sources import FileSource
 
     d = tmp_path_factory.mktemp("hyp")
     path = d / "in.jsonl"

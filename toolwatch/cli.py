@@ -172,7 +172,10 @@ def analyze(
 def train(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
-    model: Annotated[Path | None, typer.Option("--model", help="Output path (default <data_dir>/models/forest.skops).")] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option("--model", help="Output path (default <data_dir>/models/forest.skops)."),
+    ] = None,
 ) -> None:
     """Fit the isolation forest on the store's history (skops, not pickle).
 
@@ -207,10 +210,18 @@ def alerts(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     category: Annotated[list[str] | None, typer.Option("--category", help="Repeatable.")] = None,
-    severity: Annotated[str | None, typer.Option(help="Minimum severity: low|medium|high|critical.")] = None,
-    entity: Annotated[str | None, typer.Option(help="Session, caller or client address (exact).")] = None,
-    since: Annotated[str | None, typer.Option(help="Alerts whose window ends at/after this ISO time.")] = None,
-    until: Annotated[str | None, typer.Option(help="Alerts whose window starts at/before this ISO time.")] = None,
+    severity: Annotated[
+        str | None, typer.Option(help="Minimum severity: low|medium|high|critical.")
+    ] = None,
+    entity: Annotated[
+        str | None, typer.Option(help="Session, caller or client address (exact).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Alerts whose window ends at/after this ISO time.")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Alerts whose window starts at/before this ISO time.")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Most rows shown.")] = 200,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
 ) -> None:
@@ -255,8 +266,12 @@ def alerts(
 
 @app.command()
 def evaluate(
-    labels: Annotated[Path, typer.Argument(help="Labels (JSON lines), e.g. sample_logs/demo/labels.ndjson.")],
-    alerts_file: Annotated[Path, typer.Argument(metavar="ALERTS", help="Alerts JSON lines from analyze --alerts-out.")],
+    labels: Annotated[
+        Path, typer.Argument(help="Labels (JSON lines), e.g. sample_logs/demo/labels.ndjson.")
+    ],
+    alerts_file: Annotated[
+        Path, typer.Argument(metavar="ALERTS", help="Alerts JSON lines from analyze --alerts-out.")
+    ],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Precision/recall per category and false positives per benign role.
@@ -319,11 +334,10 @@ def version() -> None:
 # --- commands registered by other modules (one line each; keep this block last) ---
 # Each module defines plain typer-annotated functions; registering them here keeps
 # ``toolwatch --help`` in one place.
-from dashboard.launch import dashboard_command
-
-app.command("dashboard")(dashboard_command)  # noqa: E402, E702, I001
+from dashboard.launch import dashboard_command  # noqa: E402
 from toolwatch.live_cli import kafka, run, status, tail  # noqa: E402
 
+app.command("dashboard")(dashboard_command)
 app.command()(tail)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)
 app.command()(kafka)

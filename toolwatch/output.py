@@ -46,7 +46,9 @@ def write_rows(tbl: pa.Table, fmt: str, out: TextIO | None = None, *, max_rows: 
     elif fmt == "json":
         for row in df.iter_rows(named=True):
             out.write(
-                orjson.dumps(row, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z).decode()
+                orjson.dumps(
+                    row, default=_default, option=orjson.OPT_NAIVE_UTC | orjson.OPT_UTC_Z
+                ).decode()
                 + "\n"
             )
     else:

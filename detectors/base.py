@@ -83,12 +83,12 @@ class FeatureSet:
         """History plus batch; a session present in both keeps ``other``'s figures."""
         sessions = pl.concat(
             [self.sessions.join(other.sessions, on="session_id", how="anti"), other.sessions],
-            how="vertical_relaxed",
+            how="diagonal_relaxed",
         )
         known = other.events.select("session_id").unique()
         events = pl.concat(
             [self.events.join(known, on="session_id", how="anti"), other.events],
-            how="vertical_relaxed",
+            how="diagonal_relaxed",
         )
         return FeatureSet(events, sessions, other.config)
 

@@ -290,7 +290,7 @@ def test_batch_and_live_raise_the_same_alerts(tmp_path: Path) -> None:
         out = tmp_path / f"{name}.jsonl"
         sinks = build_sinks([SinkConfig(type="file", path=str(out))])
         lp = tail_files(cfg, files, sinks=sinks, idle_exit_s=0.5)
-        assert lp.status.flushes > 10  # really incremental
+        assert lp.status.flushes >= 5  # really incremental (micro-batches grow under backlog)
         rows = [orjson.loads(x) for x in out.read_bytes().splitlines()]
         assert len({r["alert_id"] for r in rows}) == len(
             {(r["entity_type"], r["entity_id"], r["category"]) for r in rows})

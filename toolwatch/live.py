@@ -108,7 +108,11 @@ class LiveConfig:
         "after its first line arrived.",
         1.0,
     )
-    flush_events: int = doc("...or as soon as this many lines are waiting.", 100_000)
+    flush_events: int = doc(
+        "...or as soon as this many lines are waiting (under a backlog the micro-batch "
+        "grows up to 8x this, to amortize detection, and shrinks back once caught up).",
+        100_000,
+    )
     poll_interval_s: float = doc(
         "tail: how often files and globs are checked for new data when idle.", 0.1
     )
@@ -810,6 +814,10 @@ class LivePipeline:
         self._last_compact = time.monotonic()
         self._warmed: set[str] = set()
         self._history_base: pl.DataFrame | None = None
+        # Under a backlog (size-triggered flushes that take longer than the interval) the
+        # micro-batch grows up to 8x flush_events, amortizing detection over more events;
+        # it shrinks back once the pipeline keeps up. Latency is unaffected when caught up.
+        self._flush_events = self.live.flush_events
         self._history_loaded = False
         self._load_alert_memory()
 
@@ -871,7 +879,7 @@ class LivePipeline:
         """Whether a flush is due (interval elapsed since the first waiting line, or size)."""
         if self._first_pending_at is None:
             return False
-        if self._pending_lines >= self.live.flush_events:
+        if self._pending_lines >= self._flush_events:
             return True
         now = time.monotonic() if now is None else now
         return now - self._first_pending_at >= self.live.flush_interval_s
@@ -1084,6 +1092,11 @@ class LivePipeline:
         res.seconds = time.monotonic() - t0
         st.last_flush_ms = round(res.seconds * 1000, 1)
         st.last_flush_at = time.time()
+        base = self.live.flush_events
+        if res.lines >= self._flush_events and res.seconds > self.live.flush_interval_s:
+            self._flush_events = min(self._flush_events * 2, base * 8)
+        elif res.lines < self._flush_events // 2:
+            self._flush_events = max(base, self._flush_events // 2)
         self._maybe_compact()
         return res
 

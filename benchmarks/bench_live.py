@@ -1,0 +1,349 @@
+"""Live-mode benchmarks: tail throughput, alert latency, RSS over a long run, Kafka 1 vs 2.
+
+Prints figures; not a test. Each part can be run alone::
+
+    python benchmarks/bench_live.py throughput --events 1000000          # events/s via tail
+    python benchmarks/bench_live.py latency --rate 10000 --seconds 30     # p50/p99 line->alert
+    python benchmarks/bench_live.py rss --events 5000000                  # RSS samples
+    python benchmarks/bench_live.py kafka --events 200000                 # 1 vs 2 consumers
+    python benchmarks/bench_live.py all                                   # small defaults
+
+Throughput and RSS read a file made by ``sample_logs/generate.py --bench-events`` (mixed
+log styles, 0.1% malformed lines), written once into the work directory and reused.
+Everything runs on loopback / local files; the Kafka part starts its own Tansu broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TOOLWATCH_HMAC_KEY", "00" * 32)
+
+import orjson  # noqa: E402
+import psutil  # noqa: E402
+
+from toolwatch.config import Config  # noqa: E402
+from toolwatch.live import LiveConfig, SinkConfig  # noqa: E402
+from toolwatch.live_cli import tail_files  # noqa: E402
+from toolwatch.sinks import Sink, SinkSet  # noqa: E402
+
+
+def _config(data_dir: Path, **live: Any) -> Config:
+    cfg = Config()
+    cfg.store.data_dir = str(data_dir)
+    cfg.live = {"compact_interval_s": 0, **live}
+    return cfg
+
+
+def bench_file(work: Path, events: int) -> Path:
+    """The generator's bench file with ``events`` lines (cached in ``work``)."""
+    path = work / f"bench-{events}.jsonl"
+    if not path.exists():
+        from sample_logs.generate import generate_bench
+
+        t = time.perf_counter()
+        generate_bench(events, path)
+        print(f"  generated {events:,} lines in {time.perf_counter() - t:.1f}s -> {path}")
+    return path
+
+
+class _Rss:
+    def __init__(self, every: float = 2.0):
+        self.samples: list[tuple[float, float, int]] = []
+        self.every = every
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._proc = psutil.Process()
+        self.progress: Any = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            done = self.progress() if self.progress else 0
+            self.samples.append(
+                (time.monotonic() - self._t0, self._proc.memory_info().rss / 2**20, done)
+            )
+
+    def __enter__(self) -> _Rss:
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        self._stop.set()
+
+
+def throughput(work: Path, events: int, detect: bool) -> dict[str, Any]:
+    """Events/s of ``tail`` over a file already on disk (backlog), store commits included."""
+    src = bench_file(work, events)
+    data = work / f"store-tp-{int(detect)}"
+    shutil.rmtree(data, ignore_errors=True)
+    cfg = _config(data, detect=detect)
+    t = time.perf_counter()
+    lp = tail_files(cfg, [str(src)], idle_exit_s=0.5)
+    secs = time.perf_counter() - t - 0.5
+    st = lp.status
+    res = {
+        "events": st.events_stored,
+        "lines": st.lines_read,
+        "seconds": round(secs, 2),
+        "events_per_s": int(st.events_stored / secs),
+        "flushes": st.flushes,
+        "detect": detect,
+        "alerts_new": st.alerts_new,
+        "alerts_updated": st.alerts_updated,
+    }
+    print(f"  tail throughput (detect={detect}): {res['events_per_s']:,} events/s "
+          f"({st.events_stored:,} events in {secs:.1f}s, {st.flushes} flushes, "
+          f"{st.alerts_new} alerts)")
+    return res
+
+
+class _LatencySink(Sink):
+    name = "latency"
+
+    def __init__(self) -> None:
+        super().__init__(SinkConfig(type="stdout"))
+        self.latencies: list[float] = []
+        self.rows = 0
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:
+        now = time.time()
+        for r in rows:
+            last = r["last_seen"]
+            if isinstance(last, datetime):
+                self.latencies.append(now - last.timestamp())
+            self.rows += 1
+
+
+def latency(work: Path, rate: int, seconds: float) -> dict[str, Any]:
+    """Line written -> alert emitted, at ``rate`` events/s of mixed traffic with attacks.
+
+    Lines carry the wall-clock time they are written at as their log time; for every alert
+    version a sink receives, latency = receive time - the alert's ``last_seen`` (the log
+    time, i.e. the write time, of the newest evidence line in it).
+    """
+    data = work / "store-lat"
+    shutil.rmtree(data, ignore_errors=True)
+    log = work / "latency.jsonl"
+    log.unlink(missing_ok=True)
+    log.touch()
+    sink = _LatencySink()
+    cfg = _config(data, flush_interval_s=0.5, poll_interval_s=0.05)
+    stop_writer = threading.Event()
+    written = [0]
+
+    def writer() -> None:
+        rng = random.Random(1)
+        users = [f"u_{i:05d}" for i in range(3000)]
+        sessions: dict[str, str] = {}
+        attackers = 0
+        tick = 0.05
+        per_tick = max(1, int(rate * tick))
+        with open(log, "ab") as fh:
+            nxt = time.monotonic()
+            while not stop_writer.is_set():
+                now = datetime.now(UTC)
+                ts = now.isoformat().replace("+00:00", "Z")
+                lines = []
+                for _ in range(per_tick):
+                    if rng.random() < 0.02:  # an enumerating agent
+                        a = f"attacker-{attackers % 40}"
+                        sid = sessions.setdefault(a, f"atk-{a}-{int(time.time())}")
+                        d = {"ts": ts, "session_id": sid, "caller_id": a,
+                             "client_ip": "203.0.113.9", "server": "docs", "tool": "getDocument",
+                             "args": {"documentId": f"doc-{rng.randrange(10**6)}"},
+                             "status": "not_found" if rng.random() < 0.7 else "denied",
+                             "bytes": 90}
+                        attackers += 1
+                    else:
+                        u = rng.choice(users)
+                        sid = sessions.setdefault(u, f"s-{u}-{rng.randrange(10**9)}")
+                        if rng.random() < 0.01:
+                            sessions.pop(u)
+                        d = {"ts": ts, "session_id": sid, "caller_id": u,
+                             "client_ip": f"10.1.{rng.randrange(256)}.{rng.randrange(256)}",
+                             "server": "docs", "tool": rng.choice(["search", "getDocument"]),
+                             "args": {"documentId": f"doc-{rng.randrange(500)}"},
+                             "status": "ok", "bytes": rng.randrange(200, 20000)}
+                    lines.append(orjson.dumps(d))
+                fh.write(b"\n".join(lines) + b"\n")
+                fh.flush()
+                written[0] += len(lines)
+                nxt += tick
+                time.sleep(max(0.0, nxt - time.monotonic()))
+
+    w = threading.Thread(target=writer, daemon=True)
+    w.start()
+    from toolwatch.live import StopFlag
+
+    stop = StopFlag()
+    timer = threading.Timer(seconds, stop.set)
+    timer.start()
+    lp = tail_files(cfg, [str(log)], stop=stop, sinks=SinkSet([sink]))
+    stop_writer.set()
+    w.join(5)
+    lat = sorted(sink.latencies)
+    if not lat:
+        print("  latency: no alert was emitted")
+        return {"alerts": 0}
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))]
+
+    res = {
+        "rate_target": rate,
+        "rate_written": int(written[0] / seconds),
+        "events_stored": lp.status.events_stored,
+        "alert_versions": len(lat),
+        "p50_s": round(statistics.median(lat), 3),
+        "p99_s": round(pct(0.99), 3),
+        "max_s": round(lat[-1], 3),
+        "mean_flush_ms": lp.status.last_flush_ms,
+    }
+    print(f"  alert latency at {res['rate_written']:,} events/s: p50 {res['p50_s']}s, "
+          f"p99 {res['p99_s']}s, max {res['max_s']}s over {len(lat)} alert versions")
+    return res
+
+
+def rss(work: Path, events: int) -> dict[str, Any]:
+    """RSS samples while tail (with detection) works through ``events`` lines."""
+    src = bench_file(work, events)
+    data = work / "store-rss"
+    shutil.rmtree(data, ignore_errors=True)
+    cfg = _config(data)
+    holder: dict[str, Any] = {}
+
+    def on_flush(res: Any) -> None:
+        holder["n"] = holder.get("n", 0) + res.events
+
+    with _Rss(every=2.0) as meter:
+        meter.progress = lambda: holder.get("n", 0)
+        t = time.perf_counter()
+        lp = tail_files(cfg, [str(src)], idle_exit_s=0.5, on_flush=on_flush)
+        secs = time.perf_counter() - t
+    s = meter.samples
+    print(f"  RSS over {events:,} events ({secs:.0f}s, {lp.status.events_stored / secs:,.0f} ev/s,"
+          f" window {lp.status.window_events:,} events, evicted {lp.status.window_evicted:,}):")
+    for t_, mb, n in s[:: max(1, len(s) // 15)]:
+        print(f"    t={t_:6.1f}s  events={n:>10,}  rss={mb:7.1f} MiB")
+    half = [mb for _, mb, n in s if n >= events // 2]
+    res = {
+        "events": lp.status.events_stored,
+        "seconds": round(secs, 1),
+        "rss_max_mib": round(max(mb for _, mb, _ in s), 1) if s else None,
+        "rss_second_half_min_mib": round(min(half), 1) if half else None,
+        "rss_second_half_max_mib": round(max(half), 1) if half else None,
+        "samples": [(round(a, 1), round(b, 1), c) for a, b, c in s],
+    }
+    print(f"  RSS max {res['rss_max_mib']} MiB; second half {res['rss_second_half_min_mib']}"
+          f"–{res['rss_second_half_max_mib']} MiB")
+    return res
+
+
+def kafka(work: Path, events: int) -> dict[str, Any]:
+    """Time for 1 and for 2 consumers (one group, 4 partitions) to store ``events``."""
+    from kafka import KafkaProducer
+
+    from tests.kafka_broker import KafkaBroker, create_topic
+    from toolwatch.live import StopFlag
+    from toolwatch.live_cli import consume_kafka
+
+    src = bench_file(work, events)
+    lines = src.read_bytes().splitlines()
+    out: dict[str, Any] = {}
+    with KafkaBroker() as broker:
+        for n_cons in (1, 2):
+            topic = f"bench-{n_cons}-{int(time.time())}"
+            create_topic(broker.bootstrap, topic, partitions=4)
+            prod = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20,
+                                 batch_size=1 << 20)
+            for i, line in enumerate(lines):
+                prod.send(topic, key=f"caller-{i % 997}".encode(), value=line)
+            prod.flush(timeout=120)
+            prod.close()
+            data = work / f"store-kafka-{n_cons}"
+            shutil.rmtree(data, ignore_errors=True)
+            cfg = _config(data)
+            opts = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500,
+                    "max_poll_interval_ms": 60_000}
+            stops = [StopFlag() for _ in range(n_cons)]
+            done: list[Any] = []
+
+            def member(stop: StopFlag, topic: str = topic, cfg: Config = cfg,
+                       done: list[Any] = done, opts: dict[str, Any] = opts) -> None:
+                done.append(consume_kafka(cfg, bootstrap_servers=broker.bootstrap,
+                                          topics=[topic], group_id=f"g-{topic}",
+                                          consumer_options=opts, stop=stop,
+                                          live=LiveConfig.from_config(cfg)))
+
+            t = time.perf_counter()
+            threads = [threading.Thread(target=member, args=(s,)) for s in stops]
+            for th in threads:
+                th.start()
+            from toolwatch.store import Store
+
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:
+                time.sleep(1.0)
+                cps = Store(data).checkpoints()
+                if sum(v for k, v in cps.items() if k.startswith(f"kafka:{topic}:")) >= len(lines):
+                    break
+            secs = time.perf_counter() - t
+            for s in stops:
+                s.set()
+            for th in threads:
+                th.join(60)
+            stored = sum(lp.status.events_stored for lp in done)
+            out[f"{n_cons}_consumer"] = {"seconds": round(secs, 1),
+                                         "events_per_s": int(stored / secs), "events": stored}
+            print(f"  kafka, {n_cons} consumer(s) in one group (threads of one process): "
+                  f"{stored:,} events in {secs:.1f}s = {stored / secs:,.0f} events/s")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("part", choices=["throughput", "latency", "rss", "kafka", "all"])
+    p.add_argument("--events", type=int, default=None, help="events for throughput/rss/kafka")
+    p.add_argument("--rate", type=int, default=10_000, help="latency: events/s written")
+    p.add_argument("--seconds", type=float, default=30.0, help="latency: run length")
+    p.add_argument("--no-detect", action="store_true", help="throughput without detection")
+    p.add_argument("--work", default=None, help="work directory (default: a temp dir)")
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    a = p.parse_args(argv)
+    work = Path(a.work or tempfile.mkdtemp(prefix="tw-bench-live-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"work dir: {work}  (cores: {os.cpu_count()})")
+    res: dict[str, Any] = {}
+    if a.part in ("throughput", "all"):
+        n = a.events or 1_000_000
+        res["throughput"] = throughput(work, n, detect=not a.no_detect)
+        if a.part == "all":
+            res["throughput_no_detect"] = throughput(work, n, detect=False)
+    if a.part in ("latency", "all"):
+        res["latency"] = latency(work, a.rate, a.seconds)
+    if a.part in ("rss", "all"):
+        res["rss"] = rss(work, a.events or 1_000_000)
+    if a.part in ("kafka", "all"):
+        res["kafka"] = kafka(work, a.events or 200_000)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -60,14 +60,22 @@ class Baseline:
             mad = float((vals["v"] - med).abs().median())  # type: ignore[arg-type]
             self.pop_[c] = (med, mad, vals.height)
         if self.keys and frame.height:
-            aggs: list[pl.Expr] = [
-                pl.len().alias("_n"),
-                (pl.col(t_col) // US_PER_DAY).n_unique().alias("_days"),
-            ]
+            own = frame.filter(
+                pl.all_horizontal([pl.col(k).is_not_null() for k in self.keys])
+            ).select(
+                *self.keys,
+                (pl.col(t_col) // US_PER_DAY).alias("_day"),
+                *[log1p(c).alias(f"_l_{c}") for c in self.cols],
+            )
+            # Only entities with enough observations can be established: skip the rest.
+            own = own.filter(pl.len().over(self.keys) >= self.min_rows)
+            aggs: list[pl.Expr] = [pl.len().alias("_n"), pl.col("_day").n_unique().alias("_days")]
             for c in self.cols:
-                aggs.append(log1p(c).median().alias(f"_med_{c}"))
-                aggs.append((log1p(c) - log1p(c).median()).abs().median().alias(f"_mad_{c}"))
-            own = frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in self.keys]))
+                lc = pl.col(f"_l_{c}")
+                aggs.append(lc.median().alias(f"_med_{c}"))
+                # Robust spread per entity from the interquartile range in one pass (the MAD
+                # needs the median first): for normal data MAD = IQR / 2.
+                aggs.append(((lc.quantile(0.75) - lc.quantile(0.25)) / 2.0).alias(f"_mad_{c}"))
             own = own.group_by(self.keys).agg(aggs)
             self.own_ = own.with_columns(
                 ((pl.col("_n") >= self.min_rows) & (pl.col("_days") >= self.min_days))

@@ -25,7 +25,7 @@ import polars as pl
 from detectors.base import Detector, FeatureSet, empty_scores, session_frame
 from detectors.baseline import Baseline, habits, habitual_gate
 from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import explode_entities, resource_features
+from detectors.features import ENTITY_TYPES, explode_entities, resource_features
 from detectors.scoring import all_of, any_of, band, gate, ratio
 from detectors.text import clean, duration, iso, pct, span_us
 
@@ -131,17 +131,57 @@ class EnumerationDetector(Detector):
             return out
         return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
 
+    def _candidates(self, residual: pl.DataFrame) -> pl.DataFrame:
+        """Entity windows that could reach the threshold, from cheap session-level upper
+        bounds (sessions per window, summed distinct resources and misses)."""
+        cfg, e = self.config, self.settings
+        f = min(1.0, 2.0 * self.threshold)  # band(x, lo, hi) >= threshold needs x >= f * lo
+        hop, n = cfg.hop_us, cfg.entity_window_minutes // cfg.entity_hop_minutes
+        base = residual.filter(pl.col("resource_calls") > 0).select(
+            "sh", "ceh", "ieh", "first_t", "last_t", "distinct_resources", "res_misses"
+        )
+        parts = []
+        for code, (_, hcol) in enumerate(ENTITY_TYPES):
+            b = base.filter(pl.col(hcol).is_not_null()).with_columns(
+                pl.lit(code, pl.Int8).alias("et"), pl.col(hcol).alias("eh")
+            )
+            # Every window a session overlaps (sessions up to half a window longer than one).
+            for j in range(n + 2):
+                parts.append(b.with_columns(((pl.col("last_t") // hop) * hop - j * hop).alias("w")))
+        if not parts:
+            return pl.DataFrame(schema={"et": pl.Int8, "eh": pl.UInt64, "w": pl.Int64})
+        x = pl.concat(parts).filter(pl.col("w") + cfg.window_us > pl.col("first_t"))
+        g = x.group_by(KEYS).agg(
+            pl.len().alias("n"),
+            pl.col("distinct_resources").sum().alias("d"),
+            pl.col("res_misses").sum().alias("m"),
+        )
+        return g.filter(
+            (pl.col("n") >= cfg.entity_min_sessions)
+            & (
+                (pl.col("d") >= f * min(e.run_lo, e.dense_lo))
+                | ((pl.col("d") >= f * min(e.miss_run_lo, e.distinct_lo)) & (pl.col("m") >= 1))
+            )
+        ).select(KEYS)
+
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
         cfg = self.config
-        flagged_sh = features.sessions.join(flagged, on="session_id", how="semi").select("sh")
+        residual = features.sessions.join(flagged, on="session_id", how="anti")
+        cand = self._candidates(residual)
+        if cand.height == 0:
+            return empty_scores()
+        callers = cand.filter(pl.col("et") == 0)["eh"].unique().implode()
+        ips = cand.filter(pl.col("et") == 1)["eh"].unique().implode()
         ev = (
-            features.events.filter(pl.col("has_res"))
+            features.events.filter(
+                pl.col("has_res") & (pl.col("ceh").is_in(callers) | pl.col("ieh").is_in(ips))
+            )
             .select("t", "sh", "ceh", "ieh", "rh", "tlh", "th", "rnum", "miss", "nf", "den", "i")
-            .join(flagged_sh, on="sh", how="anti")
+            .join(residual.select("sh"), on="sh", how="semi")
         )
         if ev.height == 0:
             return empty_scores()
-        ee = explode_entities(ev, cfg)
+        ee = explode_entities(ev, cfg).join(cand, on=KEYS, how="semi")
         agg = ee.group_by(KEYS).agg(
             pl.col("sh").n_unique().alias("n_sessions"),
             pl.len().alias("resource_calls"),

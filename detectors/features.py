@@ -70,8 +70,9 @@ SUMMARY_COLUMNS: dict[str, pl.DataType] = {
     "duration_ms": pl.Float64(),
 }
 
-#: Resource ids are split into shape and number: the *last* run of digits is the number.
-_ID_SHAPE = r"^(?<pre>.*?)(?<num>\d{1,18})(?<suf>\D*)$"
+#: Resource ids are split into shape and number: the *last* run of digits is the number
+#: (doc-1001 → doc-#, 1001; /book/chapter-03.md → /book/chapter-#.md, 3).
+_ID_SHAPE = r"(?<num>\d{1,18})(?<suf>\D*)$"
 
 US_PER_MIN = 60_000_000
 US_PER_DAY = 86_400_000_000
@@ -133,10 +134,12 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         shape hash and number) and ``page``.
     """
     ev = _conform(events, EVENT_COLUMNS)
-    page_re = _arg_pattern(config.page_keys, r'"?(\d{1,12})\b')
-    cursor_re = _arg_pattern(config.cursor_keys, r'"([^"]{1,512})"')
     status = pl.col("status").fill_null("unknown")
-    shape = pl.col("resource_id").str.extract_groups(_ID_SHAPE)
+    ev = ev.with_columns(pl.col("resource_id").str.extract_groups(_ID_SHAPE).alias("_s"))
+    num, suf = pl.col("_s").struct.field("num"), pl.col("_s").struct.field("suf")
+    prefix_len = (
+        pl.col("resource_id").str.len_chars() - num.str.len_chars() - suf.str.len_chars()
+    )
     ev = ev.with_columns(
         pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
         pl.col("ts").dt.epoch("us").alias("t"),
@@ -152,10 +155,8 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         status.is_in(["not_found", "denied"]).alias("miss"),
         pl.coalesce(pl.col("is_error"), ~status.is_in(["ok", "unknown"])).alias("is_error"),
         pl.col("resource_id").is_not_null().alias("has_res"),
-        (shape.struct.field("pre") + "#" + shape.struct.field("suf")).hash(SEED).alias("th"),
-        shape.struct.field("num").cast(pl.Int64, strict=False).alias("rnum"),
-        pl.col("args").str.extract(page_re, 1).cast(pl.Int64, strict=False).alias("page"),
-        pl.col("args").str.extract(cursor_re, 1).alias("_cursor"),
+        (pl.col("resource_id").str.head(prefix_len) + "#" + suf).hash(SEED).alias("th"),
+        num.cast(pl.Int64, strict=False).alias("rnum"),
         pl.concat_str(
             [pl.col("tool").fill_null(""), pl.col("args").fill_null("")], separator="\x1f"
         ).hash(SEED).alias("ch"),
@@ -165,11 +166,36 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         _h("credential_hash").alias("crh"),
         pl.col("tool").fill_null("").hash(SEED).alias("tlh"),
     )
-    return ev.with_columns(
+    page, cursor = _pagination(ev["args"], config)
+    return ev.drop("_s").with_columns(
         pl.col("session_id").hash(SEED).alias("sh"),
-        _h("_cursor").alias("cuh"),
+        page.alias("page"),
+        cursor.alias("cuh"),
         pl.when(pl.col("rnum").is_not_null()).then(pl.col("th")).alias("th"),
-    ).drop("_cursor")
+    )
+
+
+def _pagination(args: pl.Series, config: DetectorsConfig) -> tuple[pl.Series, pl.Series]:
+    """Page number and cursor hash per call, from the arguments' JSON text.
+
+    Only calls whose arguments mention a page or cursor key (one Aho-Corasick pass) go
+    through the regular expressions; the rest stay null.
+    """
+    n = len(args)
+    page = pl.Series("page", [None] * 0, dtype=pl.Int64).extend_constant(None, n)
+    cursor = pl.Series("cuh", [None] * 0, dtype=pl.UInt64).extend_constant(None, n)
+    keys = [f'"{k}"' for k in (*config.page_keys, *config.cursor_keys)]
+    hit = args.str.contains_any(keys).fill_null(False)
+    idx = hit.arg_true()
+    if len(idx) == 0:
+        return page, cursor
+    sub = args.gather(idx).to_frame("a").select(
+        pl.col("a").str.extract(_arg_pattern(config.page_keys, r'"?(\d{1,12})\b'), 1)
+        .cast(pl.Int64, strict=False).alias("p"),
+        pl.col("a").str.extract(_arg_pattern(config.cursor_keys, r'"([^"]{1,512})"'), 1)
+        .alias("c"),
+    ).with_columns(pl.when(pl.col("c").is_not_null()).then(pl.col("c").hash(SEED)).alias("c"))
+    return page.scatter(idx, sub["p"]), cursor.scatter(idx, sub["c"])
 
 
 def prepare_summaries(summaries: pl.DataFrame | None) -> pl.DataFrame:

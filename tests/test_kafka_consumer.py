@@ -7,6 +7,7 @@ interval 5 s) so joins take ~2 s.
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -180,3 +181,45 @@ def test_restart_resumes_from_the_store_not_from_kafka(kafka_broker, tmp_path: P
     ev = stored_events(data)
     assert ev.height == 260 and ev["event_id"].n_unique() == 260
     assert sum(committed(bs, group, topic, 2).values()) == 260  # type: ignore[arg-type]
+
+
+def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
+    kafka_broker, tmp_path: Path
+) -> None:
+    """Forced eviction discards what was read but not stored (the new owner re-reads it
+    from the store checkpoint); an assignment seeks to the store's offset."""
+    from ingest.sources.kafka import KafkaLiveSource
+    from toolwatch.live import LivePipeline
+    from toolwatch.store import Store
+
+    bs = kafka_broker.bootstrap
+    topic, group = uniq("logs"), uniq("g")
+    create_topic(bs, topic, partitions=2)
+    produce(bs, topic, 0, 40, callers=2)
+    data = tmp_path / "store"
+    cfg = config_for(data)
+    store = Store(data)
+    lp = LivePipeline(cfg, store, kind="kafka")
+    src = KafkaLiveSource(lp, store, bootstrap_servers=bs, topics=[topic], group_id=group,
+                          consumer_options=GROUP_OPTS)
+    try:
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 40 and time.monotonic() < deadline:
+            for tp, msgs in src.consumer.poll(timeout_ms=200).items():
+                got += src._add(tp, msgs)
+        assert got == 40 and lp.pending_lines == 40
+        tp0 = TopicPartition(topic, 0)
+        n0 = sum(len(b) for b in lp._pending.get(f"kafka:{topic}:0", []))
+        assert 0 < n0 < 40
+        src.handle_lost({tp0})
+        assert lp.pending_lines == 40 - n0 and f"kafka:{topic}:0" not in lp._pending
+        lp.flush()
+        assert stored_events(data).height == 40 - n0  # the lost partition's lines: not stored
+        # The store now has partition 1's checkpoint: an assignment seeks there.
+        tp1 = TopicPartition(topic, 1)
+        src.handle_assigned({tp1})
+        assert src.consumer.position(tp1) == Store(data).checkpoints()[f"kafka:{topic}:1"]
+    finally:
+        src.close()
+        lp.close()

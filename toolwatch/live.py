@@ -870,6 +870,18 @@ class LivePipeline:
         if self._first_pending_at is None:
             self._first_pending_at = time.monotonic()
 
+    def drop_pending(self, fps: Iterable[str]) -> int:
+        """Discard unflushed lines of some streams (Kafka partitions lost); returns lines."""
+        n = 0
+        for fp in fps:
+            dropped = self._pending.pop(fp, None)
+            if dropped:
+                n += sum(len(b) for b in dropped)
+        self._pending_lines -= n
+        if not self._pending and not self._extra_quarantine:
+            self._first_pending_at = None
+        return n
+
     @property
     def pending_lines(self) -> int:
         """Lines waiting for the next flush."""
@@ -957,6 +969,10 @@ class LivePipeline:
         self.window.late = late_before
         self._seed_sessionizer(ev)
         return ev.height
+
+    def forget_stream(self, fp: str) -> None:
+        """Warm the stream up again if it comes back (a Kafka partition re-assigned)."""
+        self._warmed.discard(fp)
 
     def _seed_sessionizer(self, ev: pl.DataFrame) -> None:
         """Restore derived-session state (actor -> last/start time) from stored events."""

@@ -227,13 +227,7 @@ class KafkaLiveSource:
         """Forced eviction: discard unflushed lines and state of the lost partitions."""
         with self.lock:
             self.counters["lost"] += 1
-            fps = {partition_fp(tp.topic, tp.partition) for tp in lost}
-            for fp in fps:
-                dropped = self.lp._pending.pop(fp, None)
-                if dropped:
-                    self.lp._pending_lines -= sum(len(b) for b in dropped)
-            if not self.lp._pending:
-                self.lp._first_pending_at = None
+            self.lp.drop_pending(partition_fp(tp.topic, tp.partition) for tp in lost)
             self._drop(lost)
 
     def _drop(self, tps: set[TopicPartition]) -> None:
@@ -243,7 +237,7 @@ class KafkaLiveSource:
             self.lp.pipe.pairers.pop(fp, None)
             self.stored.pop(fp, None)
             self._to_warm.discard(fp)
-            self.lp._warmed.discard(fp)
+            self.lp.forget_stream(fp)
         self.assigned -= tps
 
     def handle_assigned(self, assigned: set[TopicPartition]) -> None:

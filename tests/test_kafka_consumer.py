@@ -195,7 +195,7 @@ def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
     bs = kafka_broker.bootstrap
     topic, group = uniq("logs"), uniq("g")
     create_topic(bs, topic, partitions=2)
-    produce(bs, topic, 0, 40, callers=2)
+    produce(bs, topic, 0, 40, callers=8)
     data = tmp_path / "store"
     cfg = config_for(data)
     store = Store(data)

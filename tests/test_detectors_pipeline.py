@@ -225,3 +225,21 @@ def test_tolerates_missing_optional_columns() -> None:
 def test_empty_input() -> None:
     out = detectors.run_batch(pl.DataFrame(), None, DetectorsConfig())
     assert out.height == 0 and out.columns == schema.ALERTS.names
+
+
+def test_history_supplies_the_callers_own_normal() -> None:
+    """A nightly export seen alone looks like extraction; with its history it is routine."""
+    past = Traffic(seed=21)
+    past.background(days=3, users=30, per_day=2)
+    for d in range(3):
+        past.nightly_export(f"night-{d}", d, pages=80)
+    today = Traffic(seed=22)
+    today.nightly_export("night-3", 3, pages=80)
+    for u in range(30):
+        today.normal_session(f"today-{u}", T0 + timedelta(days=3, hours=8, minutes=u),
+                             caller=f"user-{u}", ip=f"10.9.0.{u}")
+    alone = detectors.run_batch(today.events(), None, DetectorsConfig())
+    assert "night-3" in alone["session_id"].to_list()
+    with_history = detectors.run_batch(today.events(), None, DetectorsConfig(),
+                                       history=past.events())
+    assert "night-3" not in with_history["session_id"].to_list()

@@ -268,7 +268,6 @@ def test_live_config_rejects_unknown_keys_and_bad_sinks(tmp_path: Path) -> None:
     assert LiveConfig.from_config(cfg).sinks[0].slack is True
 
 
-@pytest.mark.slow
 def test_batch_and_live_raise_the_same_alerts(tmp_path: Path) -> None:
     """The demo logs through ``analyze`` and through ``tail`` in small micro-batches give
     the same (entity, category) alerts, once live has the baselines batch had. Without

@@ -250,10 +250,15 @@ class BulkExtractionDetector(Detector):
         where = f" across {row['n_sessions']} sessions" if entity else ""
         rows = row.get("total_rows") or 0
         rows_txt = f", {num(rows)} rows" if rows else ""
+        # Summary-only sessions carry totals but no per-call sizes: say so, not "0 B".
+        largest = (
+            f"largest single response {size(row.get('max_bytes'))}"
+            if row.get("max_bytes")
+            else "per-call sizes not logged"
+        )
         reasons = [
             f"Returned {size(row['total_bytes'])}{rows_txt} in {num(row['calls'])} calls over "
-            f"{duration(row.get('span_s'))}{where}; largest single response "
-            f"{size(row.get('max_bytes'))}."
+            f"{duration(row.get('span_s'))}{where}; {largest}."
         ]
         pats = {k: float(row.get(k) or 0.0) for k in ("p_volume", "p_single", "p_sweep")}
         top = max(pats, key=lambda k: pats[k])

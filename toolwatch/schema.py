@@ -116,7 +116,7 @@ QUARANTINE_REASONS = {
     "non_tool_message": "JSON-RPC message other than tools/call (initialize, tools/list, ...)",
     "orphan_response": "JSON-RPC response whose request was never seen",
     "missing_session": "session summary without a session id",
-    "server_text": "a non-JSON line on a wrapped server's stderr (toolwatch run): kept, not a failure",
+    "server_text": "non-JSON line on a wrapped server's stderr (toolwatch run): kept, no failure",
 }
 
 DATASETS = {"events": EVENTS, "summaries": SUMMARIES, "quarantine": QUARANTINE, "alerts": ALERTS}

@@ -80,6 +80,7 @@ class SecretHasher:
     def __init__(self, key: bytes, secret_keys: list[str]):
         self._key = key
         self._needles = tuple(k.lower() for k in secret_keys)
+        self._key_cache: dict[str, bool] = {}
 
     @property
     def candidate_pattern(self) -> str:
@@ -99,8 +100,14 @@ class SecretHasher:
 
     def is_secret_key(self, key: str) -> bool:
         """Whether values under ``key`` must be hashed."""
-        low = key.lower()
-        return any(n in low for n in self._needles)
+        # Logs repeat a small vocabulary of keys: memoize (bounded, keys are attacker data).
+        hit = self._key_cache.get(key)
+        if hit is None:
+            low = key.lower()
+            hit = any(n in low for n in self._needles)
+            if len(self._key_cache) < 65_536:
+                self._key_cache[key] = hit
+        return hit
 
     def redact(self, obj: Any, found: list[str]) -> Any:
         """Return ``obj`` with every secret value hashed; append the hashes to ``found``."""

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.config import Config
 from toolwatch.errors import SourceError
-from toolwatch.pipeline import Counters, Pipeline
+from toolwatch.pipeline import BatchOutput, Counters, Pipeline
 from toolwatch.store import Store
 
 
@@ -31,12 +31,13 @@ def ingest_paths(
     *,
     store: Store | None = None,
     progress: bool | None = None,
-    on_batch: Callable[[Pipeline], None] | None = None,
+    on_output: Callable[[BatchOutput], None] | None = None,
 ) -> IngestResult:
     """Ingest files/globs/``-`` into the store.
 
     A source that cannot be read at all is reported in ``failures`` and the others still
-    run; bad lines never fail a run (they are quarantined).
+    run; bad lines never fail a run (they are quarantined). ``on_output`` sees every
+    batch's tables as they are committed (``analyze`` keeps them instead of re-reading).
     """
     store = store or Store(config.data_dir, compact_min_files=config.store.compact_min_files)
     pipe = Pipeline(config, store)
@@ -80,8 +81,8 @@ def ingest_paths(
                         pending.result()
                     pending = writer.submit(pipe.write, out)
                     bar.update(task, completed=src.progress())
-                    if on_batch:
-                        on_batch(pipe)
+                    if on_output:
+                        on_output(out)
                 if pending is not None:
                     pending.result()
                     pending = None

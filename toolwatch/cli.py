@@ -236,31 +236,43 @@ def alerts(
         raise _fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
     if fmt not in ("table", "csv", "json"):
         raise _fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
-    # Every filter value is a bound parameter: alert fields come from the logs.
-    sql = (
-        "SELECT severity, category, score, entity_type, entity_id, session_id, caller_id, "
-        "client_ip, first_seen, last_seen, detected_at, reasons[1] AS reason, alert_id "
-        "FROM alerts WHERE ($cats IS NULL OR list_contains($cats, category)) "
-        "AND list_position($sevs, severity) >= $minsev "
-        "AND ($entity IS NULL OR $entity IN (entity_id, session_id, caller_id, client_ip)) "
-        "AND ($since IS NULL OR last_seen >= CAST($since AS TIMESTAMPTZ)) "
-        "AND ($until IS NULL OR first_seen <= CAST($until AS TIMESTAMPTZ)) "
-        "ORDER BY list_position($sevs, severity) DESC, last_seen DESC LIMIT $limit"
-    )
-    params = {
-        "cats": category or None,
-        "sevs": _SEVERITIES,
-        "minsev": _SEVERITIES.index(severity) + 1 if severity else 1,
-        "entity": entity,
-        "since": since,
-        "until": until,
-        "limit": limit,
-    }
+    import polars as pl
+
+    from detectors.filters import filter_alerts
+
     try:
         cfg = _config(config, data_dir)
-        tbl = Store(cfg.data_dir).query(sql, params)
+        stored = pl.from_arrow(Store(cfg.data_dir).query("SELECT * FROM alerts"))
+        assert isinstance(stored, pl.DataFrame)
+        picked = filter_alerts(
+            stored,
+            category=category,
+            severity=severity,
+            entity=entity,
+            since=since,
+            until=until,
+        )
     except ToolwatchError as exc:
         raise _fail(exc) from None
+    tbl = (
+        picked.head(limit)
+        .select(
+            "severity",
+            "category",
+            "score",
+            "entity_type",
+            "entity_id",
+            "session_id",
+            "caller_id",
+            "client_ip",
+            "first_seen",
+            "last_seen",
+            "detected_at",
+            pl.col("reasons").list.first().alias("reason"),
+            "alert_id",
+        )
+        .to_arrow()
+    )
     write_rows(tbl, fmt, max_rows=limit)
 
 

@@ -324,7 +324,13 @@ def evaluate(
 
 @app.command("config")
 def config_cmd(config: ConfigOpt = None) -> None:
-    """Show every configuration key with its default and documentation."""
+    """Show every configuration key with its default and documentation.
+
+    Example: toolwatch config
+    """
+    from detectors.config import DetectorsConfig
+    from toolwatch.live import LiveConfig
+
     try:
         load_config(config)
     except ToolwatchError as exc:
@@ -332,9 +338,11 @@ def config_cmd(config: ConfigOpt = None) -> None:
     t = Table(title="toolwatch configuration keys")
     for c in ("key", "default", "meaning"):
         t.add_column(c, overflow="fold")
-    for key, default, text in describe():
+    rows = [r for r in describe() if r[0] not in ("detectors", "live")]
+    rows += describe(DetectorsConfig, "detectors") + describe(LiveConfig, "live")
+    for key, default, text in rows:
         t.add_row(key, default, text)
-    Console().print(t)
+    Console(width=max(Console().width, 160)).print(t)
 
 
 @app.command()

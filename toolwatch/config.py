@@ -48,7 +48,6 @@ class StoreConfig:
     compact_min_files: int = doc(
         "A date partition with at least this many small files is compacted into one.", 16
     )
-    max_rows_per_file: int = doc("Upper bound of rows in one compacted Parquet file.", 2_000_000)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +41,6 @@ class RawBatch:
     line_nos: np.ndarray | None
     end_offset: int
     final: bool = False
-    extra_checkpoints: dict[str, int] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.lines)

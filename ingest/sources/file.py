@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import glob
 import gzip
-import io
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,10 +175,3 @@ class FileSource:
             return int(inner.tell())
         except (OSError, ValueError):
             return 0
-
-
-def reader_for(
-    fh: BinaryIO | io.BufferedReader, source: str, chunk_bytes: int, checkpoints: dict[str, int]
-) -> StreamReader:
-    """A :class:`StreamReader` over an already-open stream."""
-    return StreamReader(fh, source, chunk_bytes, checkpoints)

@@ -43,11 +43,41 @@ CREATE OR REPLACE MACRO tw_status_n(s) AS CASE
     WHEN regexp_full_match(s, '[45]\d\d') OR regexp_matches(s, 'err|fail|exception|timeout|invalid')
          THEN 'error'
     ELSE 'unknown' END;
--- Fast path first: most servers log one of a handful of exact values.
-CREATE OR REPLACE MACRO tw_status(raw) AS CASE
-    WHEN raw IS NULL THEN NULL
-    WHEN raw IN ('ok', 'OK', 'success') THEN 'ok'
-    WHEN raw IN ('error', 'not_found', 'denied', 'auth_failed', 'rate_limited') THEN raw
+-- Fast path first: servers log a handful of exact values; only others take the regexes.
+CREATE OR REPLACE MACRO tw_status(raw) AS CASE raw
+    WHEN 'ok' THEN 'ok'
+    WHEN 'OK' THEN 'ok'
+    WHEN 'success' THEN 'ok'
+    WHEN 'SUCCESS' THEN 'ok'
+    WHEN 'succeeded' THEN 'ok'
+    WHEN '200' THEN 'ok'
+    WHEN 'true' THEN 'ok'
+    WHEN 'error' THEN 'error'
+    WHEN 'ERROR' THEN 'error'
+    WHEN 'failed' THEN 'error'
+    WHEN 'failure' THEN 'error'
+    WHEN '500' THEN 'error'
+    WHEN '502' THEN 'error'
+    WHEN '503' THEN 'error'
+    WHEN 'not_found' THEN 'not_found'
+    WHEN 'NOT_FOUND' THEN 'not_found'
+    WHEN 'notfound' THEN 'not_found'
+    WHEN '404' THEN 'not_found'
+    WHEN 'Not Found' THEN 'not_found'
+    WHEN 'denied' THEN 'denied'
+    WHEN 'forbidden' THEN 'denied'
+    WHEN '403' THEN 'denied'
+    WHEN 'permission_denied' THEN 'denied'
+    WHEN 'access_denied' THEN 'denied'
+    WHEN 'auth_failed' THEN 'auth_failed'
+    WHEN 'unauthorized' THEN 'auth_failed'
+    WHEN '401' THEN 'auth_failed'
+    WHEN 'invalid_api_key' THEN 'auth_failed'
+    WHEN 'unauthenticated' THEN 'auth_failed'
+    WHEN 'rate_limited' THEN 'rate_limited'
+    WHEN '429' THEN 'rate_limited'
+    WHEN 'throttled' THEN 'rate_limited'
+    WHEN 'too_many_requests' THEN 'rate_limited'
     ELSE tw_status_n(regexp_replace(lower(trim(raw)), '[\s\-]+', '_', 'g')) END;
 CREATE OR REPLACE MACRO tw_epoch(n) AS CASE
     WHEN n IS NULL THEN NULL

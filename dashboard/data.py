@@ -154,6 +154,14 @@ def time_bounds(store: Store) -> tuple[datetime | None, datetime | None]:
     return row.get("lo"), row.get("hi")
 
 
+def _bucket_width(bucket: str) -> str:
+    """The interval of a named time bucket (``hour``, ``day`` …)."""
+    width = BUCKETS.get(bucket)
+    if width is None:
+        raise ValueError(f"unknown bucket {bucket!r}: use one of {sorted(BUCKETS)}")
+    return width
+
+
 def alerts_over_time(
     store: Store,
     bucket: str = "hour",
@@ -167,9 +175,7 @@ def alerts_over_time(
     polars.DataFrame
         Columns ``bucket`` (UTC), ``category``, ``severity``, ``alerts``.
     """
-    width = BUCKETS.get(bucket)
-    if width is None:
-        raise ValueError(f"unknown bucket {bucket!r}: use one of {sorted(BUCKETS)}")
+    width = _bucket_width(bucket)
     return _frame(
         store,
         """
@@ -197,9 +203,7 @@ def events_over_time(
     polars.DataFrame
         Columns ``bucket`` (UTC), ``status``, ``events``, ``bytes``.
     """
-    width = BUCKETS.get(bucket)
-    if width is None:
-        raise ValueError(f"unknown bucket {bucket!r}: use one of {sorted(BUCKETS)}")
+    width = _bucket_width(bucket)
     return _frame(
         store,
         """

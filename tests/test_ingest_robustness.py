@@ -333,3 +333,24 @@ def test_arbitrary_bytes_never_crash_and_every_line_is_accounted_for(tmp_path_fa
     merged = pipe.counters.rpc_responses_merged
     assert totals["events"] + totals["summaries"] + totals["quarantine"] + merged == n_lines
     assert totals["events"] >= 2
+
+
+def test_reader_survives_a_file_replaced_between_listing_and_binding(tw, write_lines):
+    """Compaction can delete a file a reader just listed: the reader lists again."""
+    from toolwatch.store import Store
+
+    tw.ingest(write_lines(GOOD))
+    st = Store(tw.data_dir)
+    real_files = st.files
+    calls = {"n": 0}
+
+    def stale_then_fresh(dataset: str) -> list[str]:
+        calls["n"] += 1
+        files = real_files(dataset)
+        if dataset == "events" and calls["n"] == 1:
+            return [*files, str(tw.data_dir / "events/date=2026-11-02/part-gone.parquet")]
+        return files
+
+    st.files = stale_then_fresh  # type: ignore[method-assign]
+    assert st.query("SELECT count(*) AS n FROM events").to_pylist() == [{"n": 1}]
+    assert calls["n"] > len(("events", "summaries", "quarantine", "alerts"))  # it re-listed

@@ -46,6 +46,8 @@ from toolwatch import schema
 from toolwatch.errors import QueryError, StoreError
 
 DATASETS = ("events", "summaries", "quarantine", "alerts")
+#: Attempts a reader makes when a file it listed was replaced by a compaction.
+_RETRIES = 5
 #: Column whose date partitions each dataset.
 _PARTITION_COL = {
     "events": "ts",
@@ -313,7 +315,21 @@ class Store:
         only from summaries). Open one per query or per dashboard rerun: views list the
         files that exist when the connection is made.
         """
-        con = duckdb.connect(config={"threads": 2})
+        # Creating a view binds its file list; a compaction can delete a listed file
+        # between listing and binding. Listing again is enough: the merged file is in place.
+        for attempt in range(_RETRIES):
+            con = duckdb.connect(config={"threads": 2})
+            try:
+                self._create_views(con)
+                return con
+            except duckdb.IOException:
+                con.close()
+                if attempt == _RETRIES - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _create_views(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("SET TimeZone = 'UTC'")
         for name in DATASETS:
             files = self.files(name)
@@ -331,7 +347,6 @@ class Store:
             "QUALIFY row_number() OVER (PARTITION BY alert_id ORDER BY detected_at DESC) = 1"
         )
         con.execute(_SESSIONS_VIEW)
-        return con
 
     def query(self, sql: str, params: dict[str, Any] | list[Any] | None = None) -> pa.Table:
         """Run a read-only query over the views and return an Arrow table.
@@ -342,19 +357,20 @@ class Store:
             If ``sql`` is not a single read-only statement, or fails.
         """
         check_read_only(sql)
-        for attempt in range(3):
-            con = self.connect()
+        for attempt in range(_RETRIES):
+            try:
+                con = self.connect()
+            except duckdb.IOException as exc:
+                raise QueryError(str(exc).splitlines()[0]) from exc
             try:
                 lock_down(con, self.root)
-                return (
-                    con.sql(sql, params=params).to_arrow_table()
-                    if params is not None
-                    else (con.sql(sql).to_arrow_table())
-                )
+                if params is not None:
+                    return con.sql(sql, params=params).to_arrow_table()
+                return con.sql(sql).to_arrow_table()
             except duckdb.IOException as exc:
-                # A compaction may have replaced a file between listing and reading.
-                if attempt == 2:
-                    raise QueryError(str(exc)) from exc
+                # A compaction replaced a file between binding and reading: list again.
+                if attempt == _RETRIES - 1:
+                    raise QueryError(str(exc).splitlines()[0]) from exc
             except duckdb.Error as exc:
                 raise QueryError(str(exc).splitlines()[0]) from exc
             finally:

@@ -266,6 +266,16 @@ class Store:
         most :attr:`COMPACT_MAX_BYTES` of them, so memory stays bounded whatever the
         partition's size. Returns the number of merges done.
         """
+        # One compactor per store at a time: two merging the same files would each write
+        # a copy of the rows. Another process compacting means this one has nothing to do.
+        with open(self.root / "_state" / "compact.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0
+            return self._compact_locked(dataset)
+
+    def _compact_locked(self, dataset: str) -> int:
         key = "alert_id" if dataset == "alerts" else "event_id"
         order = "detected_at" if dataset == "alerts" else "ingested_at"
         # Alerts keep every version (the view picks the latest); events keep one row per id.

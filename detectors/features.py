@@ -116,6 +116,8 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
     Heavy work (grouping, sorting) runs on 64-bit hashes of the string columns; strings
     are only looked up again for the rows that end up in results. The frame keeps the
     input's row order (sorting a wide frame costs more than everything else together).
+    String parsing (id shapes, pagination arguments) runs once per *distinct* resource id
+    and argument text — far fewer than events — and is joined back on their hashes.
 
     Parameters
     ----------
@@ -135,19 +137,18 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
     """
     ev = _conform(events, EVENT_COLUMNS)
     status = pl.col("status").fill_null("unknown")
-    ev = ev.with_columns(pl.col("resource_id").str.extract_groups(_ID_SHAPE).alias("_s"))
-    num, suf = pl.col("_s").struct.field("num"), pl.col("_s").struct.field("suf")
-    prefix_len = (
-        pl.col("resource_id").str.len_chars() - num.str.len_chars() - suf.str.len_chars()
-    )
-    ev = ev.with_columns(
-        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
-        pl.col("ts").dt.epoch("us").alias("t"),
-        pl.coalesce(
+    session_id = pl.col("session_id")
+    if ev["session_id"].null_count():
+        # Only pay for building the stand-in ids when some event lacks a session id.
+        session_id = pl.coalesce(
             pl.col("session_id"),
             pl.lit("nosession:")
             + pl.coalesce(pl.col("caller_id"), pl.col("client_ip"), pl.lit("?")),
-        ).alias("session_id"),
+        )
+    ev = ev.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("i"),
+        pl.col("ts").dt.epoch("us").alias("t"),
+        session_id.alias("session_id"),
         (status == "not_found").alias("nf"),
         (status == "denied").alias("den"),
         (status == "auth_failed").alias("authf"),
@@ -155,47 +156,68 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         status.is_in(["not_found", "denied"]).alias("miss"),
         pl.coalesce(pl.col("is_error"), ~status.is_in(["ok", "unknown"])).alias("is_error"),
         pl.col("resource_id").is_not_null().alias("has_res"),
-        (pl.col("resource_id").str.head(prefix_len) + "#" + suf).hash(SEED).alias("th"),
-        num.cast(pl.Int64, strict=False).alias("rnum"),
-        pl.concat_str(
-            [pl.col("tool").fill_null(""), pl.col("args").fill_null("")], separator="\x1f"
-        ).hash(SEED).alias("ch"),
+        pl.col("args").fill_null("").hash(SEED).alias("_ah"),
         _h("caller_id").alias("ceh"),
         _h("client_ip").alias("ieh"),
         _h("resource_id").alias("rh"),
         _h("credential_hash").alias("crh"),
         pl.col("tool").fill_null("").hash(SEED).alias("tlh"),
     )
-    page, cursor = _pagination(ev["args"], config)
-    return ev.drop("_s").with_columns(
-        pl.col("session_id").hash(SEED).alias("sh"),
-        page.alias("page"),
-        cursor.alias("cuh"),
-        pl.when(pl.col("rnum").is_not_null()).then(pl.col("th")).alias("th"),
+    shapes = _id_shapes(ev)
+    pages = _pagination(ev, config)
+    return (
+        ev.join(shapes, on="rh", how="left", maintain_order="left")
+        .join(pages, on="_ah", how="left", maintain_order="left")
+        .with_columns(
+            pl.col("session_id").hash(SEED).alias("sh"),
+            # Identical calls: same tool and same argument text (a pair of hashes).
+            pl.struct("tlh", "_ah").hash(SEED).alias("ch"),
+        )
+        .drop("_ah")
     )
 
 
-def _pagination(args: pl.Series, config: DetectorsConfig) -> tuple[pl.Series, pl.Series]:
-    """Page number and cursor hash per call, from the arguments' JSON text.
+def _id_shapes(ev: pl.DataFrame) -> pl.DataFrame:
+    """Shape hash ``th`` and number ``rnum`` of each distinct resource id, keyed by ``rh``.
 
-    Only calls whose arguments mention a page or cursor key (one Aho-Corasick pass) go
-    through the regular expressions; the rest stay null.
+    Ids without digits get no shape (null ``th``/``rnum``).
     """
-    n = len(args)
-    page = pl.Series("page", [None] * 0, dtype=pl.Int64).extend_constant(None, n)
-    cursor = pl.Series("cuh", [None] * 0, dtype=pl.UInt64).extend_constant(None, n)
+    rid = (
+        ev.select("rh", "resource_id").filter(pl.col("rh").is_not_null()).unique(subset="rh")
+        .with_columns(pl.col("resource_id").str.extract_groups(_ID_SHAPE).alias("_s"))
+    )
+    num, suf = pl.col("_s").struct.field("num"), pl.col("_s").struct.field("suf")
+    prefix_len = (
+        pl.col("resource_id").str.len_chars() - num.str.len_chars() - suf.str.len_chars()
+    )
+    rnum = num.cast(pl.Int64, strict=False)
+    th = (pl.col("resource_id").str.head(prefix_len) + "#" + suf).hash(SEED)
+    return rid.select(
+        "rh",
+        pl.when(rnum.is_not_null()).then(th).alias("th"),
+        rnum.alias("rnum"),
+    )
+
+
+def _pagination(ev: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
+    """Page number ``page`` and cursor hash ``cuh`` per distinct argument text (``_ah``).
+
+    Only texts mentioning a page or cursor key (one Aho-Corasick pass over the distinct
+    texts) go through the regular expressions; texts not listed have neither.
+    """
     keys = [f'"{k}"' for k in (*config.page_keys, *config.cursor_keys)]
-    hit = args.str.contains_any(keys).fill_null(False)
-    idx = hit.arg_true()
-    if len(idx) == 0:
-        return page, cursor
-    sub = args.gather(idx).to_frame("a").select(
-        pl.col("a").str.extract(_arg_pattern(config.page_keys, r'"?(\d{1,12})\b'), 1)
-        .cast(pl.Int64, strict=False).alias("p"),
-        pl.col("a").str.extract(_arg_pattern(config.cursor_keys, r'"([^"]{1,512})"'), 1)
-        .alias("c"),
-    ).with_columns(pl.when(pl.col("c").is_not_null()).then(pl.col("c").hash(SEED)).alias("c"))
-    return page.scatter(idx, sub["p"]), cursor.scatter(idx, sub["c"])
+    hits = (
+        ev.select("_ah", pl.col("args").fill_null("")).unique(subset="_ah")
+        .filter(pl.col("args").str.contains_any(keys))
+    )
+    return hits.select(
+        "_ah",
+        pl.col("args").str.extract(_arg_pattern(config.page_keys, r'"?(\d{1,12})\b'), 1)
+        .cast(pl.Int64, strict=False).alias("page"),
+        pl.col("args").str.extract(_arg_pattern(config.cursor_keys, r'"([^"]{1,512})"'), 1)
+        .alias("_c"),
+    ).select("_ah", "page", pl.when(pl.col("_c").is_not_null()).then(pl.col("_c").hash(SEED))
+             .alias("cuh"))
 
 
 def prepare_summaries(summaries: pl.DataFrame | None) -> pl.DataFrame:

@@ -19,66 +19,17 @@ from dataclasses import dataclass
 
 import duckdb
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
+from ingest.outcome import outcome_column
 from ingest.records import RawBatch
 from toolwatch.config import IngestConfig
 from toolwatch.secrets import SecretHasher
 
-_STATUS_SQL = r"""
-CREATE OR REPLACE MACRO tw_status_n(s) AS CASE
-    WHEN s IS NULL OR s = '' THEN NULL
-    WHEN s IN ('ok','success','succeeded','successful','completed','complete','done','true')
-         OR regexp_full_match(s, '2\d\d') THEN 'ok'
-    WHEN s = '404' OR regexp_matches(s, 'not_?found|no_such|missing|does_not_exist')
-         THEN 'not_found'
-    WHEN s = '401' OR regexp_matches(s,
-         'auth\w*_?fail|unauthori[sz]ed|unauthenticated|invalid_?(api_?)?key|invalid_?token|'
-         || 'invalid_?credential|bad_?credential|authentication') THEN 'auth_failed'
-    WHEN s = '403' OR regexp_matches(s, 'denied|forbidden|permission|not_?allowed')
-         THEN 'denied'
-    WHEN s = '429' OR regexp_matches(s, 'rate_?limit|throttl|too_?many|quota') THEN 'rate_limited'
-    WHEN regexp_full_match(s, '[45]\d\d') OR regexp_matches(s, 'err|fail|exception|timeout|invalid')
-         THEN 'error'
-    ELSE 'unknown' END;
--- Fast path first: servers log a handful of exact values; only others take the regexes.
-CREATE OR REPLACE MACRO tw_status(raw) AS CASE raw
-    WHEN 'ok' THEN 'ok'
-    WHEN 'OK' THEN 'ok'
-    WHEN 'success' THEN 'ok'
-    WHEN 'SUCCESS' THEN 'ok'
-    WHEN 'succeeded' THEN 'ok'
-    WHEN '200' THEN 'ok'
-    WHEN 'true' THEN 'ok'
-    WHEN 'error' THEN 'error'
-    WHEN 'ERROR' THEN 'error'
-    WHEN 'failed' THEN 'error'
-    WHEN 'failure' THEN 'error'
-    WHEN '500' THEN 'error'
-    WHEN '502' THEN 'error'
-    WHEN '503' THEN 'error'
-    WHEN 'not_found' THEN 'not_found'
-    WHEN 'NOT_FOUND' THEN 'not_found'
-    WHEN 'notfound' THEN 'not_found'
-    WHEN '404' THEN 'not_found'
-    WHEN 'Not Found' THEN 'not_found'
-    WHEN 'denied' THEN 'denied'
-    WHEN 'forbidden' THEN 'denied'
-    WHEN '403' THEN 'denied'
-    WHEN 'permission_denied' THEN 'denied'
-    WHEN 'access_denied' THEN 'denied'
-    WHEN 'auth_failed' THEN 'auth_failed'
-    WHEN 'unauthorized' THEN 'auth_failed'
-    WHEN '401' THEN 'auth_failed'
-    WHEN 'invalid_api_key' THEN 'auth_failed'
-    WHEN 'unauthenticated' THEN 'auth_failed'
-    WHEN 'rate_limited' THEN 'rate_limited'
-    WHEN '429' THEN 'rate_limited'
-    WHEN 'throttled' THEN 'rate_limited'
-    WHEN 'too_many_requests' THEN 'rate_limited'
-    ELSE tw_status_n(regexp_replace(lower(trim(raw)), '[\s\-]+', '_', 'g')) END;
+_EPOCH_SQL = r"""
 CREATE OR REPLACE MACRO tw_epoch(n) AS CASE
     WHEN n IS NULL THEN NULL
     WHEN abs(n) >= 1e17 THEN to_timestamp(n / 1e9)
@@ -86,6 +37,18 @@ CREATE OR REPLACE MACRO tw_epoch(n) AS CASE
     WHEN abs(n) >= 1e11 THEN to_timestamp(n / 1e3)
     ELSE to_timestamp(n) END;
 """
+#: Argument keys that name a resource (a full match on a top-level key of the arguments).
+RESOURCE_KEY_PATTERN = r"[A-Za-z0-9_]*(?:Id|_id|ID)|id|path|uri|url"
+
+
+def _sql_str(text: str) -> str:
+    """SQL string literal (config-provided alias names end up in the statement)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    """SQL quoted identifier (struct field access)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 @dataclass
@@ -119,68 +82,62 @@ class Parser:
         Redacts secrets before lines reach DuckDB or the store.
     """
 
-    def __init__(self, config: IngestConfig, hasher: SecretHasher):
+    def __init__(self, config: IngestConfig, hasher: SecretHasher, *, threads: int = 2):
         self.config = config
         self.hasher = hasher
         self.counters = ParseCounters()
-        self._con = duckdb.connect(config={"threads": 2})
+        self._con = duckdb.connect(config={"threads": threads})
         self._con.execute("SET TimeZone = 'UTC'")
-        self._con.execute(_STATUS_SQL)
-        self._aliases = merged_aliases(config.field_aliases)
-        self._sql_cache: dict[frozenset[str], str] = {}
-        self._sql = self._build_sql(self._aliases)
+        self._con.execute(_EPOCH_SQL)
+        self._sql = self._build_sql(merged_aliases(config.field_aliases))
 
     # ------------------------------------------------------------------ SQL
-    def _sql_for(self, present: frozenset[str]) -> str:
-        """The statement for a batch whose objects use only the top-level keys ``present``.
-
-        Fetching a JSON path costs per path per line even when the key is absent, and a
-        batch from one server uses a handful of the ~60 aliases; pruning the path list to
-        the keys that occur (one cheap ``json_keys`` pass) roughly halves parse time.
-        """
-        sql = self._sql_cache.get(present)
-        if sql is None:
-            if len(self._sql_cache) > 256:
-                self._sql_cache.clear()
-            pruned = {
-                canon: [n for n in names if n.split("/")[0] in present]
-                for canon, names in self._aliases.items()
-            }
-            sql = self._sql_cache[present] = self._build_sql(pruned)
-        return sql
-
     @staticmethod
     def _build_sql(aliases: dict[str, list[str]]) -> str:
         """One SQL statement that classifies and normalizes a whole batch.
 
-        Every alias of every field is fetched with a single ``json_extract_string`` over
-        a constant path list (DuckDB parses each line once for all paths). Values are
-        handled as text from there: numbers-as-strings and strings-as-numbers normalize
-        the same way, and no per-value JSON re-parse is needed.
+        Every top-level alias of every field is read by one ``json_transform`` into a
+        struct of VARCHARs: DuckDB parses each line once and walks its keys once, and
+        values are handled as text from there (numbers-as-strings and strings-as-numbers
+        normalize the same way). Nested aliases (``a/b``, from config) and names that
+        differ from another only by case (a struct cannot hold both) are fetched with
+        ``json_extract_string`` instead. The ~60 built-in aliases cost the same whether
+        or not a batch uses them, so no per-batch pruning pass is needed.
         """
+        struct_keys: list[str] = []
+        folded: set[str] = set()
         paths: list[str] = []
-        index: dict[str, list[int]] = {}
+        refs: dict[str, list[str]] = {}
         for canon, names in aliases.items():
-            index[canon] = []
+            refs[canon] = []
             for n in names:
-                paths.append(json_path(n))
-                index[canon].append(len(paths))  # DuckDB lists are 1-based
+                if "/" not in n and (n in struct_keys or n.lower() not in folded):
+                    if n not in struct_keys:
+                        struct_keys.append(n)
+                        folded.add(n.lower())
+                    refs[canon].append("s." + _ident(n))
+                else:
+                    paths.append(json_path(n))
+                    refs[canon].append(f"p[{len(paths)}]")  # DuckDB lists are 1-based
 
         def first(canon: str) -> str:
-            items = ", ".join(f"nullif(x[{i}], '')" for i in index[canon])
+            items = [f"nullif({r}, '')" for r in refs[canon]]
             if not items:
                 return "CAST(NULL AS VARCHAR)"
-            return f"coalesce({items})" if len(index[canon]) > 1 else items
+            return f"coalesce({', '.join(items)})" if len(items) > 1 else items[0]
 
-        non_res = "[" + ", ".join(f"'{k}'" for k in NON_RESOURCE_KEYS) + "]"
+        structure = _sql_str(orjson.dumps(dict.fromkeys(struct_keys, "VARCHAR")).decode())
+        nested = (
+            f", CASE WHEN valid AND is_obj THEN json_extract_string(line, "
+            f"[{', '.join(_sql_str(p) for p in paths)}]) END AS p"
+            if paths
+            else ""
+        )
+        non_res = "[" + ", ".join(_sql_str(k) for k in NON_RESOURCE_KEYS) + "]"
         wrapped = ", ".join(
-            f"CASE WHEN contains(x[{i}], '\"jsonrpc\"') THEN x[{i}] END"
-            for i in index["rpc_wrapped"]
+            f"CASE WHEN contains({r}, '\"jsonrpc\"') THEN {r} END" for r in refs["rpc_wrapped"]
         )
         wrapped_expr = f"coalesce({wrapped})" if wrapped else "CAST(NULL AS VARCHAR)"
-        if not paths:
-            paths.append("$.ts")  # keeps the statement well-formed for key-less batches
-        path_list = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
         return f"""
 WITH b AS (
   SELECT ord, line, pre_reason, cred, "offset", line_no, fp,
@@ -188,7 +145,7 @@ WITH b AS (
          left(ltrim(line), 1) = '{{' AS is_obj
   FROM batch
 ), e AS (
-  SELECT *, CASE WHEN valid AND is_obj THEN json_extract_string(line, {path_list}) END AS x
+  SELECT *, CASE WHEN valid AND is_obj THEN json_transform(line, {structure}) END AS s{nested}
   FROM b
 ), f AS (
   SELECT ord, line, pre_reason, cred, "offset", line_no, fp, valid, is_obj,
@@ -248,20 +205,19 @@ WITH b AS (
       ELSE NULL END AS reason,
     CASE WHEN left(ltrim(args_j), 1) = '{{' AND json_valid(args_j) THEN args_j END AS args_o
   FROM g
+), a AS (
+  -- Resource from the arguments: the first top-level key named like an id, path or uri
+  -- (keys and values come back in object order, so one index picks the value).
+  SELECT *, CASE WHEN reason IS NULL AND resource_id_v IS NULL THEN json_keys(args_o) END AS ak
+  FROM k
 ), res AS (
   SELECT *,
-    CASE WHEN reason IS NULL AND args_o IS NOT NULL AND resource_id_v IS NULL THEN
-      list_filter(
-        regexp_extract_all(args_o, '"([A-Za-z0-9_]*(?:Id|_id|ID)|id|path|uri|url)"\\s*:', 1),
-        lambda k: NOT list_contains({non_res}, k))[1]
-    END AS res_key
-  FROM k
+    list_position(ak, list_filter(ak, lambda k:
+      regexp_full_match(k, {_sql_str(RESOURCE_KEY_PATTERN)})
+      AND NOT list_contains({non_res}, k))[1]) AS res_i
+  FROM a
 )
-SELECT *,
-  coalesce(nullif(tw_status(status_raw), 'unknown'),
-           CASE WHEN is_error_b THEN 'error' WHEN NOT is_error_b THEN 'ok' END,
-           'unknown') AS status
-FROM (SELECT
+SELECT
   ord,
   CASE
     WHEN reason IS NOT NULL THEN 'quarantine'
@@ -282,10 +238,10 @@ FROM (SELECT
   session_id, caller_id, client_ip, server,
   tool_n AS tool,
   args_o AS args,
-  CASE WHEN resource_id_v IS NULL THEN res_key END AS resource_key,
+  ak[res_i] AS resource_key,
   coalesce(resource_id_v,
-           CASE WHEN res_key IS NOT NULL
-                THEN json_extract_string(args_o, '$."' || res_key || '"') END) AS resource_id,
+           CASE WHEN res_i IS NOT NULL THEN json_extract_string(args_o, '$.*')[res_i] END)
+    AS resource_id,
   -- outcome as logged: status/outcome, or the JSON-RPC error / isError result text
   CASE WHEN rpc IS NULL THEN status_raw
        WHEN rp[6] IS NOT NULL THEN coalesce(rp[8], rp[9])
@@ -306,7 +262,7 @@ FROM (SELECT
   CAST(try_cast(unique_resources_s AS DOUBLE) AS BIGINT) AS unique_resources,
   CAST(try_cast(total_bytes_s AS DOUBLE) AS BIGINT) AS total_bytes,
   CAST(try_cast(auth_failures_s AS DOUBLE) AS BIGINT) AS auth_failures
-FROM res)
+FROM res
 """
 
     # ------------------------------------------------------------------ bytes
@@ -409,11 +365,7 @@ FROM res)
         tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=16_384), schema=tbl.schema)
         self._con.register("batch", tbl)
         try:
-            keys = self._con.sql(
-                "SELECT DISTINCT unnest(json_keys(line)) FROM batch "
-                "WHERE pre_reason IS NULL AND json_valid(line) AND left(ltrim(line), 1) = '{'"
-            ).fetchall()
-            out = self._con.sql(self._sql_for(frozenset(k for (k,) in keys))).to_arrow_table()
+            out = self._con.sql(self._sql).to_arrow_table()
         finally:
             self._con.unregister("batch")
         # The raw line is attached here rather than selected in SQL: DuckDB would copy
@@ -426,7 +378,12 @@ FROM res)
         nbytes = pc.binary_length(batch.lines)
         if batch.line_nos is not None:  # line sources keep the newline byte
             nbytes = pc.subtract(nbytes, 1)
-        return out.append_column("raw", raw).append_column("raw_bytes", nbytes.cast(pa.int64()))
+        status = outcome_column(out.column("status_raw"), out.column("is_error_b"))
+        return (
+            out.append_column("status", status)
+            .append_column("raw", raw)
+            .append_column("raw_bytes", nbytes.cast(pa.int64()))
+        )
 
     def close(self) -> None:
         """Release the DuckDB connection."""

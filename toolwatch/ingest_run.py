@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ingest.records import RawBatch
 from ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.config import Config
 from toolwatch.errors import SourceError
@@ -53,6 +55,12 @@ def ingest_paths(
             except SourceError:
                 continue
     show = sys.stderr.isatty() if progress is None else progress
+    # Three stages overlap on the machine's cores (DuckDB, pyarrow and polars release the
+    # GIL): batch N+1 is parsed on ``parser`` while batch N's stateful transforms run here,
+    # in order, and batch N-1 is compressed and committed on ``writer``. One batch in
+    # flight per stage bounds memory to a few chunks; one write at a time keeps commits,
+    # and so checkpoints, in stream order.
+    parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parser")
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
     checkpoints = store.checkpoints()
     with Progress(
@@ -72,11 +80,8 @@ def ingest_paths(
                     else FileSource(path, config.ingest.chunk_bytes, checkpoints)
                 )
                 task = bar.add_task(path, total=src.size or None)
-                for batch in src.batches():
-                    out = pipe.transform(batch)
-                    # Write-behind: batch N is compressed and committed on a worker thread
-                    # while batch N+1 is parsed (pyarrow and DuckDB release the GIL). One
-                    # write in flight keeps commits, and so checkpoints, in order.
+                for batch, parsed in _parsed_ahead(src.batches(), pipe.parser.parse, parser):
+                    out = pipe.transform(batch, parsed)
                     if pending is not None:
                         pending.result()
                     pending = writer.submit(pipe.write, out)
@@ -97,6 +102,7 @@ def ingest_paths(
                 if pending is not None:
                     pending.result()  # what was read before the failure is kept
                 result.failures.append(str(exc))
+    parser.shutdown(wait=True)
     writer.shutdown(wait=True)
     pipe.close()
     store.compact("events")
@@ -104,3 +110,35 @@ def ingest_paths(
     store.compact("summaries")
     store.close()
     return result
+
+
+def _parsed_ahead(
+    batches: Iterator[RawBatch],
+    parse: Callable[[RawBatch], pa.Table],
+    pool: ThreadPoolExecutor,
+) -> Iterator[tuple[RawBatch, pa.Table]]:
+    """Yield ``(batch, parse(batch))`` in order, parsing one batch ahead on ``pool``.
+
+    Reading the next batch (file I/O, gzip) happens here while the pool parses the
+    previous one. A parse error surfaces at that batch's turn, after the batches before
+    it were yielded (and so stored).
+    """
+    ahead: tuple[RawBatch, Future[pa.Table]] | None = None
+    it = iter(batches)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        except BaseException:
+            # A source that fails mid-stream (truncated gzip, I/O error) still gets the
+            # batch read before the failure stored, as without look-ahead.
+            if ahead is not None:
+                yield ahead[0], ahead[1].result()
+            raise
+        fut = pool.submit(parse, batch)
+        if ahead is not None:
+            yield ahead[0], ahead[1].result()
+        ahead = (batch, fut)
+    if ahead is not None:
+        yield ahead[0], ahead[1].result()

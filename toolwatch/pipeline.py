@@ -95,10 +95,15 @@ class Pipeline:
         self.sessionizer = Sessionizer(timedelta(minutes=config.ingest.session_gap_minutes))
         self.counters = Counters()
 
-    def transform(self, batch: RawBatch) -> BatchOutput:
-        """Run every transform over one batch (no I/O)."""
+    def transform(self, batch: RawBatch, parsed_tbl: pa.Table | None = None) -> BatchOutput:
+        """Run every transform over one batch (no I/O).
+
+        ``parsed_tbl`` is ``self.parser.parse(batch)`` when the caller already ran it
+        (``ingest`` parses the next batch on a worker thread while this one is transformed);
+        the stateful transforms (pairing, sessionizing) always run here, in batch order.
+        """
         now = datetime.now(UTC)
-        parsed = pl.from_arrow(self.parser.parse(batch))
+        parsed = pl.from_arrow(self.parser.parse(batch) if parsed_tbl is None else parsed_tbl)
         assert isinstance(parsed, pl.DataFrame)
         self.counters.lines_read += len(batch)
         self.counters.secrets_redacted = self.parser.counters.redacted

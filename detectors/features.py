@@ -492,17 +492,13 @@ SESSION_FEATURES: dict[str, str] = {
 }
 
 
-def gap_stats(ev: pl.DataFrame, keys: list[str], *, presorted: bool = False) -> pl.DataFrame:
-    """Mean, standard deviation and count of gaps (µs) between consecutive calls per group.
-
-    ``presorted``: rows are already grouped by ``keys`` and in time order within a group.
-    """
+def gap_stats(ev: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Mean, standard deviation and count of gaps (µs) between consecutive calls per group."""
     cols = [*keys, "t"]
     g = ev.select(cols)
-    if not presorted:
-        # Already in time order (the store returns events by ts): a stable sort on the key
-        # is enough and much cheaper than sorting on (key, t).
-        g = g.sort(keys, maintain_order=True) if g["t"].is_sorted() else g.sort(cols)
+    # Already in time order (the store returns events by ts): a stable sort on the key is
+    # enough and much cheaper than sorting on (key, t).
+    g = g.sort(keys, maintain_order=True) if g["t"].is_sorted() else g.sort(cols)
     same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
     g = g.with_columns(
         pl.when(same).then(pl.col("t") - pl.col("t").shift(1)).cast(pl.Float64).alias("gap")
@@ -512,89 +508,6 @@ def gap_stats(ev: pl.DataFrame, keys: list[str], *, presorted: bool = False) -> 
         pl.col("gap").std().alias("gap_std"),
         pl.col("gap").count().alias("n_gaps"),
     )
-
-
-def _session_aggregates(ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Per-session counts, per-(session, tool) figures and gap statistics.
-
-    The numeric columns are stably sorted by session hash once: polars then aggregates
-    contiguous slices instead of hashing a million keys per ``group_by``, and the events
-    of a session keep their input order, so "first" is still the first in the input.
-    Strings are not carried through the sort; "first non-null" string values are the
-    ones at the smallest row index ``i`` among rows having one, gathered afterwards.
-    """
-    authf = pl.col("authf")
-    narrow = ev.select(
-        "sh", "i", "t", "tlh", "rh", "has_res", "nf", "den", "authf", "is_error", "ok",
-        "crh", "bytes", "rows", "duration_ms", "ch", "page", "cuh",
-        (pl.col("miss") & pl.col("has_res")).alias("_res_miss"),
-        pl.when(authf).then(pl.col("crh")).alias("_fail_crh"),
-        (pl.col("ok") & pl.col("crh").is_not_null()).alias("_ok_cred"),
-        *[pl.when(pl.col(c).is_not_null()).then(pl.col("i")).alias(f"_i_{c}")
-          for c in ("caller_id", "client_ip", "server", "resource_key")],
-    ).sort("sh", maintain_order=True)
-    agg = [
-        pl.col("i").min().alias("_i_session_id"),  # any row: one id per session
-        pl.len().alias("calls"),
-        pl.col("t").min().alias("first_t"),
-        pl.col("t").max().alias("last_t"),
-        *[pl.col(f"_i_{c}").min() for c in ("caller_id", "client_ip", "server", "resource_key")],
-        pl.col("tlh").n_unique().alias("distinct_tools"),
-        pl.col("rh").drop_nulls().n_unique().alias("distinct_resources"),
-        pl.col("has_res").sum().alias("resource_calls"),
-        pl.col("nf").sum().alias("not_found"),
-        pl.col("den").sum().alias("denied"),
-        pl.col("_res_miss").sum().alias("res_misses"),
-        authf.sum().alias("auth_failures"),
-        pl.col("is_error").sum().alias("errors"),
-        pl.col("ok").sum().alias("ok_calls"),
-        pl.col("_fail_crh").drop_nulls().n_unique().alias("failed_creds"),
-        pl.col("_ok_cred").any().alias("_ok_with_cred"),
-        pl.col("crh").drop_nulls().n_unique().alias("distinct_creds"),
-        pl.col("bytes").sum().alias("total_bytes"),
-        pl.col("bytes").max().alias("max_bytes"),
-        pl.col("rows").sum().alias("total_rows"),
-        pl.col("rows").max().alias("max_rows"),
-        pl.col("duration_ms").mean().alias("mean_duration_ms"),
-        pl.col("ch").n_unique().alias("distinct_calls"),
-    ]
-    base = narrow.group_by("sh").agg(agg)
-    strings = {
-        c: ev[c].gather(base[f"_i_{c}"]).alias(c)
-        for c in ("session_id", "caller_id", "client_ip", "server", "resource_key")
-    }
-    # Column order as the sessions frame has always had it.
-    order = ["session_id", "calls", "first_t", "last_t", "caller_id", "client_ip", "server",
-             "distinct_tools", "distinct_resources", "resource_key"]
-    rest = [c for c in base.columns if c != "sh" and not c.startswith("_i_") and c not in order]
-    base = base.select("sh", *[strings.get(c, c) for c in order], *rest)
-    if ev["t"].is_sorted():
-        # Input in time order (the store returns events by ts): so is each session here.
-        gaps = gap_stats(narrow, ["sh"], presorted=True)
-    else:
-        gaps = gap_stats(ev, ["sh"])
-    per_tool = narrow.group_by(["sh", "tlh"]).agg(
-        pl.len().alias("n"),
-        pl.col("i").min().alias("_i_tool"),
-        (pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
-        .alias("pages"),
-        # The tool that failed authentication later succeeded: the caller got in.
-        (pl.col("authf").any() & pl.col("ok").any()).alias("_recovered"),
-    )
-    tools = (
-        per_tool.with_columns(ev["tool"].gather(per_tool["_i_tool"]).alias("tool"))
-        .group_by("sh")
-        .agg(
-            pl.col("_recovered").any().alias("auth_recovered"),
-            pl.col("tool").sort_by(["n", "tool"], descending=[True, False]).first()
-            .alias("top_tool"),
-            pl.col("n").max().alias("top_tool_calls"),
-            pl.col("tool").sort_by(["pages", "tool"], descending=[True, False]).first()
-            .alias("page_tool"),
-            pl.col("pages").max().alias("max_pages"),
-        )
-    )
-    return base, tools, gaps
 
 
 def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
@@ -619,11 +532,60 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         ``auth_fail_ratio``, and the example columns of :func:`resource_features` plus
         ``top_tool``, ``page_tool``, ``resource_key``.
     """
-    base, tools, gaps = _session_aggregates(ev)
+    authf = pl.col("authf")
+    base = ev.group_by("sh").agg(
+        pl.col("session_id").first(),
+        pl.len().alias("calls"),
+        pl.col("t").min().alias("first_t"),
+        pl.col("t").max().alias("last_t"),
+        pl.col("caller_id").drop_nulls().first(),
+        pl.col("client_ip").drop_nulls().first(),
+        pl.col("server").drop_nulls().first(),
+        pl.col("tlh").n_unique().alias("distinct_tools"),
+        pl.col("rh").drop_nulls().n_unique().alias("distinct_resources"),
+        pl.col("resource_key").drop_nulls().first().alias("resource_key"),
+        pl.col("has_res").sum().alias("resource_calls"),
+        pl.col("nf").sum().alias("not_found"),
+        pl.col("den").sum().alias("denied"),
+        (pl.col("miss") & pl.col("has_res")).sum().alias("res_misses"),
+        authf.sum().alias("auth_failures"),
+        pl.col("is_error").sum().alias("errors"),
+        pl.col("ok").sum().alias("ok_calls"),
+        pl.col("crh").filter(authf).drop_nulls().n_unique().alias("failed_creds"),
+        (pl.col("ok") & pl.col("crh").is_not_null()).any().alias("_ok_with_cred"),
+        pl.col("crh").drop_nulls().n_unique().alias("distinct_creds"),
+        pl.col("bytes").sum().alias("total_bytes"),
+        pl.col("bytes").max().alias("max_bytes"),
+        pl.col("rows").sum().alias("total_rows"),
+        pl.col("rows").max().alias("max_rows"),
+        pl.col("duration_ms").mean().alias("mean_duration_ms"),
+        pl.col("ch").n_unique().alias("distinct_calls"),
+    )
+    tools = (
+        ev.group_by(["sh", "tlh"])
+        .agg(
+            pl.len().alias("n"),
+            pl.col("tool").first(),
+            (pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
+            .alias("pages"),
+            # The tool that failed authentication later succeeded: the caller got in.
+            (pl.col("authf").any() & pl.col("ok").any()).alias("_recovered"),
+        )
+        .group_by("sh")
+        .agg(
+            pl.col("_recovered").any().alias("auth_recovered"),
+            pl.col("tool").sort_by(["n", "tool"], descending=[True, False]).first()
+            .alias("top_tool"),
+            pl.col("n").max().alias("top_tool_calls"),
+            pl.col("tool").sort_by(["pages", "tool"], descending=[True, False]).first()
+            .alias("page_tool"),
+            pl.col("pages").max().alias("max_pages"),
+        )
+    )
     res = resource_features(ev, ["sh"], config, ev["resource_id"],
                             time_ordered=ev["t"].is_sorted())
     feats = (
-        base.join(gaps, on="sh", how="left")
+        base.join(gap_stats(ev, ["sh"]), on="sh", how="left")
         .join(tools, on="sh", how="left")
         .join(res, on="sh", how="left")
         .drop("sh")

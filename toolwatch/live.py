@@ -131,6 +131,18 @@ class LiveConfig:
         False,
     )
     detect: bool = doc("Run the detectors incrementally (off: store events only).", True)
+    backlog_detect_interval_s: float = doc(
+        "Under a backlog (size-triggered flushes) with overlap_detection, micro-batches "
+        "wait up to this long to be detected together (detection costs about the window, "
+        "not the new events). Interval-triggered flushes never wait.",
+        5.0,
+    )
+    overlap_detection: bool = doc(
+        "tail/run/follow: detect and commit a micro-batch on a second thread while the "
+        "next one is read and parsed (same order and atomicity; a backlog's waiting "
+        "micro-batches are detected together). Off: one flush at a time.",
+        True,
+    )
     session_idle_minutes: float = doc(
         "A session with no event for this long (log time) is finished: it stops counting as "
         "active and its events become eligible for expiry from the detection window.",
@@ -266,6 +278,25 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
     return run, retention
 
 
+def window_columns() -> list[str]:
+    """Event columns the detection window keeps: what the detectors read, plus ids.
+
+    The detectors declare the columns they read (``detectors.features.EVENT_COLUMNS``);
+    everything else of an event (``raw``, ``source``, ``status_raw``, offsets, …) is only
+    needed in the store, and holding it for up to ``max_window_events`` rows would
+    dominate live mode's memory and the cost of every window copy. ``event_id`` is kept
+    to de-duplicate baseline history, ``source_fp`` to drop a revoked Kafka partition.
+    """
+    try:
+        from detectors.features import EVENT_COLUMNS
+
+        wanted = set(EVENT_COLUMNS)
+    except ImportError:  # no detectors: keep everything (detection is off anyway)
+        wanted = set(schema.EVENTS.names)
+    wanted |= {"event_id", "ts", "source_fp", *ENTITY_COLUMNS.values()}
+    return [n for n in schema.EVENTS.names if n in wanted]
+
+
 class DetectionWindow:
     """Recent events (and session summaries) per active entity, bounded.
 
@@ -273,6 +304,7 @@ class DetectionWindow:
     ``session_idle_minutes`` of the watermark) or while they are younger than
     ``window_minutes``; the watermark is the newest event time seen minus the
     out-of-order tolerance. ``max_events`` caps the total whatever happens (oldest first).
+    Only the columns the detectors read are held (:func:`window_columns`).
 
     Parameters
     ----------
@@ -298,10 +330,13 @@ class DetectionWindow:
         self.idle_us = int(session_idle_minutes * 60 * _US)
         self.tolerance_us = int(tolerance_s * _US)
         self.max_events = max_events
+        self.columns = window_columns()
         self.events: pl.DataFrame | None = None
         self.summaries: pl.DataFrame | None = None
         self.newest_us: int | None = None
-        self.session_last: dict[str, int] = {}
+        #: Last event time (µs) per session, one row per session: a frame, not a dict, so
+        #: updating it for a 100k-event micro-batch is one join, not 100k Python steps.
+        self.session_last = pl.DataFrame(schema={"session_id": pl.String, "t": pl.Int64})
         self.evicted = 0
         self.late = 0
         self._since_expire = 0
@@ -321,7 +356,11 @@ class DetectionWindow:
         if self.newest_us is None:
             return 0
         cut = self.newest_us - self.idle_us
-        return sum(1 for t in self.session_last.values() if t >= cut)
+        return int((self.session_last["t"] >= cut).sum())
+
+    def slim(self, events: pl.DataFrame) -> pl.DataFrame:
+        """The window's view of event rows (its columns only)."""
+        return events.select([c for c in self.columns if c in events.columns])
 
     def add(self, events: pl.DataFrame, summaries: pl.DataFrame) -> None:
         """Append new rows (any order), count late ones, track session activity."""
@@ -335,15 +374,17 @@ class DetectionWindow:
                 self.newest_us = max(self.newest_us or mx, int(mx))  # type: ignore[arg-type]
             per = (
                 events.lazy()
+                .filter(pl.col("session_id").is_not_null())
                 .group_by("session_id")
                 .agg(pl.col("ts").max().dt.epoch("us").alias("t"))
+            )
+            self.session_last = (
+                pl.concat([self.session_last.lazy(), per])
+                .group_by("session_id")
+                .agg(pl.col("t").max())
                 .collect()
             )
-            sl = self.session_last
-            for sid, t in per.iter_rows():
-                if sid is not None and (sid not in sl or t > sl[sid]):
-                    sl[sid] = t
-            slim = events.with_columns(pl.lit(None, pl.String).alias("raw"))
+            slim = self.slim(events)
             self.events = (
                 slim if self.events is None else pl.concat([self.events, slim], rechunk=False)
             )
@@ -357,19 +398,22 @@ class DetectionWindow:
         if self.size > self.max_events or self._since_expire > max(10_000, self.size // 4):
             self.expire()
 
-    def select(self, touched: dict[str, set[str]]) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Events and summaries of every touched entity, over the whole window."""
+    def select(self, touched: dict[str, pl.Series]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Events and summaries of every touched entity, over the whole window.
+
+        ``touched`` maps an entity column to the distinct ids the micro-batch touched.
+        """
 
         def cond_for(df: pl.DataFrame) -> pl.Expr | None:
             cond = None
             for col, ids in touched.items():
-                if not ids or col not in df.columns:
+                if not len(ids) or col not in df.columns:
                     continue
-                c = pl.col(col).is_in(pl.Series(list(ids), dtype=pl.String).implode())
+                c = pl.col(col).is_in(ids.implode())
                 cond = c if cond is None else (cond | c)
             return cond
 
-        ev = _empty_events() if self.events is None else self.events.clear()
+        ev = self.slim(_empty_events()) if self.events is None else self.events.clear()
         if self.events is not None:
             c = cond_for(self.events)
             if c is not None:
@@ -393,21 +437,24 @@ class DetectionWindow:
         idle_cut = wm - self.idle_us
         old_cut = wm - self.window_us
         # Finished sessions leave the activity index (bounded by active sessions).
-        self.session_last = {s: t for s, t in self.session_last.items() if t >= idle_cut}
-        active = pl.Series(list(self.session_last), dtype=pl.String)
+        self.session_last = self.session_last.filter(pl.col("t") >= idle_cut)
+        active = self.session_last["session_id"].implode()
         before = self.events.height
-        keep = (pl.col("ts").dt.epoch("us") >= old_cut) | pl.col("session_id").is_in(
-            active.implode()
-        )
+        keep = (pl.col("ts").dt.epoch("us") >= old_cut) | pl.col("session_id").is_in(active)
         ev = self.events.filter(keep)
         if ev.height > self.max_events:
-            ev = ev.sort("ts").tail(self.max_events)
+            # Oldest first, without sorting the whole window: find the log time of the
+            # max_events-th newest row on the ts column alone, keep rows from it on (ties
+            # at that instant may keep a few more), and trim the rest in arrival order.
+            cut = ev["ts"].top_k(self.max_events).min()
+            ev = ev.filter(pl.col("ts") >= cut)
+            if ev.height > self.max_events:
+                ev = ev.tail(self.max_events)
         self.evicted += before - ev.height
         self.events = ev.rechunk()
         if self.summaries is not None:
             self.summaries = self.summaries.filter(
-                (pl.col("ts").dt.epoch("us") >= old_cut)
-                | pl.col("session_id").is_in(active.implode())
+                (pl.col("ts").dt.epoch("us") >= old_cut) | pl.col("session_id").is_in(active)
             ).rechunk()
 
     def drop_streams(self, fps: Iterable[str]) -> int:
@@ -729,6 +776,22 @@ class FlushResult:
     seconds: float = 0.0
 
 
+@dataclass
+class _Job:
+    """One transformed micro-batch waiting for detection and its commit."""
+
+    events: pa.Table
+    summaries: pa.Table
+    quarantine: pa.Table
+    checkpoints: list[Checkpoint]
+    lines: int
+    lines_read: int
+    quarantined: dict[str, int]
+    #: Flushed by size (lines arrive faster than micro-batches), not by the interval.
+    backlog: bool = False
+    created: float = field(default_factory=time.monotonic)
+
+
 def merge_batches(batches: list[RawBatch]) -> RawBatch:
     """Concatenate consecutive batches of one stream into one (no line copies)."""
     if len(batches) == 1:
@@ -819,6 +882,16 @@ class LivePipeline:
         # it shrinks back once the pipeline keeps up. Latency is unaffected when caught up.
         self._flush_events = self.live.flush_events
         self._history_loaded = False
+        # Commit thread (flush(wait=False)): transformed micro-batches queue here, in
+        # order; the thread detects and commits whatever is queued when it gets free.
+        self._cv = threading.Condition()
+        self._queue: list[_Job] = []
+        self._queued_events = 0
+        self._busy = False
+        self._urgent = False
+        self._stopping = False
+        self._worker: threading.Thread | None = None
+        self._worker_error: BaseException | None = None
         self._load_alert_memory()
 
     # ------------------------------------------------------------------ input
@@ -931,6 +1004,7 @@ class LivePipeline:
         fps = [f for f in fps if f not in self._warmed]
         if not fps:
             return 0
+        self.drain()  # the window belongs to the commit thread while it works
         self._warmed.update(fps)
         if not self.store.files("events"):
             return 0
@@ -1018,26 +1092,66 @@ class LivePipeline:
                     )
                 )
 
-    def flush(self) -> FlushResult:
-        """Transform, detect, commit atomically, then emit alerts and run commit hooks."""
+    def flush(self, *, wait: bool = True) -> FlushResult:
+        """Transform the waiting lines, then detect, commit atomically, emit, run hooks.
+
+        Parameters
+        ----------
+        wait
+            True: everything happens before this returns (the result carries the batch
+            id and the alerts). False, with ``live.overlap_detection`` on: the transformed
+            micro-batch is queued for the commit thread, which detects and commits it
+            while the caller reads and parses the next one; the result then only says
+            what was transformed. Queued micro-batches are committed in order, and all
+            that wait when the commit thread becomes free are detected together and
+            committed as one atomic batch (under a backlog detection runs less often, as
+            its cost follows the window, not the new events). Call :meth:`drain` to wait.
+
+        Raises
+        ------
+        Exception
+            Whatever stopped the commit thread (re-raised here; nothing after the failed
+            batch is committed, so the checkpoints never skip data).
+        """
         t0 = time.monotonic()
-        res = FlushResult()
+        # A flush forced by size, not by the interval, means lines arrive faster than
+        # micro-batches: a backlog (or a very high rate).
+        by_size = self._pending_lines >= self._flush_events
+        job = self._transform_pending()
+        if not wait and self.live.overlap_detection:
+            self._raise_worker_error()
+            res = FlushResult()
+            if job is not None:
+                job.backlog = by_size
+                res.lines, res.events, res.checkpoints = job.lines, job.events.num_rows, \
+                    job.checkpoints
+                self._enqueue(job)
+            res.seconds = time.monotonic() - t0
+            return res
+        self.drain()
+        if job is None:
+            return FlushResult()
+        return self._commit([job], t0)
+
+    def _transform_pending(self) -> _Job | None:
+        """Run the transforms over every waiting stream (caller's thread; parser state)."""
         if not self._pending and not self._extra_quarantine:
             self._first_pending_at = None
-            return res
+            return None
         pending, self._pending = self._pending, {}
         extra_q, self._extra_quarantine = self._extra_quarantine, []
-        res.lines = self._pending_lines
+        lines = self._pending_lines
         self._pending_lines = 0
         self._first_pending_at = None
 
+        checkpoints: list[Checkpoint] = []
         outs: list[BatchOutput] = []
         for fp, bl in pending.items():
             merged = merge_batches(bl)
             if len(merged) == 0 and not (merged.final and fp in self.pipe.pairers):
                 # Nothing to parse (e.g. only server text): just advance the checkpoint.
                 if merged.end_offset >= 0:
-                    res.checkpoints.append(
+                    checkpoints.append(
                         Checkpoint(merged.source_fp, merged.source, merged.end_offset)
                     )
                 continue
@@ -1049,19 +1163,146 @@ class LivePipeline:
                 # An empty final batch only flushes waiting JSON-RPC requests; a parser
                 # that cannot take an empty batch must not stop the flush.
                 log.warning("could not flush pending requests of %s", merged.source)
-        events = _concat([o.events for o in outs], schema.EVENTS)
-        summaries = _concat([o.summaries for o in outs], schema.SUMMARIES)
-        quarantine = _concat([o.quarantine for o in outs] + extra_q, schema.QUARANTINE)
-        res.checkpoints += [o.checkpoint for o in outs if o.checkpoint.end_offset >= 0]
+        c = self.pipe.counters
+        return _Job(
+            events=_concat([o.events for o in outs], schema.EVENTS),
+            summaries=_concat([o.summaries for o in outs], schema.SUMMARIES),
+            quarantine=_concat([o.quarantine for o in outs] + extra_q, schema.QUARANTINE),
+            checkpoints=checkpoints
+            + [o.checkpoint for o in outs if o.checkpoint.end_offset >= 0],
+            lines=lines,
+            # Snapshot on this thread: the parser keeps counting while the commit runs.
+            lines_read=c.lines_read,
+            quarantined=dict(c.quarantined),
+        )
+
+    # ------------------------------------------------------------------ commit thread
+    def _enqueue(self, job: _Job) -> None:
+        """Hand a transformed micro-batch to the commit thread (blocks while it is full)."""
+        cap = self.live.flush_events * 8
+        with self._cv:
+            # Back-pressure: the queue holds at most ~8 micro-batches of transformed rows,
+            # the bound the old growing micro-batch had.
+            while self._queued_events >= cap and self._worker_error is None:
+                self._cv.wait()
+            self._raise_worker_error()
+            self._queue.append(job)
+            self._queued_events += max(1, job.events.num_rows)
+            if not job.backlog:
+                self._urgent = True
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._work, name="toolwatch-commit", daemon=True
+                )
+                self._worker.start()
+            self._cv.notify_all()
+
+    def _ready(self) -> float:
+        """0 when the queue should be committed now, else how long to wait at most.
+
+        Detection costs about the window of the touched entities, whatever the number of
+        new events, so under a backlog the commit thread waits until a quarter of the
+        window's size (at least ``flush_events``, at most the queue bound) has queued up,
+        or ``backlog_detect_interval_s`` has passed since the first queued line was read.
+        Lines that waited for the flush interval (normal rates), a drain and a stop are
+        committed at once, so the latency at normal rates does not change.
+        """
+        if not self._queue:
+            return float("inf")
+        if self._urgent or self._stopping:
+            return 0.0
+        base = self.live.flush_events
+        target = min(base * 8, max(base, self.window.size // 4))
+        if self._queued_events >= target:
+            return 0.0
+        age = time.monotonic() - self._queue[0].created
+        return max(0.0, self.live.backlog_detect_interval_s - age)
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    wait = self._ready()
+                    if wait == 0.0 or (self._stopping and not self._queue):
+                        break
+                    self._cv.wait(None if wait == float("inf") else wait)
+                if not self._queue:
+                    return
+                jobs = list(self._queue)
+                self._queue.clear()
+                self._queued_events = 0
+                self._urgent = False
+                self._busy = True
+                self._cv.notify_all()
+            try:
+                self._commit(jobs)
+            except BaseException as exc:  # handed to the caller's thread
+                log.debug("commit thread stopped", exc_info=True)
+                with self._cv:
+                    self._worker_error = exc
+                    self._queue.clear()  # never commit past a failed batch
+                    self._busy = False
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+
+    def _raise_worker_error(self) -> None:
+        if self._worker_error is not None:
+            raise self._worker_error
+
+    def drain(self) -> None:
+        """Wait until every queued micro-batch is committed (re-raises its failure)."""
+        if self._worker is None:
+            return
+        with self._cv:
+            self._urgent = True
+            self._cv.notify_all()
+            while (self._queue or self._busy) and self._worker_error is None:
+                self._cv.wait()
+        self._raise_worker_error()
+
+    def _stop_worker(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
+        self._stopping = False
+
+    def _commit(self, jobs: list[_Job], t0: float | None = None) -> FlushResult:
+        """Detect over transformed micro-batches, commit them as one batch, then emit.
+
+        ``t0``: when the flush started (synchronous flushes count their transform too).
+        """
+        t0 = time.monotonic() if t0 is None else t0
+        res = FlushResult()
+        if len(jobs) == 1:
+            events, summaries, quarantine = jobs[0].events, jobs[0].summaries, jobs[0].quarantine
+        else:
+            events = _concat([j.events for j in jobs], schema.EVENTS)
+            summaries = _concat([j.summaries for j in jobs], schema.SUMMARIES)
+            quarantine = _concat([j.quarantine for j in jobs], schema.QUARANTINE)
+        # One checkpoint per stream: the last one (micro-batches are in stream order).
+        last: dict[str, Checkpoint] = {}
+        for j in jobs:
+            for cp in j.checkpoints:
+                last.pop(cp.source_fp, None)
+                last[cp.source_fp] = cp
+        res.checkpoints = list(last.values())
+        res.lines = sum(j.lines for j in jobs)
 
         alerts_tbl = None
+        new_alerts = None
         td = time.monotonic()
-        ev_pl = pl.from_arrow(events)
-        su_pl = pl.from_arrow(summaries)
-        assert isinstance(ev_pl, pl.DataFrame) and isinstance(su_pl, pl.DataFrame)
-        new_alerts = self._detect(ev_pl, su_pl)
-        if new_alerts is not None and new_alerts.height:
-            alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(schema.ALERTS)
+        if self.detector is not None:
+            new_alerts = self._detect(events, summaries)
+            if new_alerts is not None and new_alerts.height:
+                alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(
+                    schema.ALERTS
+                )
         self.status.detect_ms = round((time.monotonic() - td) * 1000, 1)
 
         tables = {"events": events, "summaries": summaries, "quarantine": quarantine}
@@ -1083,10 +1324,10 @@ class LivePipeline:
         c.events_stored += events.num_rows
         c.summaries_stored += summaries.num_rows
         st = self.status
-        st.lines_read = c.lines_read
+        st.lines_read = jobs[-1].lines_read
         st.events_stored = c.events_stored
         st.summaries_stored = c.summaries_stored
-        st.quarantined = dict(c.quarantined)
+        st.quarantined = jobs[-1].quarantined
         st.flushes += 1
         self.rate.add(events.num_rows)
         st.events_per_s = round(self.rate.rate(), 1)
@@ -1108,27 +1349,40 @@ class LivePipeline:
         res.seconds = time.monotonic() - t0
         st.last_flush_ms = round(res.seconds * 1000, 1)
         st.last_flush_at = time.time()
-        base = self.live.flush_events
-        if res.lines >= self._flush_events and res.seconds > self.live.flush_interval_s:
-            self._flush_events = min(self._flush_events * 2, base * 8)
-        elif res.lines < self._flush_events // 2:
-            self._flush_events = max(base, self._flush_events // 2)
+        if len(jobs) == 1 and not self.live.overlap_detection:
+            # Synchronous mode: under a backlog (size-triggered flushes that take longer
+            # than the interval) the micro-batch grows up to 8x flush_events, amortizing
+            # detection over more events; it shrinks back once the pipeline keeps up.
+            base = self.live.flush_events
+            if res.lines >= self._flush_events and res.seconds > self.live.flush_interval_s:
+                self._flush_events = min(self._flush_events * 2, base * 8)
+            elif res.lines < self._flush_events // 2:
+                self._flush_events = max(base, self._flush_events // 2)
         self._maybe_compact()
         return res
 
-    def _detect(self, events: pl.DataFrame, summaries: pl.DataFrame) -> pl.DataFrame | None:
+    def _detect(self, events_tbl: pa.Table, summaries_tbl: pa.Table) -> pl.DataFrame | None:
         if self.detector is None:
             return None
+        # Only the window's columns cross into polars: converting raw lines and the
+        # other store-only strings would copy them for nothing.
+        cols = [c for c in self.window.columns if c in events_tbl.column_names]
+        events = pl.from_arrow(events_tbl.select(cols))
+        summaries = pl.from_arrow(summaries_tbl)
+        assert isinstance(events, pl.DataFrame) and isinstance(summaries, pl.DataFrame)
         self.window.add(events, summaries)
         if events.height == 0 and summaries.height == 0:
             return None
-        touched: dict[str, set[str]] = {}
+        touched: dict[str, pl.Series] = {}
         for col in ENTITY_COLUMNS.values():
-            ids: set[str] = set()
-            for df in (events, summaries):
-                if df.height and col in df.columns:
-                    ids |= set(df[col].drop_nulls().unique().to_list())
-            touched[col] = ids
+            parts = [
+                df.get_column(col).drop_nulls()
+                for df in (events, summaries)
+                if df.height and col in df.columns
+            ]
+            touched[col] = (
+                pl.concat(parts).unique() if parts else pl.Series(col, [], dtype=pl.String)
+            )
         ev, su = self.window.select(touched)
         if ev.height == 0 and su.height == 0:
             return None
@@ -1144,11 +1398,10 @@ class LivePipeline:
         # Only entities this micro-batch touched: others were seen partially.
         mask = pl.lit(False)
         for etype, col in ENTITY_COLUMNS.items():
-            ids = touched.get(col) or set()
-            if ids:
+            ids = touched.get(col)
+            if ids is not None and len(ids):
                 mask = mask | (
-                    (pl.col("entity_type") == etype)
-                    & pl.col("entity_id").is_in(pl.Series(list(ids), dtype=pl.String).implode())
+                    (pl.col("entity_type") == etype) & pl.col("entity_id").is_in(ids.implode())
                 )
         mask = mask | ~pl.col("entity_type").is_in(list(ENTITY_COLUMNS))
         alerts = alerts.filter(mask)
@@ -1170,19 +1423,20 @@ class LivePipeline:
         st = Store(self.live.history_dir) if self.live.history_dir else self.store
         if not st.files("events"):
             return
+        cols = ", ".join(f'"{c}"' for c in self.window.columns)
         try:
             con = st.connect()
             try:
-                df = _pl(con.sql("SELECT * FROM events ORDER BY ts DESC LIMIT ?", params=[n]))
+                df = _pl(con.sql(f"SELECT {cols} FROM events ORDER BY ts DESC LIMIT ?",
+                                 params=[n]))
             finally:
                 con.close()
         except Exception as exc:  # baselines then come from the window only
             log.warning("cannot load baseline history: %s", exc)
             return
         if df.height:
-            self._history_base = _conform(df.sort("ts"), schema.EVENTS).with_columns(
-                pl.lit(None, pl.String).alias("raw")
-            )
+            sch = pa.schema([schema.EVENTS.field(c) for c in self.window.columns])
+            self._history_base = _conform(df.sort("ts"), sch)
 
     def _history(self) -> pl.DataFrame | None:
         """Baseline history for the detectors: stored past + the window (bounded)."""
@@ -1215,12 +1469,15 @@ class LivePipeline:
 
     def close(self) -> None:
         """Flush what is pending and release resources (store writer lock, parser)."""
-        self.finalize_streams()
-        self.flush()
-        self.pipe.close()
-        if self.sinks is not None:
-            self.sinks.close()
-            self.status.sinks = self.sinks.counters()
+        try:
+            self.finalize_streams()
+            self.flush()
+        finally:
+            self._stop_worker()
+            self.pipe.close()
+            if self.sinks is not None:
+                self.sinks.close()
+                self.status.sinks = self.sinks.counters()
 
 
 def _pl(result: Any) -> pl.DataFrame:

@@ -220,14 +220,14 @@ def tail_files(
                 r.lp.add(batch)
                 got += len(batch)
                 if r.lp.due():
-                    r.lp.flush()
+                    r.lp.flush(wait=False)
                 if stop:
                     break
             if src.new_fingerprints:
                 r.lp.warm_up(src.new_fingerprints)
                 src.new_fingerprints.clear()
             if r.lp.due():
-                r.lp.flush()
+                r.lp.flush(wait=False)
             r.tick(status_extra)
             now = time.monotonic()
             if got:
@@ -283,12 +283,12 @@ def _follow_pipe(
                     lp.add_server_text(batch.source, batch.source_fp, text, offs, nos)
             lp.add(batch)
             if lp.due():
-                lp.flush()
+                lp.flush(wait=False)
         cut = asm.cut_long_line()
         if cut is not None:
             lp.add(cut)
         if lp.due():
-            lp.flush()
+            lp.flush(wait=False)
         r.tick(lambda: r.lp.status.lag.__setitem__("pipe_bytes_read", reader.bytes_read))
     if asm.fp is not None:
         lp.finalize_streams([asm.fp])

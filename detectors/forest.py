@@ -118,6 +118,21 @@ def raw_feature_frame(sessions: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _iso_scores(model: IsolationForest, x: np.ndarray) -> np.ndarray:
+    """Isolation scores (``-score_samples``) of the rows of ``x``.
+
+    After flooring, many sessions share the exact same feature vector; each distinct row
+    is scored once (a forest pass costs far more than finding duplicates). A row's score
+    does not depend on the other rows scored with it, so the result is the same.
+    """
+    if x.shape[0] < 2:
+        return -model.score_samples(x)
+    x = np.ascontiguousarray(x)
+    rows = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    return (-model.score_samples(x[first]))[inverse.ravel()]
+
+
 def _transform(raw: np.ndarray) -> np.ndarray:
     out = raw.copy()
     for j, (_, kind, _, tol) in enumerate(FOREST_FEATURES):
@@ -140,10 +155,12 @@ class IsolationForestDetector(Detector):
         a = self.settings
         self.fitted_ = True
         self.model_ = None
+        self._cache = None
         raw = raw_feature_frame(history.sessions).to_numpy().astype(np.float64)
         if raw.shape[0] < a.min_train_sessions:
             return self
-        if raw.shape[0] > a.max_train_sessions:
+        sampled = raw.shape[0] > a.max_train_sessions
+        if sampled:
             rng = np.random.default_rng(a.random_state)
             raw = raw[np.sort(rng.choice(raw.shape[0], a.max_train_sessions, replace=False))]
         x = _transform(raw)
@@ -170,8 +187,15 @@ class IsolationForestDetector(Detector):
             n_jobs=1,
         ).fit(x)
         # The alert quantile from (at most) 20k training sessions: precise enough, cheap.
-        sample = x if x.shape[0] <= 20_000 else x[:: max(1, x.shape[0] // 20_000)]
-        train_scores = -model.score_samples(sample)
+        step = 1 if x.shape[0] <= 20_000 else max(1, x.shape[0] // 20_000)
+        if sampled:
+            train_scores = _iso_scores(model, x[::step])
+        else:
+            # x holds every history session, prepared exactly as scoring prepares it:
+            # score them all once, for the quantile, the habits and (batch) scoring.
+            all_scores = _iso_scores(model, x)
+            train_scores = all_scores[::step]
+            self._cache = (history.sessions, all_scores)
         self.model_ = model
         self.medians_ = med
         self.raw_medians_ = np.array(
@@ -234,7 +258,7 @@ class IsolationForestDetector(Detector):
     # ------------------------------------------------------------------ scoring
     def _score_raw(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = self._prep(_transform(raw), self.medians_)
-        return -self.model_.score_samples(x), x  # type: ignore[union-attr]
+        return _iso_scores(self.model_, x), x  # type: ignore[arg-type]
 
     def _outlier_z(self, raw: np.ndarray) -> np.ndarray:
         """Largest robust z-score of any single feature (after tolerances)."""
@@ -397,6 +421,7 @@ class IsolationForestDetector(Detector):
         if list(state.get("features", [])) != [f[0] for f in FOREST_FEATURES]:
             raise ModelError(f"model file {p} uses another feature set; retrain it")
         self.model_ = state["model"]
+        self._cache = None
         self.medians_ = np.asarray(state["medians"], dtype=np.float64)
         self.center_ = np.asarray(state["center"], dtype=np.float64)
         self.scale_ = np.asarray(state["scale"], dtype=np.float64)

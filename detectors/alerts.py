@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -69,10 +68,6 @@ def alert_id(entity_type: str, entity_id: str, category: str, window_start: int 
 def empty_alerts() -> pl.DataFrame:
     """An alerts frame with no rows."""
     return pl.DataFrame(schema=ALERT_COLUMNS)
-
-
-def _dt(us: int | None) -> datetime | None:
-    return None if us is None else datetime.fromtimestamp(us / 1e6, tz=UTC)
 
 
 def _dedupe_windows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -237,9 +232,10 @@ def build_alerts(
             "caller_id": r["caller_id"],
             "client_ip": r["client_ip"],
             "server": r["server"],
-            "first_seen": _dt(r["first_t"]),
-            "last_seen": _dt(r["last_t"]),
-            "detected_at": _dt(detected_at_us if detected_at_us is not None else r["last_t"]),
+            # µs since the epoch here; typed as datetimes column-wise in frame().
+            "first_seen": r["first_t"],
+            "last_seen": r["last_t"],
+            "detected_at": detected_at_us if detected_at_us is not None else r["last_t"],
             "reasons": list(r["_reasons"]),
             "evidence": orjson.dumps(ev, option=orjson.OPT_SORT_KEYS).decode(),
             "_evidence": ev,
@@ -255,7 +251,12 @@ def build_alerts(
         schema = {**ALERT_COLUMNS, **extra}
         if not recs:
             return pl.DataFrame(schema=schema)
-        data = [{k: rec.get(k) for k in schema} for rec in recs]
-        return pl.DataFrame(data, schema=schema).sort(["first_seen", "alert_id"])
+        # Column-wise construction: far cheaper than one dict per row.
+        times = {"first_seen", "last_seen", "detected_at"}
+        data = {k: [rec.get(k) for rec in recs] for k in schema}
+        df = pl.DataFrame(
+            data, schema={k: (pl.Int64() if k in times else v) for k, v in schema.items()}
+        ).with_columns(pl.col(*times).cast(pl.Datetime("us", "UTC")))
+        return df.sort(["first_seen", "alert_id"])
 
     return frame(out, {}), frame(suppressed, {"suppressed_by": pl.String()})

@@ -104,10 +104,10 @@ class BulkExtractionDetector(Detector):
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
         hk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days}
-        self.habit_ = habits(
-            self._score_volume(history.sessions, self.session_baseline_), "_raw",
-            ["caller_id"], **hk,
-        )
+        volume = self._score_volume(history.sessions, self.session_baseline_)
+        # Batch mode fits on the very sessions it then scores: keep the result for score().
+        self._volume_cache = (history.sessions, volume)
+        self.habit_ = habits(volume, "_raw", ["caller_id"], **hk)
         self.entity_baselines_: dict[str, Baseline] = {}
         self.entity_habits_: dict[str, pl.DataFrame] = {}
         if self.settings.entity and history.sessions.height:
@@ -188,10 +188,12 @@ class BulkExtractionDetector(Detector):
         """Session rows for every session plus entity-window rows."""
         if not self.is_fitted:
             self.fit(FeatureSet.empty(self.config))
-        scored = self._gated(
-            self._score_volume(features.sessions, self.session_baseline_), self.habit_,
-            ["caller_id"],
+        cached, self._volume_cache = getattr(self, "_volume_cache", None), None
+        volume = (
+            cached[1] if cached is not None and cached[0] is features.sessions
+            else self._score_volume(features.sessions, self.session_baseline_)
         )
+        scored = self._gated(volume, self.habit_, ["caller_id"])
         out = session_frame(scored, pl.col("_score"), _EVIDENCE).with_columns(
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),

@@ -50,17 +50,28 @@ def make_file(path: Path, n: int, seed: int = 11) -> None:
     )
 
 
-def peak_rss_of(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Run ``cmd`` under a tiny Python wrapper that reports the child's own peak RSS."""
+def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, float]:
+    """Run ``cmd``; return its wall seconds, peak RSS (KiB) and CPU seconds (user + sys).
+
+    CPU time is the steadier figure on a shared machine: other processes stretch the
+    wall clock far more than they stretch the work the command itself does.
+    """
     code = (
         "import resource,subprocess,sys,time;t=time.perf_counter();"
         "subprocess.run(sys.argv[1:],check=True,stdout=subprocess.DEVNULL);"
-        "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+        "u=resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(time.perf_counter()-t, u.ru_maxrss, u.ru_utime+u.ru_stime)"
     )
     out = subprocess.run(
         [PY, "-c", code, *cmd], check=True, capture_output=True, text=True, env=env
     ).stdout.split()
-    return float(out[0]), int(out[1])
+    return float(out[0]), int(out[1]), float(out[2])
+
+
+def peak_rss_of(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of ``cmd`` (see :func:`run_measured`)."""
+    wall, rss, _cpu = run_measured(cmd, env)
+    return wall, rss
 
 
 def duckdb_baseline(path: Path) -> float:
@@ -107,9 +118,9 @@ def main() -> None:
         size_mb = small.stat().st_size / 1e6
         print(f"file: {size_mb:,.0f} MB")
 
-        walls, rss = [], []
+        walls, rss, cpus = [], [], []
         for _ in range(args.repeat):
-            w, r = peak_rss_of(
+            w, r, c = run_measured(
                 [
                     TOOLWATCH,
                     "ingest",
@@ -124,6 +135,7 @@ def main() -> None:
             shutil.rmtree(work / "store", ignore_errors=True)
             walls.append(w)
             rss.append(r)
+            cpus.append(c)
         duck = duckdb_baseline(small)
         orj = orjson_baseline(small)
         best = min(walls)
@@ -131,6 +143,11 @@ def main() -> None:
         print(
             f"toolwatch ingest : {eps:>10,.0f} events/s  (best of {args.repeat}: {best:.2f} s; "
             f"all: {', '.join(f'{w:.2f}' for w in walls)} s)  peak RSS {max(rss) / 1024:,.0f} MiB"
+        )
+        cpu = cpus[walls.index(best)]
+        print(
+            f"                   CPU {cpu:.2f} s in that run = {cpu / best:.2f} of "
+            f"{os.cpu_count()} cores busy; {args.events / cpu:,.0f} events per CPU-second"
         )
         print(f"duckdb read_json : {duck:>10,.0f} lines/s   (toolwatch = {eps / duck:.2f}x)")
         print(f"orjson loop      : {orj:>10,.0f} lines/s   (toolwatch = {eps / orj:.2f}x)")

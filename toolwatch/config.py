@@ -60,6 +60,11 @@ class IngestConfig:
     chunk_bytes: int = doc(
         "Bytes read per batch from a file; memory use is a small multiple of this.", 16_777_216
     )
+    parse_workers: int = doc(
+        "Batches parsed at once by ingest/analyze (one single-threaded DuckDB connection "
+        "each); memory use grows by about one chunk per worker.",
+        2,
+    )
     session_gap_minutes: float = doc(
         "Events without a session id are grouped per caller (else client address) into "
         "sessions that end after this much inactivity.",

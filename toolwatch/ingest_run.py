@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import pyarrow as pa
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ingest.records import RawBatch
 from ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.config import Config
 from toolwatch.errors import SourceError
@@ -55,12 +53,11 @@ def ingest_paths(
             except SourceError:
                 continue
     show = sys.stderr.isatty() if progress is None else progress
-    # Three stages overlap on the machine's cores (DuckDB, pyarrow and polars release the
-    # GIL): batch N+1 is parsed on ``parser`` while batch N's stateful transforms run here,
-    # in order, and batch N-1 is compressed and committed on ``writer``. One batch in
-    # flight per stage bounds memory to a few chunks; one write at a time keeps commits,
-    # and so checkpoints, in stream order.
-    parser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parser")
+    # Stages overlap on the machine's cores (DuckDB, pyarrow and polars release the GIL):
+    # the next batches are parsed by the parser pool while batch N's stateful transforms
+    # run here, in order, and batch N-1 is compressed and committed on ``writer``. A
+    # bounded number of batches in flight bounds memory to a few chunks; one write at a
+    # time keeps commits, and so checkpoints, in stream order.
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
     checkpoints = store.checkpoints()
     with Progress(
@@ -80,7 +77,7 @@ def ingest_paths(
                     else FileSource(path, config.ingest.chunk_bytes, checkpoints)
                 )
                 task = bar.add_task(path, total=src.size or None)
-                for batch, parsed in _parsed_ahead(src.batches(), pipe.parser.parse, parser):
+                for batch, parsed in pipe.parser.parse_ahead(src.batches()):
                     out = pipe.transform(batch, parsed)
                     if pending is not None:
                         pending.result()
@@ -102,7 +99,6 @@ def ingest_paths(
                 if pending is not None:
                     pending.result()  # what was read before the failure is kept
                 result.failures.append(str(exc))
-    parser.shutdown(wait=True)
     writer.shutdown(wait=True)
     pipe.close()
     store.compact("events")
@@ -110,35 +106,3 @@ def ingest_paths(
     store.compact("summaries")
     store.close()
     return result
-
-
-def _parsed_ahead(
-    batches: Iterator[RawBatch],
-    parse: Callable[[RawBatch], pa.Table],
-    pool: ThreadPoolExecutor,
-) -> Iterator[tuple[RawBatch, pa.Table]]:
-    """Yield ``(batch, parse(batch))`` in order, parsing one batch ahead on ``pool``.
-
-    Reading the next batch (file I/O, gzip) happens here while the pool parses the
-    previous one. A parse error surfaces at that batch's turn, after the batches before
-    it were yielded (and so stored).
-    """
-    ahead: tuple[RawBatch, Future[pa.Table]] | None = None
-    it = iter(batches)
-    while True:
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        except BaseException:
-            # A source that fails mid-stream (truncated gzip, I/O error) still gets the
-            # batch read before the failure stored, as without look-ahead.
-            if ahead is not None:
-                yield ahead[0], ahead[1].result()
-            raise
-        fut = pool.submit(parse, batch)
-        if ahead is not None:
-            yield ahead[0], ahead[1].result()
-        ahead = (batch, fut)
-    if ahead is not None:
-        yield ahead[0], ahead[1].result()

@@ -13,9 +13,10 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.pair import Pairer
-from ingest.parse import Parser
+from ingest.parse import ParserPool
 from ingest.records import RawBatch
 from ingest.sessionize import Sessionizer
 from toolwatch import schema
@@ -74,6 +75,13 @@ class BatchOutput:
 _EVENT_COLS = [c for c in schema.EVENTS.names]
 
 
+def _gather(raw_all: pa.ChunkedArray, ords: pa.Array) -> pl.Series:
+    """The raw lines at the given row ordinals of a parsed batch, as a polars column."""
+    s = pl.from_arrow(pc.take(raw_all, ords))
+    assert isinstance(s, pl.Series)
+    return s
+
+
 class Pipeline:
     """Parse/normalize/pair/sessionize batches and write them to the store.
 
@@ -90,7 +98,7 @@ class Pipeline:
         self.store = store
         key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
         self.hasher = SecretHasher(key, config.ingest.secret_keys)
-        self.parser = Parser(config.ingest, self.hasher)
+        self.parser = ParserPool(config.ingest, self.hasher, workers=config.ingest.parse_workers)
         self.pairers: dict[str, Pairer] = {}
         self.sessionizer = Sessionizer(timedelta(minutes=config.ingest.session_gap_minutes))
         self.counters = Counters()
@@ -103,15 +111,25 @@ class Pipeline:
         the stateful transforms (pairing, sessionizing) always run here, in batch order.
         """
         now = datetime.now(UTC)
-        parsed = pl.from_arrow(self.parser.parse(batch) if parsed_tbl is None else parsed_tbl)
+        tbl = self.parser.parse(batch) if parsed_tbl is None else parsed_tbl
+        # The raw line is most of a batch's bytes: it stays out of polars. Plain calls (the
+        # bulk) get theirs gathered once, in Arrow, when their table is built; rows of the
+        # rarer kinds take theirs here (a JSON-RPC request may wait in the pairer for a
+        # later batch, raw line and all).
+        raw_all = tbl.column("raw")
+        parsed = pl.from_arrow(tbl.drop_columns(["raw"]))
         assert isinstance(parsed, pl.DataFrame)
+        parsed = parsed.with_columns(pl.lit(None, pl.String).alias("raw"))
         self.counters.lines_read += len(batch)
         self.counters.secrets_redacted = self.parser.counters.redacted
         by_kind = parsed.partition_by("kind", as_dict=True, include_key=False)
         empty = parsed.clear().drop("kind")
 
         def part(kind: str) -> pl.DataFrame:
-            return by_kind.get((kind,), empty)
+            df = by_kind.get((kind,), empty)
+            if df.height == 0 or kind == "call":
+                return df
+            return df.with_columns(_gather(raw_all, df["ord"].to_arrow()).alias("raw"))
 
         calls = part("call")
         reqs, resps = part("rpc_req"), part("rpc_resp")
@@ -132,7 +150,7 @@ class Pipeline:
                 self.pairers.pop(batch.source_fp, None)
             calls = pl.concat([calls, paired], how="vertical_relaxed") if paired.height else calls
 
-        events = self._events(calls, batch, now)
+        events = self._events(calls, batch, now, raw_all)
         summaries = self._summaries(part("summary"), batch, now)
         quarantine = self._quarantine(part("quarantine"), orphans, protocol, batch, now)
         return BatchOutput(
@@ -142,7 +160,9 @@ class Pipeline:
             checkpoint=Checkpoint(batch.source_fp, batch.source, batch.end_offset),
         )
 
-    def _events(self, calls: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
+    def _events(
+        self, calls: pl.DataFrame, batch: RawBatch, now: datetime, raw_all: pa.ChunkedArray
+    ) -> pa.Table:
         if calls.height == 0:
             return schema.EVENTS.empty_table()
         ev = calls.with_columns(
@@ -154,7 +174,17 @@ class Pipeline:
             pl.lit(now).dt.cast_time_unit("us").alias("ingested_at"),
         )
         ev = self.sessionizer.sessionize(ev)
-        return ev.select(_EVENT_COLS).to_arrow().cast(schema.EVENTS)
+        tbl = ev.select([*_EVENT_COLS, "ord"]).to_arrow()
+        # Rows still without a raw line are this batch's plain calls: gather theirs by row
+        # ordinal (paired JSON-RPC requests brought their own, possibly from an earlier batch).
+        raw, ords = tbl.column("raw"), tbl.column("ord")
+        if raw.null_count == tbl.num_rows:
+            raw = pc.take(raw_all, ords)
+        else:
+            own = pc.if_else(pc.is_null(raw), ords, pa.scalar(None, pa.int64()))
+            raw = pc.coalesce(raw.cast(pa.large_string()), pc.take(raw_all, own))
+        tbl = tbl.set_column(tbl.schema.get_field_index("raw"), "raw", raw)
+        return tbl.drop_columns(["ord"]).cast(schema.EVENTS)
 
     def _summaries(self, rows: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
         if rows.height == 0:

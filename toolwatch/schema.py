@@ -104,6 +104,14 @@ ALERTS = pa.schema(
     ]
 )
 
+#: Columns whose values are (nearly) unique per row: the raw line, arguments, ids. Parquet
+#: dictionary encoding and min/max statistics only cost time there (the writer builds a
+#: dictionary until it overflows, then starts again without), so the store skips both.
+UNIQUE_COLUMNS = frozenset(
+    {"event_id", "raw", "args", "resource_id", "credential_hash", "detail", "alert_id",
+     "evidence", "reasons"}
+)
+
 #: Quarantine reasons, documented in docs/log-format.md.
 QUARANTINE_REASONS = {
     "invalid_utf8": "bytes that are not UTF-8",

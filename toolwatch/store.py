@@ -189,7 +189,7 @@ class Store:
                 tbl = tbl.select(schema.DATASETS[name].names).cast(schema.DATASETS[name])
                 for day, part in _split_by_day(tbl, _PARTITION_COL[name]):
                     fname = f"part-{batch_id}-{len(files):03d}.parquet"
-                    pq.write_table(part, bdir / fname, compression="zstd", row_group_size=256_000)
+                    _write_parquet(part, bdir / fname)
                     files.append({"tmp": fname, "dest": f"{name}/date={day}/{fname}"})
             commit = {
                 "batch_id": batch_id,
@@ -444,6 +444,25 @@ FROM e FULL OUTER JOIN s ON e.session_id = s.session_id
 def _sql_list(items: list[str]) -> str:
     """SQL list literal of store-owned file paths (quotes escaped; never log data)."""
     return "[" + ", ".join("'" + i.replace("'", "''") + "'" for i in items) + "]"
+
+
+def _write_parquet(tbl: pa.Table, path: Path) -> None:
+    """One data file: zstd; dictionaries on repeating strings; no statistics on free text.
+
+    Times and sizes are near-unique per row too, so they keep plain encoding; they keep
+    their statistics (time-range pruning).
+    """
+    repeat = [f.name for f in tbl.schema if f.name not in schema.UNIQUE_COLUMNS]
+    strings = [n for n in repeat if pa.types.is_string(tbl.schema.field(n).type)]
+    stats = [*repeat, "event_id"] if "event_id" in tbl.schema.names else repeat
+    pq.write_table(
+        tbl,
+        path,
+        compression="zstd",
+        row_group_size=256_000,
+        use_dictionary=strings,
+        write_statistics=stats,
+    )
 
 
 def _split_by_day(tbl: pa.Table, col: str) -> Iterator[tuple[str, pa.Table]]:

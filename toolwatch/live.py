@@ -960,12 +960,23 @@ class LivePipeline:
         """Lines waiting for the next flush."""
         return self._pending_lines
 
+    def _committing(self) -> bool:
+        """Whether the commit thread has work (queued or in progress)."""
+        return self._busy or bool(self._queue)
+
     def due(self, now: float | None = None) -> bool:
-        """Whether a flush is due (interval elapsed since the first waiting line, or size)."""
+        """Whether a flush is due (interval elapsed since the first waiting line, or size).
+
+        While the commit thread is busy, only size makes a flush due: lines keep
+        gathering and are parsed once it is free, so the detection that follows includes
+        the newest lines instead of queueing a micro-batch that would wait anyway.
+        """
         if self._first_pending_at is None:
             return False
         if self._pending_lines >= self._flush_events:
             return True
+        if self._committing():
+            return False
         now = time.monotonic() if now is None else now
         return now - self._first_pending_at >= self.live.flush_interval_s
 
@@ -973,7 +984,9 @@ class LivePipeline:
         """Seconds until the pending data must be flushed (inf when nothing waits)."""
         if self._first_pending_at is None:
             return float("inf")
-        return max(0.0, self._first_pending_at + self.live.flush_interval_s - time.monotonic())
+        left = max(0.0, self._first_pending_at + self.live.flush_interval_s - time.monotonic())
+        # Busy commit thread: look again soon (not a busy loop) rather than at the interval.
+        return max(left, 0.02) if self._committing() else left
 
     # ------------------------------------------------------------------ warm-up
     def _load_alert_memory(self) -> None:

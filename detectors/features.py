@@ -541,7 +541,6 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         pl.col("caller_id").drop_nulls().first(),
         pl.col("client_ip").drop_nulls().first(),
         pl.col("server").drop_nulls().first(),
-        pl.col("tlh").n_unique().alias("distinct_tools"),
         pl.col("rh").drop_nulls().n_unique().alias("distinct_resources"),
         pl.col("resource_key").drop_nulls().first().alias("resource_key"),
         pl.col("has_res").sum().alias("resource_calls"),
@@ -551,9 +550,6 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         authf.sum().alias("auth_failures"),
         pl.col("is_error").sum().alias("errors"),
         pl.col("ok").sum().alias("ok_calls"),
-        pl.col("crh").filter(authf).drop_nulls().n_unique().alias("failed_creds"),
-        (pl.col("ok") & pl.col("crh").is_not_null()).any().alias("_ok_with_cred"),
-        pl.col("crh").drop_nulls().n_unique().alias("distinct_creds"),
         pl.col("bytes").sum().alias("total_bytes"),
         pl.col("bytes").max().alias("max_bytes"),
         pl.col("rows").sum().alias("total_rows"),
@@ -561,18 +557,31 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         pl.col("duration_ms").mean().alias("mean_duration_ms"),
         pl.col("ch").n_unique().alias("distinct_calls"),
     )
+    # Credential hashes are on few events (authenticating calls): count them there only.
+    creds = ev.filter(pl.col("crh").is_not_null()).group_by("sh").agg(
+        pl.col("crh").filter(authf).n_unique().alias("failed_creds"),
+        pl.col("ok").any().alias("_ok_with_cred"),
+        pl.col("crh").n_unique().alias("distinct_creds"),
+    )
+    # Likewise pages and cursors: distinct ones per (session, tool) over calls having one.
+    pages = (
+        ev.filter(pl.col("page").is_not_null() | pl.col("cuh").is_not_null())
+        .group_by(["sh", "tlh"])
+        .agg((pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
+             .alias("pages"))
+    )
+    per_tool = ev.group_by(["sh", "tlh"]).agg(
+        pl.len().alias("n"),
+        pl.col("tool").first(),
+        # The tool that failed authentication later succeeded: the caller got in.
+        (pl.col("authf").any() & pl.col("ok").any()).alias("_recovered"),
+    )
     tools = (
-        ev.group_by(["sh", "tlh"])
-        .agg(
-            pl.len().alias("n"),
-            pl.col("tool").first(),
-            (pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
-            .alias("pages"),
-            # The tool that failed authentication later succeeded: the caller got in.
-            (pl.col("authf").any() & pl.col("ok").any()).alias("_recovered"),
-        )
+        per_tool.join(pages, on=["sh", "tlh"], how="left")
+        .with_columns(pl.col("pages").fill_null(0))
         .group_by("sh")
         .agg(
+            pl.len().alias("distinct_tools"),
             pl.col("_recovered").any().alias("auth_recovered"),
             pl.col("tool").sort_by(["n", "tool"], descending=[True, False]).first()
             .alias("top_tool"),
@@ -584,9 +593,22 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
     )
     res = resource_features(ev, ["sh"], config, ev["resource_id"],
                             time_ordered=ev["t"].is_sorted())
+    # Column order as the sessions frame has always had it.
+    base = base.join(tools.select("sh", "distinct_tools"), on="sh", how="left").join(
+        creds, on="sh", how="left"
+    ).with_columns(
+        pl.col("failed_creds", "distinct_creds").fill_null(0),
+        pl.col("_ok_with_cred").fill_null(False),
+    ).select(
+        "sh", "session_id", "calls", "first_t", "last_t", "caller_id", "client_ip", "server",
+        "distinct_tools", "distinct_resources", "resource_key", "resource_calls", "not_found",
+        "denied", "res_misses", "auth_failures", "errors", "ok_calls", "failed_creds",
+        "_ok_with_cred", "distinct_creds", "total_bytes", "max_bytes", "total_rows", "max_rows",
+        "mean_duration_ms", "distinct_calls",
+    )
     feats = (
         base.join(gap_stats(ev, ["sh"]), on="sh", how="left")
-        .join(tools, on="sh", how="left")
+        .join(tools.drop("distinct_tools"), on="sh", how="left")
         .join(res, on="sh", how="left")
         .drop("sh")
     )

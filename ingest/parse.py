@@ -1,11 +1,12 @@
 """Transforms ``parse`` + ``normalize``: raw line batches to typed, classified rows.
 
-The hot path is columnar. A batch's lines stay in one Arrow buffer; DuckDB's JSON
-functions (yyjson, parse-once for a list of paths) extract every alias of every field in
-one pass, and SQL expressions normalize times, outcomes, numbers and resources. Python
-touches a line only on the rare paths: invalid UTF-8 in the chunk, or a line that may
-carry a secret (found by one regex scan over the whole chunk) and must be redacted
-before anything else sees it.
+The hot path is columnar. A batch's lines stay in one Arrow buffer; DuckDB's
+``json_transform`` (yyjson) reads every alias of every field in one parse, and SQL
+expressions normalize times, numbers and resources; outcomes are normalized once per
+distinct value (:mod:`ingest.outcome`). Python touches a line only on the rare paths:
+invalid UTF-8, or a line that may carry a secret (found by one regex scan over the
+chunk) and must be redacted before anything else sees it. :class:`ParserPool` parses
+several batches at once, one single-threaded DuckDB connection each.
 
 Nothing is dropped: every line comes out as exactly one row whose ``kind`` says where it
 goes — ``call``, ``summary``, ``rpc_req``, ``rpc_resp`` or ``quarantine`` (with a reason).
@@ -74,6 +75,38 @@ def _sparse(n: int, values: dict[int, str | None]) -> pa.Array:
     for i, v in values.items():
         col[i] = v
     return pa.array(col, pa.string())
+
+
+def _splice_text(
+    lines: pa.LargeBinaryArray, offsets: np.ndarray, repl: dict[int, bytes]
+) -> pa.LargeStringArray:
+    """``lines`` as text, with line ``i`` replaced by ``repl[i]`` (one copy at most).
+
+    The caller guarantees the result is valid UTF-8: every line that failed validation
+    has a replacement. Untouched runs of lines are copied as whole slices.
+    """
+    n = len(lines)
+    data = lines.buffers()[2]
+    if not repl:
+        if offsets[0] == 0:
+            return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), data)
+        return pa.LargeStringArray.from_buffers(
+            n, pa.py_buffer(offsets - offsets[0]), data.slice(int(offsets[0]))
+        )
+    order = sorted(repl)
+    lengths = np.diff(offsets)
+    lengths[order] = [len(repl[i]) for i in order]
+    new_off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_off[1:])
+    view = memoryview(data)
+    parts: list[bytes | memoryview] = []
+    pos = int(offsets[0])
+    for i in order:
+        parts.append(view[pos : int(offsets[i])])
+        parts.append(repl[i])
+        pos = int(offsets[i + 1])
+    parts.append(view[pos : int(offsets[n])])
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(new_off), pa.py_buffer(b"".join(parts)))
 
 
 class Parser:
@@ -272,32 +305,36 @@ FROM res
 
     # ------------------------------------------------------------------ bytes
     def _prepare(self, batch: RawBatch) -> pa.Table:
-        """Byte-level checks and redaction; returns the table DuckDB parses."""
+        """Byte-level checks and redaction; returns the table DuckDB parses.
+
+        Lines that must change — invalid UTF-8 (escaped), secrets (hashed), over-long
+        lines (cut to a prefix) — are collected first and spliced into the batch's text
+        in one copy; every other line keeps its bytes.
+        """
         lines = batch.lines
         n = len(lines)
         self.counters.lines += n
         pre_reason: dict[int, str] = {}
+        repl: dict[int, bytes] = {}
         offsets_buf = np.frombuffer(lines.buffers()[1], dtype=np.int64)[
             lines.offset : lines.offset + n + 1
         ]
         lengths = np.diff(offsets_buf)
-        too_long = np.flatnonzero(lengths > self.config.max_line_bytes + 2)
-        for i in too_long.tolist():
+        too_long = np.flatnonzero(lengths > self.config.max_line_bytes + 2).tolist()
+        for i in too_long:
             pre_reason[i] = "line_too_long"
         self.counters.too_long += len(too_long)
 
         try:
-            text = lines.cast(pa.large_string())
+            lines.cast(pa.large_string())  # validates UTF-8 (no copy kept)
         except pa.ArrowInvalid:
-            # Rare path: only lines holding non-ASCII bytes can be invalid UTF-8; find
-            # them with numpy and check just those, so one bad line costs microseconds.
+            # Only lines holding non-ASCII bytes can be invalid UTF-8: find them with
+            # numpy and check just those, so one bad line costs microseconds.
             data = np.frombuffer(lines.buffers()[2], dtype=np.uint8)
             high = np.flatnonzero(data[offsets_buf[0] : offsets_buf[-1]] >= 0x80)
             suspects = np.unique(
                 np.searchsorted(offsets_buf - offsets_buf[0], high, side="right") - 1
             ).tolist()
-            mask = np.zeros(n, dtype=bool)
-            fixed: list[bytes] = []
             for i in suspects:
                 b = lines[i].as_py()
                 try:
@@ -305,50 +342,35 @@ FROM res
                 except UnicodeDecodeError:
                     pre_reason.setdefault(i, "invalid_utf8")
                     self.counters.invalid_utf8 += 1
-                    mask[i] = True
-                    fixed.append(b.decode("utf-8", "backslashreplace").encode())
-            lines = pc.replace_with_mask(lines, pa.array(mask), pa.array(fixed, pa.large_binary()))
-            text = lines.cast(pa.large_string())
-            offsets_buf = np.frombuffer(lines.buffers()[1], dtype=np.int64)[
-                lines.offset : lines.offset + n + 1
-            ]
+                    repl[i] = b.decode("utf-8", "backslashreplace").encode()
 
         cred: dict[int, str | None] = {}
         if n:
-            # A JSON key can spell a secret name with \u escapes (e.g. "api\u004bey"), so
-            # lines with escapes take the exact (parsing) path too.
-            maybe = pc.match_substring_regex(text, self.hasher.candidate_pattern, ignore_case=True)
-            idx = np.flatnonzero(maybe.to_numpy(zero_copy_only=False))
-            mask = np.zeros(n, dtype=bool)
-            repl: list[bytes] = []
-            for i in idx.tolist():
+            # One regex pass over the bytes finds lines that may carry a secret; only
+            # those take the exact (parsing) path. A JSON key can spell a secret name with
+            # \u escapes (e.g. "api\u004bey"), so lines with escapes match too, and so
+            # does every repaired line (its bytes were not what the regex saw).
+            maybe = pc.match_substring_regex(
+                lines, self.hasher.candidate_pattern, ignore_case=True
+            )
+            idx = set(np.flatnonzero(maybe.to_numpy(zero_copy_only=False)).tolist())
+            for i in sorted(idx.union(repl)):
                 if pre_reason.get(i) == "line_too_long":
                     continue
-                raw = lines[i].as_py().rstrip(b"\r\n")
+                raw = repl.get(i, lines[i].as_py()).rstrip(b"\r\n")
                 red, h = self.hasher.redact_line(raw)
                 if red != raw:
                     self.counters.redacted += 1
-                mask[i] = True
-                repl.append(red)
+                repl[i] = red
                 cred[i] = h
-            if repl:
-                text = pc.replace_with_mask(
-                    text,
-                    pa.array(mask),
-                    pa.array(repl, type=pa.large_binary()).cast(pa.large_string()),
-                )
         # Over-long lines are never parsed: keep only a prefix for quarantine.
-        if len(too_long):
-            keep = self.config.quarantine_raw_chars
-            mask = np.zeros(n, dtype=bool)
-            mask[too_long] = True
-            short = [
-                self.hasher.scrub_text(lines[int(i)].as_py()[:keep]).decode(
-                    "utf-8", "backslashreplace"
-                )
-                for i in too_long
-            ]
-            text = pc.replace_with_mask(text, pa.array(mask), pa.array(short, pa.large_string()))
+        keep = self.config.quarantine_raw_chars
+        for i in too_long:
+            repl[i] = (
+                self.hasher.scrub_text(lines[i].as_py()[:keep])
+                .decode("utf-8", "backslashreplace")
+                .encode()
+            )
         return pa.table(
             {
                 "ord": pa.array(np.arange(n, dtype=np.int64)),
@@ -357,7 +379,7 @@ FROM res
                 if batch.line_nos is not None
                 else pa.nulls(n, pa.int64()),
                 "fp": pa.repeat(pa.scalar(batch.source_fp, pa.string()), n),
-                "line": text,
+                "line": _splice_text(lines, offsets_buf, repl),
                 "pre_reason": _sparse(n, pre_reason),
                 "cred": _sparse(n, cred),
             }
@@ -366,8 +388,6 @@ FROM res
     def parse(self, batch: RawBatch) -> pa.Table:
         """Classify and normalize every line of ``batch``; one output row per input line."""
         tbl = self._prepare(batch)
-        # Several record batches let DuckDB scan the batch on both cores.
-        tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=16_384), schema=tbl.schema)
         self._con.register("batch", tbl)
         try:
             out = self._con.sql(self._sql).to_arrow_table()

@@ -222,10 +222,17 @@ def test_cli_tail_sigterm_flushes_and_reports_status(tmp_path: Path, tw_env: dic
     exe = str(Path(sys.executable).with_name("toolwatch"))
     proc = subprocess.Popen(
         [exe, "tail", str(log), "-d", str(data), "-c", str(cfg_file), "--no-stdout"],
-        env=tw_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**tw_env, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
-        wait_for(lambda: stored_count(data) == 20, timeout=30)
+        try:
+            wait_for(lambda: stored_count(data) == 20, timeout=30)
+        except AssertionError as exc:  # say what the process was doing
+            proc.send_signal(signal.SIGABRT)
+            _, errb = proc.communicate(timeout=30)
+            raise AssertionError(f"{exc}; stored {stored_count(data)}; tail's stderr:\n"
+                                 f"{errb.decode(errors='replace')[-8000:]}") from None
         st = subprocess.run(
             [exe, "status", "-d", str(data), "--json"], env=tw_env, capture_output=True,
             text=True, timeout=30, check=True,

@@ -970,7 +970,14 @@ class LivePipeline:
         While the commit thread is busy, only size makes a flush due: lines keep
         gathering and are parsed once it is free, so the detection that follows includes
         the newest lines instead of queueing a micro-batch that would wait anyway.
+
+        Raises
+        ------
+        Exception
+            The failure that stopped the commit thread, if any.
         """
+        # Loops poll this: a failed commit thread stops them even when no data arrives.
+        self._raise_worker_error()
         if self._first_pending_at is None:
             return False
         if self._pending_lines >= self._flush_events:

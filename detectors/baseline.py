@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from detectors.features import US_PER_DAY
+from detectors.features import US_PER_DAY, group_agg
 
 MAD_SCALE = 1.4826
 
@@ -76,7 +76,7 @@ class Baseline:
                 # Robust spread per entity from the interquartile range in one pass (the MAD
                 # needs the median first): for normal data MAD = IQR / 2.
                 aggs.append(((lc.quantile(0.75) - lc.quantile(0.25)) / 2.0).alias(f"_mad_{c}"))
-            own = own.group_by(self.keys).agg(aggs)
+            own = group_agg(own, self.keys, *aggs)
             self.own_ = own.with_columns(
                 ((pl.col("_n") >= self.min_rows) & (pl.col("_days") >= self.min_days))
                 .alias("_established")
@@ -153,8 +153,8 @@ def habits(
         return empty.with_columns(pl.lit(None, pl.Float64).alias("habit_score"))
     own = frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys]))
     return (
-        own.group_by(keys)
-        .agg(
+        group_agg(
+            own, keys,
             pl.len().alias("_n"),
             (pl.col(t_col) // US_PER_DAY).n_unique().alias("_days"),
             pl.col(raw_col).median().alias("habit_score"),

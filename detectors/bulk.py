@@ -32,7 +32,7 @@ import polars as pl
 from detectors.base import Detector, FeatureSet, session_frame
 from detectors.baseline import Baseline, habits, habitual_gate
 from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import ENTITY_TYPES, explode_entities
+from detectors.features import ENTITY_TYPES, explode_entities, group_agg
 from detectors.scoring import all_of, any_of, band, gate
 from detectors.text import clean, duration, num, size
 
@@ -65,7 +65,8 @@ def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, 
                              "max_bytes", "total_rows", "max_rows", "max_pages",
                              "beyond_bytes", "beyond_rows")
     ee = explode_entities(narrow, config, t_col="first_t")
-    agg = ee.group_by(KEYS).agg(
+    agg = group_agg(
+        ee, KEYS,
         pl.len().alias("n_sessions"),
         pl.col("calls").sum(),
         pl.col("total_bytes").sum(),

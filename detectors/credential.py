@@ -24,7 +24,7 @@ import polars as pl
 
 from detectors.base import Detector, FeatureSet, empty_scores, session_frame
 from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import explode_entities
+from detectors.features import explode_entities, group_agg
 from detectors.scoring import all_of, any_of, band, ratio
 from detectors.text import clean, duration, pct
 
@@ -95,7 +95,8 @@ class CredentialStuffingDetector(Detector):
         ee = explode_entities(rows, cfg)
         ee = ee.with_columns(pl.col("weight").sum().over([*KEYS, "sh"]).alias("_per_session"))
         no_hash_fail_only = pl.col("sh").filter(pl.col("crh").is_null() & ~pl.col("succ"))
-        agg = ee.group_by(KEYS).agg(
+        agg = group_agg(
+            ee, KEYS,
             pl.col("weight").sum().alias("auth_failures"),
             pl.col("crh").drop_nulls().n_unique().alias("_creds"),
             no_hash_fail_only.n_unique().alias("_nohash_sessions"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from detectors.base import FeatureSet
-from detectors.features import entity_names
+from detectors.features import entity_names, group_agg
 
 KEYS = ["et", "eh", "w"]
 
@@ -70,7 +70,8 @@ def sessions_of(
     sub = rows.join(windows.select(KEYS), on=KEYS, how="semi")
     names = features.sessions.select("sh", "session_id")
     per = sub.select([*KEYS, "sh"]).unique().join(names, on="sh", how="left")
-    out = per.group_by(KEYS).agg(
+    out = group_agg(
+        per, KEYS,
         pl.col("session_id").drop_nulls().sort().head(limit).alias("session_ids")
     )
     if "tlh" in sub.columns:

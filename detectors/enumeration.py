@@ -25,7 +25,7 @@ import polars as pl
 from detectors.base import Detector, FeatureSet, empty_scores, session_frame
 from detectors.baseline import Baseline, habits, habitual_gate
 from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import ENTITY_TYPES, explode_entities, resource_features
+from detectors.features import ENTITY_TYPES, explode_entities, group_agg, resource_features
 from detectors.scoring import all_of, any_of, band, gate, ratio
 from detectors.text import clean, duration, iso, pct, span_us
 
@@ -151,7 +151,8 @@ class EnumerationDetector(Detector):
         if not parts:
             return pl.DataFrame(schema={"et": pl.Int8, "eh": pl.UInt64, "w": pl.Int64})
         x = pl.concat(parts).filter(pl.col("w") + cfg.window_us > pl.col("first_t"))
-        g = x.group_by(KEYS).agg(
+        g = group_agg(
+            x, KEYS,
             pl.len().alias("n"),
             pl.col("distinct_resources").sum().alias("d"),
             pl.col("res_misses").sum().alias("m"),
@@ -182,7 +183,8 @@ class EnumerationDetector(Detector):
         if ev.height == 0:
             return empty_scores()
         ee = explode_entities(ev, cfg).join(cand, on=KEYS, how="semi")
-        agg = ee.group_by(KEYS).agg(
+        agg = group_agg(
+            ee, KEYS,
             pl.col("sh").n_unique().alias("n_sessions"),
             pl.len().alias("resource_calls"),
             pl.col("rh").n_unique().alias("distinct_resources"),

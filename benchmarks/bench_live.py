@@ -240,16 +240,28 @@ def rss(work: Path, events: int) -> dict[str, Any]:
     for t_, mb, n in s[:: max(1, len(s) // 15)]:
         print(f"    t={t_:6.1f}s  events={n:>10,}  rss={mb:7.1f} MiB")
     half = [mb for _, mb, n in s if n >= events // 2]
+    # Flat means no upward trend once the window is full: the least-squares slope of RSS
+    # against events stored over the second half, in MiB per million events.
+    pts = [(n, mb) for _, mb, n in s if n >= events // 2]
+    trend = None
+    if len({n for n, _ in pts}) >= 2:
+        mx = statistics.fmean(n for n, _ in pts)
+        my = statistics.fmean(mb for _, mb in pts)
+        trend = sum((n - mx) * (mb - my) for n, mb in pts) / sum((n - mx) ** 2 for n, _ in pts)
     res = {
         "events": lp.status.events_stored,
         "seconds": round(secs, 1),
+        "events_per_s": int(lp.status.events_stored / secs),
         "rss_max_mib": round(max(mb for _, mb, _ in s), 1) if s else None,
         "rss_second_half_min_mib": round(min(half), 1) if half else None,
         "rss_second_half_max_mib": round(max(half), 1) if half else None,
+        "rss_second_half_trend_mib_per_m_events": None if trend is None
+        else round(trend * 1e6, 1),
         "samples": [(round(a, 1), round(b, 1), c) for a, b, c in s],
     }
     print(f"  RSS max {res['rss_max_mib']} MiB; second half {res['rss_second_half_min_mib']}"
-          f"–{res['rss_second_half_max_mib']} MiB")
+          f"–{res['rss_second_half_max_mib']} MiB, trend "
+          f"{res['rss_second_half_trend_mib_per_m_events']} MiB per million events")
     return res
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -121,6 +122,80 @@ def test_hard_cap_on_window_events(tmp_path: Path) -> None:
     assert lp.window.size <= 500
     assert lp.status.events_stored == 1500  # the cap bounds detection state, not storage
     lp.close()
+
+
+def slow_enum_detector(delay_s: float) -> object:
+    """enum_detector(5) that takes ``delay_s`` per call (keeps the commit thread busy)."""
+    inner = enum_detector(5)
+
+    def run(events: object, summaries: object, history: object = None) -> object:
+        time.sleep(delay_s)
+        return inner(events, summaries, history=history)
+
+    return run
+
+
+def test_overlapped_commits_are_in_order_and_coalesce_under_backlog(tmp_path: Path) -> None:
+    """flush(wait=False): micro-batches queued while the commit thread detects are
+    committed in order, the backlog ones together (one detection), every event once,
+    the checkpoint at the end, one alert version per detection."""
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.3)
+    lp = LivePipeline(cfg, Store(data), detector=slow_enum_detector(0.3))
+    f = Feeder()
+    commits: list[int] = []
+    lp.on_commit.append(lambda r: commits.append(r.events))
+    for k in range(6):  # size-triggered flushes: a backlog
+        lp.add(f.batch(b"".join(nf(k * 10 + i) for i in range(10))))
+        assert lp.due()
+        res = lp.flush(wait=False)
+        assert res.events == 10 and res.batch_id is None  # queued, not yet committed
+    lp.drain()
+    assert sum(commits) == 60 and len(commits) < 6  # coalesced: fewer detections
+    assert Store(data).checkpoints()[f.asm.fp] == f.asm.offset
+    lp.close()
+    assert stored_count(data) == 60
+    versions = stored_alerts(data, latest=False)
+    assert versions["alert_id"].n_unique() == 1 and versions.height == len(commits)
+    assert orjson.loads(stored_alerts(data)["evidence"][0])["distinct_not_found"] == 60
+
+
+def test_a_failed_commit_stops_everything_after_it(tmp_path: Path) -> None:
+    """A commit that fails on the commit thread is re-raised on the caller's thread and
+    nothing queued after it is committed: the checkpoint never skips data."""
+    from toolwatch.errors import StoreError
+
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True, flush_events=10)
+    store = Store(data)
+    lp = LivePipeline(cfg, store, detector=slow_enum_detector(0.05))
+    real = store.write_batch
+    calls = [0]
+
+    def flaky(*a: object, **kw: object) -> str:
+        calls[0] += 1
+        if calls[0] >= 2:
+            raise StoreError("disk full")
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    store.write_batch = flaky  # type: ignore[method-assign]
+    f = Feeder()
+    lp.add(f.batch(b"".join(nf(i) for i in range(10))))
+    lp.flush(wait=False)
+    lp.drain()
+    first = Store(data).checkpoints()[f.asm.fp]
+    with pytest.raises(StoreError):
+        for k in range(1, 20):  # the failure surfaces at a later flush, due() or drain()
+            lp.add(f.batch(b"".join(nf(k * 10 + i) for i in range(10))))
+            if lp.due():
+                lp.flush(wait=False)
+            time.sleep(0.05)
+        lp.drain()
+    with pytest.raises(StoreError):
+        lp.drain()  # and stays raised
+    lp._stop_worker()
+    assert Store(data).checkpoints()[f.asm.fp] == first
+    assert stored_count(data) == 10
 
 
 def test_out_of_order_events_within_tolerance(tmp_path: Path) -> None:

@@ -195,7 +195,8 @@ def session_frame(
     sessions: pl.DataFrame, score: pl.Expr, extra: list[str | pl.Expr]
 ) -> pl.DataFrame:
     """Score frame rows for every session: identity columns, ``score`` and evidence."""
-    return sessions.select(
+    # Lazy, so polars evaluates sub-expressions shared by the nested score terms once.
+    return sessions.lazy().select(
         pl.lit("session").alias("entity_type"),
         pl.col("session_id").alias("entity_id"),
         pl.lit(None, pl.Int64).alias("window_start"),
@@ -207,4 +208,4 @@ def session_frame(
         pl.col("first_t"),
         pl.col("last_t"),
         *extra,
-    )
+    ).collect()

@@ -168,7 +168,9 @@ class BulkExtractionDetector(Detector):
             pl.col("own_z_max_bytes"),
             pl.col("own_z_max_pages"),
         )
-        df = df.with_columns(
+        # Lazy, so polars evaluates the sub-expressions the patterns share (z-scores, floors)
+        # once instead of once per use.
+        lf = df.lazy().with_columns(
             z_pop.alias("z_pop"),
             z_eff.alias("z_combined"),
             per_call.alias("beyond_per_call"),
@@ -179,7 +181,7 @@ class BulkExtractionDetector(Detector):
             p_sweep.alias("p_sweep"),
         )
         raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"))
-        return df.with_columns(raw.alias("_raw"))
+        return lf.with_columns(raw.alias("_raw")).collect()
 
     def _gated(self, df: pl.DataFrame, habit: pl.DataFrame | None, keys: list[str]) -> pl.DataFrame:
         df = habitual_gate(df, habit, keys, self.threshold, pl.col("z_own"), self.settings.self_z)

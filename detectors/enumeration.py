@@ -96,9 +96,10 @@ class EnumerationDetector(Detector):
                 small,
             )
         ).otherwise(0.0)
-        return sessions.with_columns(**pats, p_summary=p_summary).with_columns(
+        # Lazy: shared sub-expressions of the patterns are evaluated once.
+        return sessions.lazy().with_columns(**pats, p_summary=p_summary).with_columns(
             any_of(*[pl.col(k) for k in (*pats, "p_summary")]).alias("_raw")
-        )
+        ).collect()
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows (see module docs)."""

@@ -99,9 +99,10 @@ class ScrapingLoopDetector(Detector):
                          one_tool))
             .otherwise(0.0),
         }
-        return sessions.with_columns(**pats).with_columns(
+        # Lazy: shared sub-expressions of the patterns are evaluated once.
+        return sessions.lazy().with_columns(**pats).with_columns(
             any_of(*[pl.col(k) for k in pats]).alias("_raw")
-        )
+        ).collect()
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""

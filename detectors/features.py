@@ -352,16 +352,15 @@ def resource_features(
     max_step = config.enumeration.max_step
     gcols = [*keys, "th"]
     r = ev.filter(pl.col("rnum").is_not_null()).select(*gcols, "t", "rnum", "miss", "i")
-    # Cheap hash prefilter: an id can only have a neighbour within max_step if its bucket of
-    # width max_step + 1 holds another request, or an adjacent bucket is not empty.
-    width = max_step + 1
-    bucket = pl.col("rnum") // width
-    h0 = pl.struct([*gcols, bucket.alias("_b")]).hash(SEED)
-    r = r.with_columns(h0.alias("_h"))
+    # Cheap hash prefilter: an id can only have a neighbour within max_step (< W = max_step
+    # + 1) if it shares a cell of width 2W with another request on one of two grids offset
+    # by W (an interval shorter than W crosses at most one boundary of the two grids).
+    # Ids failing both are dropped before grouping; the exact neighbour test follows.
+    width = 2 * (max_step + 1)
     r = r.filter(
-        pl.col("_h").is_duplicated()
-        | pl.struct([*gcols, (bucket - 1).alias("_b")]).hash(SEED).is_in(pl.col("_h").implode())
-        | pl.struct([*gcols, (bucket + 1).alias("_b")]).hash(SEED).is_in(pl.col("_h").implode())
+        pl.struct([*gcols, (pl.col("rnum") // width).alias("_b")]).hash(SEED).is_duplicated()
+        | pl.struct([*gcols, ((pl.col("rnum") + width // 2) // width).alias("_b")])
+        .hash(SEED).is_duplicated()
     )
     u = (
         # One 64-bit key per (group, shape, id): far faster to group than several columns.

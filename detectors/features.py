@@ -163,18 +163,21 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         _h("credential_hash").alias("crh"),
         pl.col("tool").fill_null("").hash(SEED).alias("tlh"),
     )
-    shapes = _id_shapes(ev)
-    pages = _pagination(ev, config)
-    return (
-        ev.join(shapes, on="rh", how="left", maintain_order="left")
-        .join(pages, on="_ah", how="left", maintain_order="left")
-        .with_columns(
-            pl.col("session_id").hash(SEED).alias("sh"),
-            # Identical calls: same tool and same argument text (a pair of hashes).
-            pl.struct("tlh", "_ah").hash(SEED).alias("ch"),
-        )
-        .drop("_ah")
+    # Look up the per-value figures on the key columns alone (the right sides are unique
+    # per key, so row i of the result is row i of ev) instead of joining the wide frame.
+    shapes = ev.select("rh").join(_id_shapes(ev), on="rh", how="left", maintain_order="left")
+    pages = ev.select("_ah").join(
+        _pagination(ev, config), on="_ah", how="left", maintain_order="left"
     )
+    return ev.with_columns(
+        shapes["th"],
+        shapes["rnum"],
+        pages["page"],
+        pages["cuh"],
+        pl.col("session_id").hash(SEED).alias("sh"),
+        # Identical calls: same tool and same argument text (a pair of hashes).
+        pl.struct("tlh", "_ah").hash(SEED).alias("ch"),
+    ).drop("_ah")
 
 
 def _id_shapes(ev: pl.DataFrame) -> pl.DataFrame:

@@ -81,8 +81,9 @@ def test_kill9_tail_at_random_points_stores_every_event_once(tmp_path: Path, tw_
         kills += 1
     w.join(30)
     assert done.is_set() and kills >= 3
-    subprocess.run([*cmd, "--exit-when-idle", "2"], env=tw_env, timeout=90, check=True,
-                   capture_output=True)
+    fin = subprocess.run([*cmd, "--exit-when-idle", "2"], env=tw_env, timeout=90,
+                         capture_output=True)
+    assert fin.returncode == 0, fin.stderr.decode(errors="replace")[-8000:]
     ev = stored_events(data)
     seqs = sorted(orjson.loads(r)["seq"] for r in ev["raw"].to_list())
     assert ev["event_id"].n_unique() == ev.height  # none stored twice
@@ -106,8 +107,9 @@ def test_kill9_during_commit_rolls_forward(tmp_path: Path, tw_env: dict) -> None
         time.sleep(rng.uniform(1.0, 2.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-    subprocess.run([*cmd, "--exit-when-idle", "1.5"], env=tw_env, timeout=90, check=True,
-                   capture_output=True)
+    fin = subprocess.run([*cmd, "--exit-when-idle", "1.5"], env=tw_env, timeout=90,
+                         capture_output=True)
+    assert fin.returncode == 0, fin.stderr.decode(errors="replace")[-8000:]
     ev = stored_events(data)
     assert ev.height == 60_000 and ev["event_id"].n_unique() == 60_000
     assert not list((data / "_staging").glob("*_*"))  # no batch left half-applied

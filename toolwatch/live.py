@@ -560,20 +560,24 @@ class RateMeter:
     def __init__(self, horizon_s: float = 10.0):
         self.horizon_s = horizon_s
         self._samples: deque[tuple[float, int]] = deque()
+        # The commit thread adds while the reading thread reports the rate.
+        self._lock = threading.Lock()
 
     def add(self, n: int, now: float | None = None) -> None:
         """Record ``n`` events at ``now`` (monotonic seconds)."""
-        self._samples.append((time.monotonic() if now is None else now, n))
+        with self._lock:
+            self._samples.append((time.monotonic() if now is None else now, n))
 
     def rate(self, now: float | None = None) -> float:
         """Events per second over the horizon."""
         now = time.monotonic() if now is None else now
-        while self._samples and self._samples[0][0] < now - self.horizon_s:
-            self._samples.popleft()
-        if not self._samples:
-            return 0.0
-        span = max(now - self._samples[0][0], 1.0)
-        return sum(n for _, n in self._samples) / span
+        with self._lock:
+            while self._samples and self._samples[0][0] < now - self.horizon_s:
+                self._samples.popleft()
+            if not self._samples:
+                return 0.0
+            span = max(now - self._samples[0][0], 1.0)
+            return sum(n for _, n in self._samples) / span
 
 
 @dataclass

@@ -210,6 +210,8 @@ def tail_files(
         st.extra["tail"] = dict(src.counters.__dict__)
 
     started = last_data = time.monotonic()
+    # flush(wait=False): this thread reads and parses; detection and the store commit run
+    # on the pipeline's commit thread meanwhile (in order, atomically per batch).
     try:
         while not stop:
             got = 0

@@ -296,8 +296,15 @@ def window_columns() -> list[str]:
         wanted = set(EVENT_COLUMNS)
     except ImportError:  # no detectors: keep everything (detection is off anyway)
         wanted = set(schema.EVENTS.names)
-    wanted |= {"event_id", "ts", "source_fp", *ENTITY_COLUMNS.values()}
+    wanted |= set(_ID_COLUMNS)
     return [n for n in schema.EVENTS.names if n in wanted]
+
+
+#: Columns every window keeps: identity, time, stream, and the entity keys.
+_ID_COLUMNS = [
+    n for n in schema.EVENTS.names
+    if n in {"event_id", "ts", "source_fp", *ENTITY_COLUMNS.values()}
+]
 
 
 class DetectionWindow:
@@ -320,6 +327,8 @@ class DetectionWindow:
         time minus this.
     max_events
         Hard cap on held events.
+    columns
+        Event columns held (default: :func:`window_columns`).
     """
 
     def __init__(
@@ -328,12 +337,13 @@ class DetectionWindow:
         session_idle_minutes: float,
         tolerance_s: float,
         max_events: int,
+        columns: list[str] | None = None,
     ):
         self.window_us = int(window_minutes * 60 * _US)
         self.idle_us = int(session_idle_minutes * 60 * _US)
         self.tolerance_us = int(tolerance_s * _US)
         self.max_events = max_events
-        self.columns = window_columns()
+        self.columns = window_columns() if columns is None else columns
         self.events: pl.DataFrame | None = None
         self.summaries: pl.DataFrame | None = None
         self.newest_us: int | None = None
@@ -872,6 +882,9 @@ class LivePipeline:
             self.live.session_idle_minutes,
             self.live.out_of_order_tolerance_s,
             self.live.max_window_events,
+            # Without detection the window only holds warmed-up rows: no need to import
+            # the detectors (and scikit-learn) just to learn their columns.
+            columns=None if self.detector is not None else _ID_COLUMNS,
         )
         self.tracker = AlertTracker(self.live.max_tracked_alerts)
         self.status = LiveStatus(kind=kind, name=name)

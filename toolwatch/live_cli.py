@@ -243,6 +243,7 @@ def tail_files(
             ):
                 break
             if not got:
+                r.lp.caught_up()
                 stop.event.wait(min(lc.poll_interval_s, r.lp.time_to_due()))
     finally:
         src.close()
@@ -270,7 +271,9 @@ def _follow_pipe(
         if stop is not None and stop:
             break
         timeout = min(0.2, lp.time_to_due())
+        got = False
         for chunk in reader.chunks(timeout):
+            got = True
             batch = asm.feed(b"", final=True) if chunk is None else asm.feed(chunk)
             if chunk is None:
                 eof = True
@@ -286,6 +289,8 @@ def _follow_pipe(
             lp.add(batch)
             if lp.due():
                 lp.flush(wait=False)
+        if not got:
+            lp.caught_up()
         cut = asm.cut_long_line()
         if cut is not None:
             lp.add(cut)

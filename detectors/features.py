@@ -186,7 +186,8 @@ def _id_shapes(ev: pl.DataFrame) -> pl.DataFrame:
     Ids without digits get no shape (null ``th``/``rnum``).
     """
     rid = (
-        ev.select("rh", "resource_id").filter(pl.col("rh").is_not_null()).unique(subset="rh")
+        ev.select("rh", "resource_id")
+        .filter(pl.col("rh").is_not_null() & pl.col("rh").is_first_distinct())
         .with_columns(pl.col("resource_id").str.extract_groups(_ID_SHAPE).alias("_s"))
     )
     num, suf = pl.col("_s").struct.field("num"), pl.col("_s").struct.field("suf")
@@ -210,7 +211,8 @@ def _pagination(ev: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     """
     keys = [f'"{k}"' for k in (*config.page_keys, *config.cursor_keys)]
     hits = (
-        ev.select("_ah", pl.col("args").fill_null("")).unique(subset="_ah")
+        ev.select("_ah", "args").filter(pl.col("_ah").is_first_distinct())
+        .with_columns(pl.col("args").fill_null(""))
         .filter(pl.col("args").str.contains_any(keys))
     )
     return hits.select(

@@ -91,6 +91,24 @@ _INPUT = pa.schema(
 )
 
 
+def in_input_order(out: pa.Table, n: int) -> pa.Table:
+    """``out`` (one row per input line, ``ord`` = input position) sorted by ``ord``.
+
+    Raises
+    ------
+    AssertionError
+        When rows were lost or duplicated: never expected, and fatal, because raw lines
+        are paired with rows by position.
+    """
+    ords = out.column("ord").to_numpy()
+    expected = np.arange(n, dtype=np.int64)
+    if np.array_equal(ords, expected):
+        return out
+    if len(ords) != n or not np.array_equal(np.sort(ords), expected):
+        raise AssertionError(f"parser returned {len(ords)} rows for {n} lines")
+    return out.take(np.argsort(ords))
+
+
 class _CurrentBatch:
     """Arrow stream source whose content is the batch being parsed right now.
 
@@ -432,11 +450,11 @@ FROM res
         finally:
             self._current.table = _INPUT.empty_table()
         # The raw line is attached here rather than selected in SQL: DuckDB would copy
-        # every line's text once more (~30% of the query's cost). Output order is input
-        # order (insertion order is preserved), checked on ``ord``.
+        # every line's text once more (~30% of the query's cost). That pairs output row i
+        # with input line i, so the output is put back in input order when DuckDB did not
+        # keep it (a parallel plan may not; that once stored raw lines with other events).
+        out = in_input_order(out, tbl.num_rows)
         raw = pc.utf8_rtrim(tbl.column("line"), characters="\r\n")
-        if out.num_rows != raw.length():
-            raise AssertionError("parser lost rows")  # never expected; guards the zip below
         # Original size in bytes (an over-long line's raw is only a prefix).
         nbytes = pc.binary_length(batch.lines)
         if batch.line_nos is not None:  # line sources keep the newline byte

@@ -73,13 +73,8 @@ class BatchOutput:
 
 
 _EVENT_COLS = [c for c in schema.EVENTS.names]
-
-
-def _gather(raw_all: pa.ChunkedArray, ords: pa.Array) -> pl.Series:
-    """The raw lines at the given row ordinals of a parsed batch, as a polars column."""
-    s = pl.from_arrow(pc.take(raw_all, ords))
-    assert isinstance(s, pl.Series)
-    return s
+#: What the sessionizer reads of a session-less event.
+_SESSIONIZE_COLS = ["session_id", "caller_id", "client_ip", "server", "ts"]
 
 
 class Pipeline:
@@ -107,37 +102,38 @@ class Pipeline:
         """Run every transform over one batch (no I/O).
 
         ``parsed_tbl`` is ``self.parser.parse(batch)`` when the caller already ran it
-        (``ingest`` parses the next batch on a worker thread while this one is transformed);
-        the stateful transforms (pairing, sessionizing) always run here, in batch order.
+        (``ingest`` parses the next batches on worker threads while this one is
+        transformed); the stateful transforms (pairing, sessionizing) always run here, in
+        batch order.
         """
         now = datetime.now(UTC)
         tbl = self.parser.parse(batch) if parsed_tbl is None else parsed_tbl
-        # The raw line is most of a batch's bytes: it stays out of polars. Plain calls (the
-        # bulk) get theirs gathered once, in Arrow, when their table is built; rows of the
-        # rarer kinds take theirs here (a JSON-RPC request may wait in the pairer for a
-        # later batch, raw line and all).
-        raw_all = tbl.column("raw")
-        parsed = pl.from_arrow(tbl.drop_columns(["raw"]))
-        assert isinstance(parsed, pl.DataFrame)
-        parsed = parsed.with_columns(pl.lit(None, pl.String).alias("raw"))
         self.counters.lines_read += len(batch)
         self.counters.secrets_redacted = self.parser.counters.redacted
-        by_kind = parsed.partition_by("kind", as_dict=True, include_key=False)
-        empty = parsed.clear().drop("kind")
+        # Plain calls — nearly every row — stay in Arrow from parse to Parquet; only the
+        # rarer kinds (JSON-RPC halves, summaries, quarantine) and session-less calls go
+        # through polars, so the bulk is never converted back and forth.
+        kind = tbl.column("kind")
+        present = set(pc.unique(kind).to_pylist())
+        rest = tbl.drop_columns(["kind"])
 
-        def part(kind: str) -> pl.DataFrame:
-            df = by_kind.get((kind,), empty)
-            if df.height == 0 or kind == "call":
-                return df
-            return df.with_columns(_gather(raw_all, df["ord"].to_arrow()).alias("raw"))
+        def rows(k: str) -> pa.Table:
+            if k not in present:
+                return rest.schema.empty_table()
+            return rest if len(present) == 1 else rest.filter(pc.equal(kind, k))
 
-        calls = part("call")
-        reqs, resps = part("rpc_req"), part("rpc_resp")
-        orphans = protocol = empty
+        def frame(k: str) -> pl.DataFrame:
+            df = pl.from_arrow(rows(k))
+            assert isinstance(df, pl.DataFrame)
+            return df
+
+        quarantined = frame("quarantine")
+        reqs, resps = frame("rpc_req"), frame("rpc_resp")
+        orphans = protocol = paired = quarantined.clear()
         if reqs.height or resps.height or batch.source_fp in self.pairers:
             pairer = self.pairers.setdefault(batch.source_fp, Pairer())
             pairer.note_other_requests(
-                part("quarantine").filter(
+                quarantined.filter(
                     (pl.col("reason") == "non_tool_message") & pl.col("rpc_id").is_not_null()
                 )
             )
@@ -148,11 +144,10 @@ class Pipeline:
             self.counters.rpc_requests_unanswered += pairer.counters.unanswered - before
             if batch.final:
                 self.pairers.pop(batch.source_fp, None)
-            calls = pl.concat([calls, paired], how="vertical_relaxed") if paired.height else calls
 
-        events = self._events(calls, batch, now, raw_all)
-        summaries = self._summaries(part("summary"), batch, now)
-        quarantine = self._quarantine(part("quarantine"), orphans, protocol, batch, now)
+        events = self._events(rows("call"), paired, batch, now)
+        summaries = self._summaries(frame("summary"), batch, now)
+        quarantine = self._quarantine(quarantined, orphans, protocol, batch, now)
         return BatchOutput(
             events=events,
             summaries=summaries,
@@ -161,30 +156,43 @@ class Pipeline:
         )
 
     def _events(
-        self, calls: pl.DataFrame, batch: RawBatch, now: datetime, raw_all: pa.ChunkedArray
+        self, calls: pa.Table, paired: pl.DataFrame, batch: RawBatch, now: datetime
     ) -> pa.Table:
-        if calls.height == 0:
+        """Event rows: this batch's calls plus completed JSON-RPC pairs, sessionized."""
+        parts = [calls] if calls.num_rows else []
+        if paired.height:
+            parts.append(paired.select(calls.column_names).to_arrow().cast(calls.schema))
+        if not parts:
             return schema.EVENTS.empty_table()
-        ev = calls.with_columns(
-            pl.coalesce(pl.col("is_error_b"), ~pl.col("status").is_in(["ok", "unknown"])).alias(
-                "is_error"
-            ),
-            pl.lit(batch.source).alias("source"),
-            pl.lit(batch.source_fp).alias("source_fp"),
-            pl.lit(now).dt.cast_time_unit("us").alias("ingested_at"),
+        ev = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+        n = ev.num_rows
+        is_error = pc.coalesce(
+            ev.column("is_error_b"),
+            pc.invert(pc.is_in(ev.column("status"), value_set=pa.array(["ok", "unknown"]))),
         )
-        ev = self.sessionizer.sessionize(ev)
-        tbl = ev.select([*_EVENT_COLS, "ord"]).to_arrow()
-        # Rows still without a raw line are this batch's plain calls: gather theirs by row
-        # ordinal (paired JSON-RPC requests brought their own, possibly from an earlier batch).
-        raw, ords = tbl.column("raw"), tbl.column("ord")
-        if raw.null_count == tbl.num_rows:
-            raw = pc.take(raw_all, ords)
-        else:
-            own = pc.if_else(pc.is_null(raw), ords, pa.scalar(None, pa.int64()))
-            raw = pc.coalesce(raw.cast(pa.large_string()), pc.take(raw_all, own))
-        tbl = tbl.set_column(tbl.schema.get_field_index("raw"), "raw", raw)
-        return tbl.drop_columns(["ord"]).cast(schema.EVENTS)
+        session_id = ev.column("session_id")
+        derived = pc.is_null(session_id)
+        if pc.any(derived).as_py():
+            todo = pl.from_arrow(ev.filter(derived).select(_SESSIONIZE_COLS))
+            assert isinstance(todo, pl.DataFrame)
+            ids = self.sessionizer.sessionize(todo)["session_id"].to_arrow()
+            session_id = pc.replace_with_mask(
+                session_id.combine_chunks(),
+                derived.combine_chunks(),
+                ids.cast(session_id.type),
+            )
+        cols = {name: ev.column(name) for name in _EVENT_COLS if name in ev.column_names}
+        cols.update(
+            session_id=session_id,
+            session_derived=derived,
+            is_error=is_error,
+            source=pa.repeat(pa.scalar(batch.source, pa.string()), n),
+            source_fp=pa.repeat(pa.scalar(batch.source_fp, pa.string()), n),
+            ingested_at=pa.repeat(pa.scalar(now, schema.TS), n),
+        )
+        return pa.table([cols[name] for name in _EVENT_COLS], names=_EVENT_COLS).cast(
+            schema.EVENTS
+        )
 
     def _summaries(self, rows: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
         if rows.height == 0:

@@ -515,7 +515,7 @@ class ParserPool:
         return self._parse_with_any(batch)
 
     def parse_ahead(self, batches: Iterable[RawBatch]) -> Iterator[tuple[RawBatch, pa.Table]]:
-        """Yield ``(batch, parsed)`` in input order, up to ``workers`` batches in flight.
+        """Yield ``(batch, parsed)`` in input order, up to ``workers + 1`` batches in flight.
 
         The next batch is read (file I/O, gzip) here while the workers parse. A source
         that fails mid-stream still has every batch read before the failure yielded
@@ -534,7 +534,9 @@ class ParserPool:
                     yield done, fut.result()
                 raise
             inflight.append((batch, self._pool.submit(self._parse_with_any, batch)))
-            if len(inflight) >= self.workers:
+            # One batch more than workers stays queued, so a worker that finishes while
+            # the caller is busy with the previous result starts the next one at once.
+            if len(inflight) > self.workers:
                 done, fut = inflight.popleft()
                 yield done, fut.result()
         while inflight:

@@ -226,42 +226,56 @@ def test_unknown_config_key_names_file_and_key(tw, write_lines, tmp_path):
 
 
 def test_reader_runs_while_writer_writes(tw, tmp_path):
-    """query keeps answering, with a growing count, while a large ingest commits batches."""
-    path = tmp_path / "big.jsonl"
-    with open(path, "wb") as fh:
-        for i in range(120_000):
-            fh.write(
-                json.dumps(
-                    {**GOOD, "session_id": f"s{i % 500}", "args": {"documentId": f"doc-{i}"}}
-                ).encode()
-                + b"\n"
-            )
+    """query keeps answering, with a growing count, while an ingest commits batches.
+
+    The writer reads a pipe that the test fills in two halves, so a partial state exists
+    for as long as the test needs to see it, however fast ingestion is.
+    """
+    lines = [
+        json.dumps({**GOOD, "session_id": f"s{i % 500}", "args": {"documentId": f"doc-{i}"}})
+        .encode()
+        + b"\n"
+        for i in range(120_000)
+    ]
     cfg = tmp_path / "tw.toml"
     cfg.write_text("[ingest]\nchunk_bytes = 262144\n")  # many small commits
     writer = subprocess.Popen(
-        [TOOLWATCH, "ingest", str(path), "-d", str(tw.data_dir), "-c", str(cfg), "--json"],
+        [TOOLWATCH, "ingest", "-", "-d", str(tw.data_dir), "-c", str(cfg), "--json"],
         env=tw.env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     counts = []
-    deadline = time.monotonic() + 240
-    while writer.poll() is None and time.monotonic() < deadline:
+
+    def count() -> int:
         proc = tw(
-            "query",
-            "SELECT count(*) AS n FROM events",
-            "-d",
-            str(tw.data_dir),
-            "-f",
-            "json",
+            "query", "SELECT count(*) AS n FROM events", "-d", str(tw.data_dir), "-f", "json",
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
         counts.append(json.loads(proc.stdout)["n"])
-    writer.wait(timeout=240)
-    assert writer.returncode == 0, writer.stderr.read()
+        return counts[-1]
+
+    try:
+        assert writer.stdin is not None
+        writer.stdin.write(b"".join(lines[:60_000]))
+        writer.stdin.flush()
+        deadline = time.monotonic() + 120
+        while count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert 0 < counts[-1] <= 60_000, counts  # readers see committed batches mid-run
+        assert writer.poll() is None  # ... while the writer is still running
+        writer.stdin.write(b"".join(lines[60_000:]))
+        writer.stdin.close()
+        while writer.poll() is None:
+            count()
+        writer.wait(timeout=240)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    assert writer.returncode == 0, writer.stderr.read() if writer.stderr else ""
     assert counts == sorted(counts), "a reader saw events disappear"
-    assert any(0 < c < 120_000 for c in counts), f"never saw a partial state: {counts}"
     assert tw.query("SELECT count(*) AS n FROM events") == [{"n": 120_000}]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.config import Config
-from toolwatch.errors import SourceError
+from toolwatch.errors import SourceError, StoreError
 from toolwatch.pipeline import BatchOutput, Counters, Pipeline
 from toolwatch.store import Store
 
@@ -80,6 +81,19 @@ def _ingest_paths(
     # bounded number of batches in flight bounds memory to a few chunks; one write at a
     # time keeps commits, and so checkpoints, in stream order.
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+    failed: list[BaseException] = []
+
+    def write_in_order(out: BatchOutput) -> None:
+        # A batch queued behind a failed one must not commit: its checkpoint would skip
+        # the lost batch's lines.
+        if failed:
+            raise StoreError("not written: an earlier batch of this run failed to commit")
+        try:
+            pipe.write(out)
+        except BaseException as exc:
+            failed.append(exc)
+            raise
+
     checkpoints = store.checkpoints()
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -90,7 +104,9 @@ def _ingest_paths(
         transient=True,
     ) as bar:
         for path in targets:
-            pending: Future[None] | None = None
+            # Writes run in submission order on the one writer thread; two may wait, so
+            # the next batch is read and transformed while the previous one is written.
+            pending: deque[Future[None]] = deque()
             try:
                 src: FileSource | StdinSource = (
                     StdinSource(config.ingest.chunk_bytes, checkpoints)
@@ -100,15 +116,14 @@ def _ingest_paths(
                 task = bar.add_task(path, total=src.size or None)
                 for batch, parsed in pipe.parser.parse_ahead(src.batches()):
                     out = pipe.transform(batch, parsed)
-                    if pending is not None:
-                        pending.result()
-                    pending = writer.submit(pipe.write, out)
+                    while len(pending) >= 2:
+                        pending.popleft().result()
+                    pending.append(writer.submit(write_in_order, out))
                     bar.update(task, completed=src.progress())
                     if on_output:
                         on_output(out)
-                if pending is not None:
-                    pending.result()
-                    pending = None
+                while pending:
+                    pending.popleft().result()
                 reader = getattr(src, "reader", None)
                 if reader is not None:
                     pipe.counters.sources_skipped_bytes += reader.skipped_bytes
@@ -117,8 +132,8 @@ def _ingest_paths(
                 pipe.counters.sources += 1
                 bar.remove_task(task)
             except SourceError as exc:
-                if pending is not None:
-                    pending.result()  # what was read before the failure is kept
+                while pending:
+                    pending.popleft().result()  # what was read before the failure is kept
                 result.failures.append(str(exc))
     writer.shutdown(wait=True)
     pipe.close()

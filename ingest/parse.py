@@ -71,10 +71,9 @@ def _sparse(n: int, values: dict[int, str | None]) -> pa.Array:
     """String column that is null except at a few positions (no n-sized Python list)."""
     if not values:
         return pa.nulls(n, pa.string())
-    col: list[str | None] = [None] * n
-    for i, v in values.items():
-        col[i] = v
-    return pa.array(col, pa.string())
+    at = np.full(n, -1, dtype=np.int64)
+    at[list(values)] = np.arange(len(values))
+    return pc.take(pa.array(list(values.values()), pa.string()), pa.array(at, mask=at < 0))
 
 
 #: What the SQL statement reads: one row per raw line, after byte checks and redaction.

@@ -32,12 +32,13 @@ import math
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import polars as pl
-import sklearn
-from sklearn.ensemble import IsolationForest
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import IsolationForest
 
 from detectors.base import Detector, FeatureSet, session_frame
 from detectors.baseline import habits, habitual_gate
@@ -86,6 +87,18 @@ FORMAT_VERSION = 2
 
 #: Smallest robust scale of a share feature for the outlier check (5 percentage points).
 RATIO_MIN_SCALE = 0.05
+
+
+def sklearn_version() -> str:
+    """Installed scikit-learn version.
+
+    scikit-learn (with scipy and pandas, which it imports) takes ~1 s of CPU to import,
+    so this module imports it only when a forest is fitted or loaded: ``import detectors``
+    stays cheap and ``analyze`` can overlap that import with work that does not need it.
+    """
+    import sklearn
+
+    return str(sklearn.__version__)
 
 
 def sklearn_minor(version: str) -> str:
@@ -180,6 +193,8 @@ class IsolationForestDetector(Detector):
         ])
         self.scale_ = np.maximum(1.4826 * np.nan_to_num(mad), min_scale)
         x = self._prep(x, med)
+        from sklearn.ensemble import IsolationForest
+
         model = IsolationForest(
             n_estimators=a.n_estimators,
             max_samples=min(a.max_samples, x.shape[0]),
@@ -204,7 +219,7 @@ class IsolationForestDetector(Detector):
         )
         self.learned_threshold_ = float(np.quantile(train_scores, 1.0 - a.contamination))
         self.n_train_ = int(x.shape[0])
-        self.sklearn_version_ = sklearn.__version__
+        self.sklearn_version_ = sklearn_version()
         self.trained_at_ = datetime.now(UTC).isoformat()
         self.learn_habits(history)
         return self
@@ -412,10 +427,10 @@ class IsolationForestDetector(Detector):
         if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
             raise ModelError(f"model file {p} has an unknown format; retrain it")
         saved = str(state.get("sklearn_version", "?"))
-        if sklearn_minor(saved) != sklearn_minor(sklearn.__version__):
+        if sklearn_minor(saved) != sklearn_minor(sklearn_version()):
             raise ModelError(
                 f"model file {p} was trained with scikit-learn {saved} but "
-                f"{sklearn.__version__} is installed; retrain with `toolwatch train` "
+                f"{sklearn_version()} is installed; retrain with `toolwatch train` "
                 "(or set detectors.anomaly.on_version_mismatch = 'refit')"
             )
         if list(state.get("features", [])) != [f[0] for f in FOREST_FEATURES]:

@@ -13,6 +13,10 @@ import re
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest import arrays
+
+_OK, _ERROR, _UNKNOWN = (arrays.scalar(s) for s in ("ok", "error", "unknown"))
+
 # Exact spellings seen in the wild, checked before any normalization.
 _FAST: dict[str, str] = {
     **dict.fromkeys(("ok", "OK", "success", "SUCCESS", "succeeded", "200", "true"), "ok"),
@@ -94,10 +98,11 @@ def outcome_column(status_raw: pa.ChunkedArray | pa.Array, is_error: pa.ChunkedA
     if isinstance(status_raw, pa.ChunkedArray):
         status_raw = status_raw.combine_chunks()
     enc = pc.dictionary_encode(status_raw)
-    mapped = pa.array(
-        [normalize_status(v) for v in enc.dictionary.to_pylist()], type=pa.string()
+    # A value that says nothing usable maps to null, so the error flag decides.
+    mapped = arrays.strings(
+        [o if (o := normalize_status(v)) != "unknown" else None
+         for v in enc.dictionary.to_pylist()]
     )
     from_value = pc.take(mapped, enc.indices)
-    from_value = pc.if_else(pc.equal(from_value, "unknown"), None, from_value)
-    from_flag = pc.if_else(is_error, "error", "ok")
-    return pc.coalesce(from_value, from_flag, pa.scalar("unknown"))
+    from_flag = pc.if_else(is_error, _ERROR, _OK)
+    return pc.coalesce(from_value, from_flag, _UNKNOWN)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -29,11 +29,12 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest import arrays
 from ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
 from ingest.outcome import outcome_column
 from ingest.records import RawBatch
-from toolwatch.config import IngestConfig
-from toolwatch.secrets import SecretHasher
+from toolwatch.config import Config, IngestConfig
+from toolwatch.secrets import SecretHasher, load_or_create_key
 
 _EPOCH_SQL = r"""
 CREATE OR REPLACE MACRO tw_epoch(n) AS CASE
@@ -73,7 +74,7 @@ def _sparse(n: int, values: dict[int, str | None]) -> pa.Array:
         return pa.nulls(n, pa.string())
     at = np.full(n, -1, dtype=np.int64)
     at[list(values)] = np.arange(len(values))
-    return pc.take(pa.array(list(values.values()), pa.string()), pa.array(at, mask=at < 0))
+    return arrays.masked(arrays.strings(list(values.values())), at)
 
 
 #: What the SQL statement reads: one row per raw line, after byte checks and redaction.
@@ -99,13 +100,20 @@ def in_input_order(out: pa.Table, n: int) -> pa.Table:
         When rows were lost or duplicated: never expected, and fatal, because raw lines
         are paired with rows by position.
     """
-    ords = out.column("ord").to_numpy()
+    ords = arrays.to_numpy(out.column("ord"))
     expected = np.arange(n, dtype=np.int64)
     if np.array_equal(ords, expected):
         return out
     if len(ords) != n or not np.array_equal(np.sort(ords), expected):
         raise AssertionError(f"parser returned {len(ords)} rows for {n} lines")
     return out.take(np.argsort(ords))
+
+
+def _line_offsets(lines: pa.LargeBinaryArray) -> np.ndarray:
+    """The n + 1 offsets of ``lines`` into its data buffer (a view, not a copy)."""
+    return np.frombuffer(lines.buffers()[1], dtype=np.int64)[
+        lines.offset : lines.offset + len(lines) + 1
+    ]
 
 
 class _CurrentBatch:
@@ -116,7 +124,7 @@ class _CurrentBatch:
     """
 
     def __init__(self) -> None:
-        self.table: pa.Table = _INPUT.empty_table()
+        self.table: pa.Table = pa.Table.from_batches([], _INPUT)
 
     def __arrow_c_stream__(self, requested_schema: object = None) -> object:
         return self.table.__arrow_c_stream__(requested_schema)
@@ -367,9 +375,7 @@ FROM res
         self.counters.lines += n
         pre_reason: dict[int, str] = {}
         repl: dict[int, bytes] = {}
-        offsets_buf = np.frombuffer(lines.buffers()[1], dtype=np.int64)[
-            lines.offset : lines.offset + n + 1
-        ]
+        offsets_buf = _line_offsets(lines)
         lengths = np.diff(offsets_buf)
         too_long = np.flatnonzero(lengths > self.config.max_line_bytes + 2).tolist()
         for i in too_long:
@@ -404,7 +410,7 @@ FROM res
             maybe = pc.match_substring_regex(
                 lines, self.hasher.candidate_pattern, ignore_case=True
             )
-            idx = set(np.flatnonzero(maybe.to_numpy(zero_copy_only=False)).tolist())
+            idx = set(arrays.to_numpy(pc.indices_nonzero(maybe)).tolist())
             for i in sorted(idx.union(repl)):
                 if pre_reason.get(i) == "line_too_long":
                     continue
@@ -424,12 +430,12 @@ FROM res
             )
         return pa.table(
             {
-                "ord": pa.array(np.arange(n, dtype=np.int64)),
-                "offset": pa.array(batch.offsets, pa.int64()),
-                "line_no": pa.array(batch.line_nos, pa.int64())
+                "ord": arrays.from_numpy(np.arange(n, dtype=np.int64)),
+                "offset": arrays.from_numpy(np.asarray(batch.offsets, dtype=np.int64)),
+                "line_no": arrays.from_numpy(np.asarray(batch.line_nos, dtype=np.int64))
                 if batch.line_nos is not None
                 else pa.nulls(n, pa.int64()),
-                "fp": pa.repeat(pa.scalar(batch.source_fp, pa.string()), n),
+                "fp": arrays.repeat(batch.source_fp, n),
                 "line": _splice_text(lines, offsets_buf, repl),
                 "pre_reason": _sparse(n, pre_reason),
                 "cred": _sparse(n, cred),
@@ -447,7 +453,7 @@ FROM res
                 self._prepared = True
             out = self._con.sql("EXECUTE tw_parse").to_arrow_table()
         finally:
-            self._current.table = _INPUT.empty_table()
+            self._current.table = pa.Table.from_batches([], _INPUT)
         # The raw line is attached here rather than selected in SQL: DuckDB would copy
         # every line's text once more (~30% of the query's cost). That pairs output row i
         # with input line i, so the output is put back in input order when DuckDB did not
@@ -455,14 +461,14 @@ FROM res
         out = in_input_order(out, tbl.num_rows)
         raw = pc.utf8_rtrim(tbl.column("line"), characters="\r\n")
         # Original size in bytes (an over-long line's raw is only a prefix).
-        nbytes = pc.binary_length(batch.lines)
+        nbytes = np.diff(_line_offsets(batch.lines))
         if batch.line_nos is not None:  # line sources keep the newline byte
-            nbytes = pc.subtract(nbytes, 1)
+            nbytes -= 1
         status = outcome_column(out.column("status_raw"), out.column("is_error_b"))
         return (
             out.append_column("status", status)
             .append_column("raw", raw)
-            .append_column("raw_bytes", nbytes.cast(pa.int64()))
+            .append_column("raw_bytes", arrays.from_numpy(nbytes))
         )
 
     def close(self) -> None:
@@ -487,11 +493,23 @@ class ParserPool:
 
     def __init__(self, config: IngestConfig, hasher: SecretHasher, *, workers: int = 2):
         self.workers = max(1, workers)
+        self.hasher = hasher
         self._parsers = [Parser(config, hasher, threads=1) for _ in range(self.workers)]
         self._idle: queue.SimpleQueue[Parser] = queue.SimpleQueue()
         for p in self._parsers:
             self._idle.put(p)
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="parser")
+
+    @classmethod
+    def from_config(cls, config: Config) -> ParserPool:
+        """The parse workers ``config`` asks for, hashing secrets with its key.
+
+        The key is read from ``secrets.hmac_key_file`` or the environment, and created on
+        first use (see :func:`toolwatch.secrets.load_or_create_key`).
+        """
+        key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
+        hasher = SecretHasher(key, config.ingest.secret_keys)
+        return cls(config.ingest, hasher, workers=config.ingest.parse_workers)
 
     @property
     def counters(self) -> ParseCounters:
@@ -513,15 +531,27 @@ class ParserPool:
         """Parse one batch on the calling thread."""
         return self._parse_with_any(batch)
 
-    def parse_ahead(self, batches: Iterable[RawBatch]) -> Iterator[tuple[RawBatch, pa.Table]]:
+    def parse_ahead(
+        self, batches: Iterable[RawBatch], on_wait: Callable[[], None] | None = None
+    ) -> Iterator[tuple[RawBatch, pa.Table]]:
         """Yield ``(batch, parsed)`` in input order, up to ``workers + 1`` batches in flight.
 
         The next batch is read (file I/O, gzip) here while the workers parse. A source
         that fails mid-stream still has every batch read before the failure yielded
-        first; a parse error surfaces at that batch's turn.
+        first; a parse error surfaces at that batch's turn. ``on_wait`` is called once,
+        when the first result is about to be waited for: setup that does not need it
+        runs there while the workers parse.
         """
         inflight: deque[tuple[RawBatch, Future[pa.Table]]] = deque()
         it = iter(batches)
+
+        def result(fut: Future[pa.Table]) -> pa.Table:
+            nonlocal on_wait
+            if on_wait is not None:
+                call, on_wait = on_wait, None
+                call()
+            return fut.result()
+
         while True:
             try:
                 batch = next(it)
@@ -530,17 +560,17 @@ class ParserPool:
             except BaseException:
                 while inflight:
                     done, fut = inflight.popleft()
-                    yield done, fut.result()
+                    yield done, result(fut)
                 raise
             inflight.append((batch, self._pool.submit(self._parse_with_any, batch)))
             # One batch more than workers stays queued, so a worker that finishes while
             # the caller is busy with the previous result starts the next one at once.
             if len(inflight) > self.workers:
                 done, fut = inflight.popleft()
-                yield done, fut.result()
+                yield done, result(fut)
         while inflight:
             done, fut = inflight.popleft()
-            yield done, fut.result()
+            yield done, result(fut)
 
     def close(self) -> None:
         """Stop the workers and release every DuckDB connection."""

@@ -6,19 +6,26 @@ import importlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
-import polars as pl
 import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ingest import arrays
 from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.ingest_run import IngestResult, ingest_paths
-from toolwatch.pipeline import BatchOutput
 from toolwatch.store import Store
+
+if TYPE_CHECKING:
+    # polars is imported by the functions that use it: ``analyze`` starts parsing before
+    # paying for that import (see toolwatch.ingest_run).
+    import polars as pl
+
+    from toolwatch.pipeline import BatchOutput
 
 
 @dataclass
@@ -31,6 +38,8 @@ class AnalyzeResult:
 
 def load_events(store: Store, fingerprints: list[str] | None) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Events and summaries of the given streams (all streams when ``None``)."""
+    import polars as pl
+
     con = store.connect()
     try:
         where = "WHERE source_fp IN (SELECT unnest($fps))" if fingerprints is not None else ""
@@ -54,6 +63,8 @@ def run_detectors(
     config: Config, events: pl.DataFrame, summaries: pl.DataFrame, model_path: Path | None = None
 ) -> pl.DataFrame:
     """Every registered detector over the events; returns alerts (schema.ALERTS columns)."""
+    import polars as pl
+
     try:
         import detectors
     except ImportError:  # pragma: no cover - detectors package absent
@@ -72,6 +83,8 @@ def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path) -> pl.DataFr
     The rules live in ``<data_dir>/_triage/suppressions.json`` (written by the dashboard;
     see docs/dashboard.md). Config allowlists are applied by the detectors themselves.
     """
+    import polars as pl
+
     from dashboard.triage import is_suppressed, load_suppressions
 
     rules = load_suppressions(data_dir)
@@ -94,6 +107,15 @@ def write_alerts_jsonl(alerts: pl.DataFrame, path: Path) -> None:
             fh.write(orjson.dumps(row, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC) + b"\n")
 
 
+def _warm_imports() -> None:
+    """Import the detectors and scikit-learn (see :func:`analyze_paths`)."""
+    for name in ("detectors", "sklearn.ensemble"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # pragma: no cover - reported where the module is used
+            return
+
+
 def analyze_paths(
     config: Config,
     paths: list[str],
@@ -102,9 +124,11 @@ def analyze_paths(
     progress: bool | None = None,
 ) -> AnalyzeResult:
     """Ingest ``paths`` then detect over the events of exactly those streams."""
-    # scikit-learn takes ~1.5 s to import; do it while the logs are parsed (ingest spends
-    # most of its time in DuckDB and pyarrow with the GIL released).
-    warm = threading.Thread(target=importlib.import_module, args=("detectors",), daemon=True)
+    # scikit-learn (with the scipy and pandas it pulls in) costs ~1 s of CPU to import;
+    # do it while the logs are parsed, when DuckDB and pyarrow hold the cores without the
+    # GIL. (Importing it after ingest, beside the detectors' polars work, measured the
+    # same: on two cores it is CPU either phase has to give up.)
+    warm = threading.Thread(target=_warm_imports, daemon=True)
     warm.start()
     store = Store(config.data_dir, compact_min_files=config.store.compact_min_files)
     # Keep what this run stores (minus the raw line) instead of reading it back; if part
@@ -119,7 +143,8 @@ def analyze_paths(
     res = ingest_paths(config, paths, store=store, progress=progress, on_output=keep)
     warm.join()
     if res.counters.sources_skipped_bytes == 0 and not res.failures:
-        events = _frame(kept_events, schema.EVENTS.remove(schema.EVENTS.get_field_index("raw")))
+        no_raw = schema.EVENTS.remove(schema.EVENTS.get_field_index("raw"))
+        events = _frame(kept_events, no_raw, _detector_columns())
         summaries = _frame(kept_summaries, schema.SUMMARIES)
     else:
         events, summaries = load_events(store, res.fingerprints)
@@ -134,12 +159,27 @@ def analyze_paths(
     return AnalyzeResult(ingest=res, alerts=alerts)
 
 
-def _frame(tables: list[pa.Table], sch: pa.Schema) -> pl.DataFrame:
-    """Concatenate batch tables into one frame sorted by time (as the store view is)."""
-    tbl = pa.concat_tables(tables) if tables else sch.empty_table()
-    df = pl.from_arrow(tbl)
+def _detector_columns() -> list[str] | None:
+    """Event columns the detectors read (None: all), so the rest is never converted."""
+    try:
+        from detectors.features import EVENT_COLUMNS
+    except ImportError:  # pragma: no cover - detectors package absent
+        return None
+    return [n for n in schema.EVENTS.names if n in EVENT_COLUMNS]
+
+
+def _frame(
+    tables: list[pa.Table], sch: pa.Schema, columns: list[str] | None = None
+) -> pl.DataFrame:
+    """Concatenate batch tables into one frame in time order (as the store view is)."""
+    import polars as pl
+
+    tbl = pa.concat_tables(tables) if tables else arrays.empty(sch)
+    df = pl.from_arrow(tbl.select(columns) if columns is not None else tbl)
     assert isinstance(df, pl.DataFrame)
-    return df.sort("ts")
+    # One log file is usually in time order already, and sorting a 1M-row frame costs
+    # ~0.5 s even then (every column is gathered); the check is one pass over ``ts``.
+    return df if df["ts"].is_sorted() else df.sort("ts")
 
 
 _SEV_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
@@ -147,6 +187,8 @@ _SEV_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 
 def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
     """Flagged sessions and entities, most severe first."""
+    import polars as pl
+
     # Wide enough for one alert per line when piped (rich falls back to 80 columns).
     console = Console(width=max(Console().width, 160))
     if alerts.height == 0:

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from toolwatch import __version__
-from toolwatch.config import Config, describe, load_config
+from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
+from toolwatch.config import describe, load_config
 from toolwatch.errors import ToolwatchError
 
 app = typer.Typer(
@@ -21,27 +22,9 @@ app = typer.Typer(
     help="Catch abusive AI agents in MCP server tool-call logs.",
     pretty_exceptions_enable=False,
 )
-err = Console(stderr=True)
-
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="Config file (TOML). Default: ./toolwatch.toml"),
-]
-DataDirOpt = Annotated[
-    Path | None, typer.Option("--data-dir", "-d", help="Store directory (overrides config).")
-]
 
 
-def _config(config: Path | None, data_dir: Path | None) -> Config:
-    cfg = load_config(config)
-    if data_dir is not None:
-        cfg.store.data_dir = str(data_dir)
-    return cfg
 
-
-def _fail(exc: Exception, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
-    return typer.Exit(code)
 
 
 def _print_summary(counters: dict, *, title: str) -> None:
@@ -87,16 +70,16 @@ def ingest(
     from toolwatch.ingest_run import ingest_paths
 
     if follow:
-        from toolwatch.live_cli import follow as follow_paths
+        from toolwatch.live_commands import follow as follow_paths
 
         follow_paths(paths, config, data_dir)
         return
 
     try:
-        cfg = _config(config, data_dir)
+        cfg = config_for(config, data_dir)
         res = ingest_paths(cfg, paths, progress=progress)
     except ToolwatchError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     summary = res.counters.as_dict()
     if json_summary:
         print(orjson.dumps({**summary, "failures": res.failures}).decode())
@@ -128,12 +111,12 @@ def query(
     from toolwatch.store import Store
 
     if fmt not in ("table", "csv", "json"):
-        raise _fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
+        raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     try:
-        cfg = _config(config, data_dir)
+        cfg = config_for(config, data_dir)
         tbl = Store(cfg.data_dir).query(sql)
     except ToolwatchError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     write_rows(tbl, fmt)
 
 
@@ -155,10 +138,10 @@ def analyze(
     from toolwatch.analyze import analyze_paths, print_alerts
 
     try:
-        cfg = _config(config, data_dir)
+        cfg = config_for(config, data_dir)
         res = analyze_paths(cfg, paths, alerts_out=alerts_out, progress=progress)
     except ToolwatchError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     if not quiet:
         _print_summary(res.ingest.counters.as_dict(), title=f"ingested into {cfg.data_dir}")
         print_alerts(res.alerts)
@@ -186,14 +169,14 @@ def train(
     from toolwatch.store import Store
 
     try:
-        cfg = _config(config, data_dir)
+        cfg = config_for(config, data_dir)
         events, summaries = load_events(Store(cfg.data_dir), None)
         path = model or cfg.data_dir / "models" / "forest.skops"
         info = detectors.train(
             events, summaries, detectors.DetectorsConfig.from_dict(cfg.detectors), path
         )
     except ToolwatchError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     Console().print(
         f"trained on {info['n_train']:,} sessions (scikit-learn {info['sklearn_version']}); "
         f"saved to {info['path']}",
@@ -233,15 +216,15 @@ def alerts(
     from toolwatch.store import Store
 
     if severity is not None and severity not in _SEVERITIES:
-        raise _fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
+        raise fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
     if fmt not in ("table", "csv", "json"):
-        raise _fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
+        raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     import polars as pl
 
     from detectors.filters import filter_alerts
 
     try:
-        cfg = _config(config, data_dir)
+        cfg = config_for(config, data_dir)
         stored = pl.from_arrow(Store(cfg.data_dir).query("SELECT * FROM alerts"))
         assert isinstance(stored, pl.DataFrame)
         picked = filter_alerts(
@@ -253,7 +236,7 @@ def alerts(
             until=until,
         )
     except ToolwatchError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     tbl = (
         picked.head(limit)
         .select(
@@ -297,11 +280,11 @@ def evaluate(
 
     for p in (labels, alerts_file):
         if not p.is_file():
-            raise _fail(FileNotFoundError(f"{p}: no such file"), 1)
+            raise fail(FileNotFoundError(f"{p}: no such file"), 1)
     try:
         rows = [orjson.loads(x) for x in alerts_file.read_bytes().splitlines() if x.strip()]
     except orjson.JSONDecodeError as exc:
-        raise _fail(ValueError(f"{alerts_file}: not JSON lines ({exc})"), 1) from None
+        raise fail(ValueError(f"{alerts_file}: not JSON lines ({exc})"), 1) from None
     for r in rows:  # evidence is an object in the JSON file, text in the store schema
         if isinstance(r.get("evidence"), dict):
             r["evidence"] = orjson.dumps(r["evidence"]).decode()
@@ -334,7 +317,7 @@ def config_cmd(config: ConfigOpt = None) -> None:
     try:
         load_config(config)
     except ToolwatchError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     t = Table(title="toolwatch configuration keys")
     for c in ("key", "default", "meaning"):
         t.add_column(c, overflow="fold")
@@ -355,7 +338,7 @@ def version() -> None:
 # Each module defines plain typer-annotated functions; registering them here keeps
 # ``toolwatch --help`` in one place.
 from dashboard.launch import dashboard_command  # noqa: E402
-from toolwatch.live_cli import kafka, run, status, tail  # noqa: E402
+from toolwatch.live_commands import kafka, run, status, tail  # noqa: E402
 
 app.command("dashboard")(dashboard_command)
 app.command()(tail)

@@ -8,14 +8,18 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+from ingest.parse import ParserPool
 from ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.config import Config
 from toolwatch.errors import SourceError, StoreError
-from toolwatch.pipeline import BatchOutput, Counters, Pipeline
 from toolwatch.store import Store
+
+if TYPE_CHECKING:  # polars: imported once the parse workers are busy (see _ingest_paths)
+    from toolwatch.pipeline import BatchOutput, Counters, Pipeline
 
 
 @dataclass
@@ -63,12 +67,25 @@ def _ingest_paths(
     batch's tables as they are committed (``analyze`` keeps them instead of re-reading).
     """
     store = store or Store(config.data_dir, compact_min_files=config.store.compact_min_files)
-    pipe = Pipeline(config, store)
-    result = IngestResult(counters=pipe.counters)
+    parser = ParserPool.from_config(config)
+    pipe: Pipeline | None = None
+
+    def start_pipeline() -> Pipeline:
+        # The transforms need polars, ~0.15 s of one core to import: it is imported here,
+        # once the first batches are in the parse workers' hands, instead of before them.
+        nonlocal pipe
+        if pipe is None:
+            from toolwatch.pipeline import Pipeline
+
+            pipe = Pipeline(config, store, parser=parser)
+        return pipe
+
+    failures: list[str] = []
+    fingerprints: list[str] = []
     try:
         targets = expand_paths(paths)
     except SourceError as exc:
-        result.failures.append(str(exc))
+        failures.append(str(exc))
         targets = []
         for p in paths:
             try:
@@ -90,7 +107,7 @@ def _ingest_paths(
         if failed:
             raise StoreError("not written: an earlier batch of this run failed to commit")
         try:
-            pipe.write(out)
+            start_pipeline().write(out)
         except BaseException as exc:
             failed.append(exc)
             raise
@@ -115,8 +132,8 @@ def _ingest_paths(
                     else FileSource(path, config.ingest.chunk_bytes, checkpoints)
                 )
                 task = bar.add_task(path, total=src.size or None)
-                for batch, parsed in pipe.parser.parse_ahead(src.batches()):
-                    out = pipe.transform(batch, parsed)
+                for batch, parsed in parser.parse_ahead(src.batches(), start_pipeline):
+                    out = start_pipeline().transform(batch, parsed)
                     while len(pending) >= 2:
                         pending.popleft().result()
                     pending.append(writer.submit(write_in_order, out))
@@ -125,21 +142,23 @@ def _ingest_paths(
                         on_output(out)
                 while pending:
                     pending.popleft().result()
+                counters = start_pipeline().counters
                 reader = getattr(src, "reader", None)
                 if reader is not None:
-                    pipe.counters.sources_skipped_bytes += reader.skipped_bytes
+                    counters.sources_skipped_bytes += reader.skipped_bytes
                     if reader.fingerprint:
-                        result.fingerprints.append(reader.fingerprint)
-                pipe.counters.sources += 1
+                        fingerprints.append(reader.fingerprint)
+                counters.sources += 1
                 bar.remove_task(task)
             except SourceError as exc:
                 while pending:
                     pending.popleft().result()  # what was read before the failure is kept
-                result.failures.append(str(exc))
+                failures.append(str(exc))
     writer.shutdown(wait=True)
+    pipe = start_pipeline()
     pipe.close()
     store.compact("events")
     store.compact("quarantine")
     store.compact("summaries")
     store.close()
-    return result
+    return IngestResult(pipe.counters, fingerprints, failures)

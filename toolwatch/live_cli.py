@@ -1,27 +1,20 @@
-"""Live-mode commands: ``tail``, ``run``, ``kafka``, ``status`` (and ``ingest --follow``).
+"""The loops behind the live-mode commands (:mod:`toolwatch.live_commands`).
 
-The command functions are plain typer-annotated functions registered in
-:mod:`toolwatch.cli`; the loops they drive (:func:`tail_files`, :func:`follow_stdin`,
-:func:`run_wrapped`, :func:`consume_kafka`) are importable for tests and benchmarks.
+:func:`tail_files`, :func:`follow_stdin`, :func:`run_wrapped` and :func:`consume_kafka`
+each run one live source until stopped; tests and benchmarks call them directly.
 """
 
 from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import orjson
-import typer
-from rich.console import Console
-from rich.table import Table
-
-from toolwatch.config import Config, load_config
+from toolwatch.config import Config
 from toolwatch.errors import ToolwatchError
 from toolwatch.live import (
     DetectFn,
@@ -31,61 +24,12 @@ from toolwatch.live import (
     SinkConfig,
     StatusPublisher,
     StopFlag,
-    install_stop_handlers,
-    read_statuses,
 )
 from toolwatch.store import Store
 
-err = Console(stderr=True)
 log = logging.getLogger("toolwatch.live")
 
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", "-c", help="Config file (TOML). Default: ./toolwatch.toml"),
-]
-DataDirOpt = Annotated[
-    Path | None, typer.Option("--data-dir", "-d", help="Store directory (overrides config).")
-]
-AlertsOutOpt = Annotated[
-    Path | None, typer.Option("--alerts-out", help="Also append alerts as JSON lines here.")
-]
-WebhookOpt = Annotated[
-    str | None, typer.Option("--webhook", help="Also POST each alert (JSON) to this URL.")
-]
-SlackOpt = Annotated[
-    bool, typer.Option("--slack", help="Send --webhook alerts as Slack {\"text\"} messages.")
-]
-MetricsOpt = Annotated[
-    int | None, typer.Option("--metrics-port", help="Serve Prometheus /metrics on this port.")
-]
-IdleExitOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--exit-when-idle",
-        help="Stop once nothing new arrived for this many seconds (replays, scripts).",
-    ),
-]
-VerboseOpt = Annotated[
-    bool, typer.Option("--verbose", "-v", help="Log counters to stderr after every flush.")
-]
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s toolwatch %(levelname)s %(message)s",
-    )
-
-
-def _config(config: Path | None, data_dir: Path | None) -> Config:
-    cfg = load_config(config)
-    if data_dir is not None:
-        cfg.store.data_dir = str(data_dir)
-    return cfg
-
-
-def _sinks_for(
+def sinks_for(
     lc: LiveConfig,
     *,
     stdout_default: bool,
@@ -453,244 +397,12 @@ def consume_kafka(
 
 
 # --------------------------------------------------------------------------- commands
-def tail(
-    paths: Annotated[list[str], typer.Argument(help="Files and globs to follow (like tail -F).")],
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    alerts_out: AlertsOutOpt = None,
-    webhook: WebhookOpt = None,
-    slack: SlackOpt = False,
-    no_stdout: Annotated[
-        bool, typer.Option("--no-stdout", help="Do not print alerts on stdout.")
-    ] = False,
-    from_end: Annotated[
-        bool, typer.Option("--from-end", help="Skip what files hold at startup (no checkpoint).")
-    ] = False,
-    metrics_port: MetricsOpt = None,
-    exit_when_idle: IdleExitOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Follow log files: appends, rotation (rename and copy-truncate), new files of a glob.
-
-    Alerts are printed on stdout as JSON lines (and sent to configured sinks) within
-    seconds; offsets are checkpointed in the store, so a restart resumes exactly.
-
-    Example: toolwatch tail '/var/log/mcp/*.jsonl' --alerts-out alerts.jsonl
-    """
-    _setup_logging(verbose)
-    try:
-        cfg = _config(config, data_dir)
-        lc = LiveConfig.from_config(cfg)
-        if from_end:
-            lc.start_at_end = True
-        if metrics_port is not None:
-            lc.metrics_port = metrics_port
-        sinks = _sinks_for(lc, stdout_default=True, alerts_out=alerts_out, webhook=webhook,
-                           slack=slack, no_stdout=no_stdout)
-    except (ToolwatchError, ValueError) as exc:
-        raise _fail(exc) from None
-    stop = StopFlag()
-    install_stop_handlers(stop)
-    try:
-        tail_files(cfg, paths, stop=stop, sinks=sinks, live=lc, idle_exit_s=exit_when_idle,
-                   verbose=verbose)
-    except ToolwatchError as exc:
-        raise _fail(exc) from None
-
-
-def follow(
-    paths: list[str],
-    config: Path | None = None,
-    data_dir: Path | None = None,
-    *,
-    verbose: bool = False,
-) -> None:
-    """``ingest --follow``: ``-`` follows stdin to EOF; paths are tailed like ``tail``."""
-    _setup_logging(verbose)
-    try:
-        cfg = _config(config, data_dir)
-        lc = LiveConfig.from_config(cfg)
-        sinks = _sinks_for(lc, stdout_default=False)
-    except (ToolwatchError, ValueError) as exc:
-        raise _fail(exc) from None
-    stop = StopFlag()
-    install_stop_handlers(stop)
-    try:
-        if paths == ["-"]:
-            follow_stdin(cfg, stop=stop, sinks=sinks, live=lc, verbose=verbose)
-        elif "-" in paths:
-            raise ToolwatchError("--follow takes either - or files, not both")
-        else:
-            tail_files(cfg, paths, stop=stop, sinks=sinks, live=lc, verbose=verbose)
-    except ToolwatchError as exc:
-        raise _fail(exc) from None
-
-
-def run(
-    ctx: typer.Context,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    alerts_out: AlertsOutOpt = None,
-    webhook: WebhookOpt = None,
-    slack: SlackOpt = False,
-    metrics_port: MetricsOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Start an MCP stdio server and watch it: toolwatch run [OPTIONS] -- CMD ARGS...
-
-    stdin/stdout pass straight between the client and the server (toolwatch never writes
-    to stdout); the server's stderr is echoed and parsed (JSON lines become events). Exits
-    with the server's exit code.
-
-    Example: toolwatch run --alerts-out alerts.jsonl -- python my_server.py
-    """
-    # stdout belongs to the MCP protocol: nothing of ours may ever reach it.
-    sys.stdout = sys.stderr
-    _setup_logging(verbose)
-    argv = list(ctx.args)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise _fail(ValueError("no server command: toolwatch run [OPTIONS] -- CMD ARGS..."), 2)
-    try:
-        cfg = _config(config, data_dir)
-        lc = LiveConfig.from_config(cfg)
-        if metrics_port is not None:
-            lc.metrics_port = metrics_port
-        sinks = _sinks_for(lc, stdout_default=False, alerts_out=alerts_out, webhook=webhook,
-                           slack=slack, allow_stdout=False)
-        code = run_wrapped(cfg, argv, sinks=sinks, live=lc, verbose=verbose)
-    except (ToolwatchError, ValueError) as exc:
-        raise _fail(exc, 127 if "cannot start" in str(exc) else 1) from None
-    raise typer.Exit(code)
-
-
-def kafka(
-    bootstrap_servers: Annotated[
-        str, typer.Option("--bootstrap-servers", "-b", help="host:port[,host:port...]")
-    ],
-    topic: Annotated[list[str], typer.Option("--topic", "-t", help="Topic(s) to consume.")],
-    group_id: Annotated[str, typer.Option("--group-id", "-g", help="Consumer group.")],
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    alerts_topic: Annotated[
-        str | None, typer.Option("--alerts-topic", help="Also produce alerts to this topic.")
-    ] = None,
-    alerts_out: AlertsOutOpt = None,
-    webhook: WebhookOpt = None,
-    slack: SlackOpt = False,
-    no_stdout: Annotated[
-        bool, typer.Option("--no-stdout", help="Do not print alerts on stdout.")
-    ] = False,
-    max_poll_interval_ms: Annotated[
-        int, typer.Option(help="Longest gap between polls before the group evicts us.")
-    ] = 300_000,
-    session_timeout_ms: Annotated[int, typer.Option(help="Group session timeout.")] = 10_000,
-    heartbeat_interval_ms: Annotated[int, typer.Option(help="Heartbeat interval.")] = 3_000,
-    auto_offset_reset: Annotated[
-        str, typer.Option(help="earliest | latest: where a partition with no checkpoint starts.")
-    ] = "earliest",
-    metrics_port: MetricsOpt = None,
-    exit_when_idle: IdleExitOpt = None,
-    verbose: VerboseOpt = False,
-) -> None:
-    """Consume MCP logs from Kafka as a consumer-group member (several instances share).
-
-    Offsets are committed only after the batch's events and alerts are stored; the store
-    is the source of truth, so restarts and rebalances never store a message twice.
-    Recommended producer key: the caller id (keeps a caller on one consumer).
-
-    Example: toolwatch kafka -b kafka:9092 -t mcp-logs -g toolwatch --alerts-topic mcp-alerts
-    """
-    _setup_logging(verbose)
-    try:
-        cfg = _config(config, data_dir)
-        lc = LiveConfig.from_config(cfg)
-        if metrics_port is not None:
-            lc.metrics_port = metrics_port
-        sinks = _sinks_for(lc, stdout_default=True, alerts_out=alerts_out, webhook=webhook,
-                           slack=slack, no_stdout=no_stdout, kafka_topic=alerts_topic,
-                           default_bootstrap=bootstrap_servers)
-    except (ToolwatchError, ValueError) as exc:
-        raise _fail(exc) from None
-    stop = StopFlag()
-    install_stop_handlers(stop)
-    opts = {
-        "max_poll_interval_ms": max_poll_interval_ms,
-        "session_timeout_ms": session_timeout_ms,
-        "heartbeat_interval_ms": heartbeat_interval_ms,
-        "auto_offset_reset": auto_offset_reset,
-    }
-    try:
-        consume_kafka(cfg, bootstrap_servers=bootstrap_servers, topics=topic, group_id=group_id,
-                      consumer_options=opts, stop=stop, sinks=sinks, live=lc,
-                      idle_exit_s=exit_when_idle, verbose=verbose)
-    except ToolwatchError as exc:
-        raise _fail(exc) from None
-    except Exception as exc:  # kafka-python errors: broker down, auth...
-        from kafka.errors import KafkaError
-
-        if isinstance(exc, KafkaError):
-            raise _fail(ToolwatchError(f"kafka:{bootstrap_servers}: {exc}")) from None
-        raise
-
-
-def status(
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    all_: Annotated[
-        bool, typer.Option("--all", help="Also show stopped processes.")
-    ] = False,
-) -> None:
-    """Show live processes writing to the store: events/s, lag, quarantine, sessions, alerts."""
-    try:
-        cfg = _config(config, data_dir)
-    except ToolwatchError as exc:
-        raise _fail(exc) from None
-    rows = [s for s in read_statuses(cfg.data_dir) if all_ or s["alive"]]
-    if json_out:
-        print(orjson.dumps(rows, default=str).decode())
-        return
-    if not rows:
-        Console().print(f"no live toolwatch process writing to {cfg.data_dir}")
-        return
-    t = Table(title=f"live toolwatch processes on {cfg.data_dir}")
-    for c in ("kind", "pid", "state", "events/s", "events", "lag", "quarantined",
-              "server text", "active sessions", "alerts new/upd", "last flush", "name"):
-        t.add_column(c, overflow="fold")
-    for s in rows:
-        lag = s.get("lag") or {}
-        lag_txt = ", ".join(
-            f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in lag.items()
-        )
-        state = "running" if s["alive"] else "stopped"
-        if s["alive"] and s["age_s"] > 10:
-            state = f"stale ({s['age_s']:.0f}s)"
-        t.add_row(
-            s.get("kind", "?"), str(s.get("pid")), state, f"{s.get('events_per_s', 0):,.0f}",
-            f"{s.get('events_stored', 0):,}", lag_txt, f"{s.get('quarantined_total', 0):,}",
-            f"{s.get('server_text_lines', 0):,}", f"{s.get('active_sessions', 0):,}",
-            f"{s.get('alerts_new', 0)}/{s.get('alerts_updated', 0)}",
-            f"{s.get('last_flush_ms', 0):.0f} ms", str(s.get("name", ""))[:60],
-        )
-    Console().print(t)
-
-
-def _fail(exc: Exception, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
-    return typer.Exit(code)
 
 
 __all__ = [
     "consume_kafka",
-    "follow",
     "follow_stdin",
-    "kafka",
-    "run",
     "run_wrapped",
-    "status",
-    "tail",
+    "sinks_for",
     "tail_files",
 ]
-

@@ -11,18 +11,27 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest import arrays
 from ingest.pair import Pairer
 from ingest.parse import ParserPool
 from ingest.records import RawBatch
 from ingest.sessionize import Sessionizer
 from toolwatch import schema
 from toolwatch.config import Config
-from toolwatch.secrets import SecretHasher, load_or_create_key
 from toolwatch.store import Checkpoint, Store
+
+#: Outcomes that do not make a call an error when the log has no error flag.
+_NOT_ERRORS = arrays.strings(["ok", "unknown"])
+
+
+def _epoch_us(t: datetime) -> int:
+    """Microseconds since the epoch of an aware datetime (exact, no float rounding)."""
+    return (t - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 @dataclass
@@ -88,12 +97,11 @@ class Pipeline:
         Destination; ``None`` to only transform (tests, dry runs).
     """
 
-    def __init__(self, config: Config, store: Store | None):
+    def __init__(self, config: Config, store: Store | None, parser: ParserPool | None = None):
         self.config = config
         self.store = store
-        key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
-        self.hasher = SecretHasher(key, config.ingest.secret_keys)
-        self.parser = ParserPool(config.ingest, self.hasher, workers=config.ingest.parse_workers)
+        self.parser = parser if parser is not None else ParserPool.from_config(config)
+        self.hasher = self.parser.hasher
         self.pairers: dict[str, Pairer] = {}
         self.sessionizer = Sessionizer(timedelta(minutes=config.ingest.session_gap_minutes))
         self.counters = Counters()
@@ -119,8 +127,8 @@ class Pipeline:
 
         def rows(k: str) -> pa.Table:
             if k not in present:
-                return rest.schema.empty_table()
-            return rest if len(present) == 1 else rest.filter(pc.equal(kind, k))
+                return arrays.empty(rest.schema)
+            return rest if len(present) == 1 else rest.filter(pc.equal(kind, arrays.scalar(k)))
 
         def frame(k: str) -> pl.DataFrame:
             df = pl.from_arrow(rows(k))
@@ -163,12 +171,12 @@ class Pipeline:
         if paired.height:
             parts.append(paired.select(calls.column_names).to_arrow().cast(calls.schema))
         if not parts:
-            return schema.EVENTS.empty_table()
+            return arrays.empty(schema.EVENTS)
         ev = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
         n = ev.num_rows
         is_error = pc.coalesce(
             ev.column("is_error_b"),
-            pc.invert(pc.is_in(ev.column("status"), value_set=pa.array(["ok", "unknown"]))),
+            pc.invert(pc.is_in(ev.column("status"), value_set=_NOT_ERRORS)),
         )
         session_id = ev.column("session_id")
         derived = pc.is_null(session_id)
@@ -186,9 +194,9 @@ class Pipeline:
             session_id=session_id,
             session_derived=derived,
             is_error=is_error,
-            source=pa.repeat(pa.scalar(batch.source, pa.string()), n),
-            source_fp=pa.repeat(pa.scalar(batch.source_fp, pa.string()), n),
-            ingested_at=pa.repeat(pa.scalar(now, schema.TS), n),
+            source=arrays.repeat(batch.source, n),
+            source_fp=arrays.repeat(batch.source_fp, n),
+            ingested_at=arrays.from_numpy(np.full(n, _epoch_us(now)), schema.TS),
         )
         return pa.table([cols[name] for name in _EVENT_COLS], names=_EVENT_COLS).cast(
             schema.EVENTS
@@ -196,7 +204,7 @@ class Pipeline:
 
     def _summaries(self, rows: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
         if rows.height == 0:
-            return schema.SUMMARIES.empty_table()
+            return arrays.empty(schema.SUMMARIES)
         s = rows.with_columns(
             pl.col("summary_kind").alias("kind"),
             pl.lit(batch.source).alias("source"),
@@ -235,7 +243,7 @@ class Pipeline:
                 how="vertical_relaxed",
             )
         if rows.height == 0:
-            return schema.QUARANTINE.empty_table()
+            return arrays.empty(schema.QUARANTINE)
         keep = self.config.ingest.quarantine_raw_chars
         q = rows.with_columns(
             pl.col("raw").str.slice(0, keep).alias("raw"),

@@ -467,13 +467,13 @@ def _write_parquet(tbl: pa.Table, path: Path) -> None:
 
 def _split_by_day(tbl: pa.Table, col: str) -> Iterator[tuple[str, pa.Table]]:
     days = pc.cast(tbl[col], pa.date32())
-    uniq = pc.unique(days).to_pylist()
+    uniq = pc.unique(days)
     if len(uniq) == 1:
-        yield (str(uniq[0]) if uniq[0] else "unknown"), tbl
+        yield (str(uniq[0]) if uniq[0].is_valid else "unknown"), tbl
         return
-    for d in uniq:
-        mask = pc.is_null(days) if d is None else pc.equal(days, pa.scalar(d, pa.date32()))
-        yield (str(d) if d else "unknown"), tbl.filter(mask)
+    for d in uniq:  # Arrow scalars: a Python date here would import pandas (pa.scalar)
+        mask = pc.equal(days, d) if d.is_valid else pc.is_null(days)
+        yield (str(d) if d.is_valid else "unknown"), tbl.filter(mask)
 
 
 _ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}

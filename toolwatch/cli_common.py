@@ -1,0 +1,38 @@
+"""What every ``toolwatch`` command shares: the store options, config loading, errors.
+
+Kept light (typer, rich, config): it is imported by every invocation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from toolwatch.config import Config, load_config
+
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Config file (TOML). Default: ./toolwatch.toml"),
+]
+DataDirOpt = Annotated[
+    Path | None, typer.Option("--data-dir", "-d", help="Store directory (overrides config).")
+]
+
+
+def config_for(config: Path | None, data_dir: Path | None) -> Config:
+    """The configuration a command runs with: the file, then ``--data-dir`` over it."""
+    cfg = load_config(config)
+    if data_dir is not None:
+        cfg.store.data_dir = str(data_dir)
+    return cfg
+
+
+def fail(exc: Exception, code: int = 1) -> typer.Exit:
+    """Print ``exc`` as an error on stderr; the exit to raise (``raise fail(e) from None``)."""
+    err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    return typer.Exit(code)

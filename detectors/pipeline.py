@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -72,13 +73,19 @@ class DetectResult:
 def _fit_all(
     dets: list[Detector], fit_on: FeatureSet, model_path: Path | None
 ) -> str:
+    # The forest is fitted on its own thread while the rule detectors fit here: both spend
+    # their time in native code that releases the GIL (scikit-learn's tree builder,
+    # polars), so on two cores the forest costs little wall time on top of the rules.
+    forests = [d for d in dets if isinstance(d, IsolationForestDetector)]
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forest-fit") as pool:
+        fitting = [pool.submit(load_or_fit, det, model_path, fit_on) for det in forests]
+        for det in dets:
+            if not isinstance(det, IsolationForestDetector):
+                det.fit(fit_on)
+        hows = [f.result() for f in fitting]
     model = "disabled"
-    for det in dets:
-        if isinstance(det, IsolationForestDetector):
-            how = load_or_fit(det, model_path, fit_on)
-            model = how if det.model_fitted else "unfitted"
-        else:
-            det.fit(fit_on)
+    for det, how in zip(forests, hows, strict=True):
+        model = how if det.model_fitted else "unfitted"
     return model
 
 

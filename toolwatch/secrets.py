@@ -110,22 +110,38 @@ class SecretHasher:
         return hit
 
     def redact(self, obj: Any, found: list[str]) -> Any:
-        """Return ``obj`` with every secret value hashed; append the hashes to ``found``."""
+        """Return ``obj`` with every secret value hashed; append the hashes to ``found``.
+
+        Containers holding no secret are returned as they are (not copied): a log line
+        is mostly scalars under ordinary keys, and this runs for every line that may
+        carry a secret.
+        """
         if isinstance(obj, dict):
-            out: dict[str, Any] = {}
+            out: dict[str, Any] | None = None
             for k, v in obj.items():
-                if self.is_secret_key(k) and v is not None and not isinstance(v, dict | list):
-                    if isinstance(v, bool):
-                        out[k] = v
+                if isinstance(v, dict | list):
+                    new = self.redact(v, found)
+                    if new is v:
                         continue
-                    h = v if isinstance(v, str) and v.startswith(HASH_PREFIX) else self.digest(v)
-                    found.append(h)
-                    out[k] = h
+                elif v is None or isinstance(v, bool) or not self.is_secret_key(k):
+                    continue
                 else:
-                    out[k] = self.redact(v, found)
-            return out
+                    new = v if isinstance(v, str) and v.startswith(HASH_PREFIX) else self.digest(v)
+                    found.append(new)
+                if out is None:
+                    out = dict(obj)
+                out[k] = new
+            return obj if out is None else out
         if isinstance(obj, list):
-            return [self.redact(v, found) for v in obj]
+            items: list[Any] | None = None
+            for i, v in enumerate(obj):
+                if isinstance(v, dict | list):
+                    new = self.redact(v, found)
+                    if new is not v:
+                        if items is None:
+                            items = list(obj)
+                        items[i] = new
+            return obj if items is None else items
         return obj
 
     def redact_line(self, line: bytes) -> tuple[bytes, str | None]:

@@ -17,7 +17,7 @@ from rich.text import Text
 from ingest import arrays
 from toolwatch import schema
 from toolwatch.config import Config
-from toolwatch.ingest_run import IngestResult, ingest_paths
+from toolwatch.ingest_run import IngestResult, gc_paused, ingest_paths
 from toolwatch.store import Store
 
 if TYPE_CHECKING:
@@ -124,6 +124,13 @@ def analyze_paths(
     progress: bool | None = None,
 ) -> AnalyzeResult:
     """Ingest ``paths`` then detect over the events of exactly those streams."""
+    with gc_paused():  # the detectors too: see toolwatch.ingest_run.gc_paused
+        return _analyze_paths(config, paths, alerts_out=alerts_out, progress=progress)
+
+
+def _analyze_paths(
+    config: Config, paths: list[str], *, alerts_out: Path | None, progress: bool | None
+) -> AnalyzeResult:
     # scikit-learn (with the scipy and pandas it pulls in) costs ~1 s of CPU to import;
     # do it while the logs are parsed, when DuckDB and pyarrow hold the cores without the
     # GIL. (Importing it after ingest, beside the detectors' polars work, measured the
@@ -135,16 +142,21 @@ def analyze_paths(
     # of the input was already in the store, read those streams' events from the store.
     kept_events: list[pa.Table] = []
     kept_summaries: list[pa.Table] = []
+    # Only the columns the detectors read are held: the others' memory is then reused by
+    # the next batches instead of each batch taking fresh pages from the kernel.
+    columns: list[str] = []
 
     def keep(out: BatchOutput) -> None:
-        kept_events.append(out.events.drop_columns(["raw"]))
+        if not columns:
+            columns.extend(_detector_columns())
+        kept_events.append(out.events.select(columns))
         kept_summaries.append(out.summaries)
 
     res = ingest_paths(config, paths, store=store, progress=progress, on_output=keep)
     warm.join()
     if res.counters.sources_skipped_bytes == 0 and not res.failures:
-        no_raw = schema.EVENTS.remove(schema.EVENTS.get_field_index("raw"))
-        events = _frame(kept_events, no_raw, _detector_columns())
+        kept = pa.schema([schema.EVENTS.field(c) for c in _detector_columns()])
+        events = _frame(kept_events, kept)
         summaries = _frame(kept_summaries, schema.SUMMARIES)
     else:
         events, summaries = load_events(store, res.fingerprints)
@@ -159,23 +171,20 @@ def analyze_paths(
     return AnalyzeResult(ingest=res, alerts=alerts)
 
 
-def _detector_columns() -> list[str] | None:
-    """Event columns the detectors read (None: all), so the rest is never converted."""
+def _detector_columns() -> list[str]:
+    """Event columns the detectors read (all but ``raw`` without the detectors package)."""
     try:
         from detectors.features import EVENT_COLUMNS
     except ImportError:  # pragma: no cover - detectors package absent
-        return None
+        return [n for n in schema.EVENTS.names if n != "raw"]
     return [n for n in schema.EVENTS.names if n in EVENT_COLUMNS]
 
 
-def _frame(
-    tables: list[pa.Table], sch: pa.Schema, columns: list[str] | None = None
-) -> pl.DataFrame:
+def _frame(tables: list[pa.Table], sch: pa.Schema) -> pl.DataFrame:
     """Concatenate batch tables into one frame in time order (as the store view is)."""
     import polars as pl
 
-    tbl = pa.concat_tables(tables) if tables else arrays.empty(sch)
-    df = pl.from_arrow(tbl.select(columns) if columns is not None else tbl)
+    df = pl.from_arrow(pa.concat_tables(tables) if tables else arrays.empty(sch))
     assert isinstance(df, pl.DataFrame)
     # One log file is usually in time order already, and sorting a 1M-row frame costs
     # ~0.5 s even then (every column is gathered); the check is one pass over ``ts``.

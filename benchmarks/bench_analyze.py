@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import TOOLWATCH, make_file, peak_rss_of
+from bench_ingest import TOOLWATCH, make_file, run_measured
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
         path = work / "events.jsonl"
         print(f"generating {args.events:,} events ...", flush=True)
         make_file(path, args.events)
-        res: dict[str, list[tuple[float, int]]] = {"ingest": [], "analyze": []}
+        res: dict[str, list[tuple[float, int, float]]] = {"ingest": [], "analyze": []}
         for _ in range(args.repeat):
             for cmd in ("ingest", "analyze"):
                 store = work / "store"
@@ -44,20 +44,21 @@ def main() -> None:
                     else ["--json"]
                 )
                 res[cmd].append(
-                    peak_rss_of(
+                    run_measured(
                         [TOOLWATCH, cmd, str(path), "-d", str(store), "--no-progress", *extra], env
                     )
                 )
         n_alerts = len((work / "alerts.jsonl").read_bytes().splitlines())
         for cmd, runs in res.items():
-            best = min(w for w, _ in runs)
-            rss = max(r for _, r in runs)
+            best, _, cpu = min(runs)
+            rss = max(r for _, r, _ in runs)
             print(
                 f"toolwatch {cmd:<8}: {args.events / best:>10,.0f} events/s  (best {best:.2f} s "
-                f"of {', '.join(f'{w:.2f}' for w, _ in runs)})  peak RSS {rss / 1024:,.0f} MiB"
+                f"of {', '.join(f'{w:.2f}' for w, _, _ in runs)})  peak RSS {rss / 1024:,.0f} MiB"
+                f"  CPU {cpu:.2f} s in the best run ({cpu / best:.2f} cores busy)"
             )
-        ing = min(w for w, _ in res["ingest"])
-        ana = min(w for w, _ in res["analyze"])
+        ing = min(w for w, _, _ in res["ingest"])
+        ana = min(w for w, _, _ in res["analyze"])
         print(
             f"detectors share of analyze: {(ana - ing) / ana:.0%} ({ana - ing:.2f} s); "
             f"{n_alerts} alerts"

@@ -92,3 +92,21 @@ def test_no_batch_commits_after_a_failed_commit(tmp_path, many_batches, monkeypa
     finally:
         con.close()
     assert total == distinct == 3000
+
+
+def test_gc_pause_nests_and_restores() -> None:
+    """``analyze`` pauses collection around ``ingest``, which pauses it again: the inner
+    exit must not turn collection back on, the outer exit must restore everything."""
+    import gc
+
+    from toolwatch.ingest_run import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        frozen = gc.get_freeze_count()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled() and gc.get_freeze_count() == frozen
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == 0

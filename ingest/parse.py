@@ -106,7 +106,7 @@ def in_input_order(out: pa.Table, n: int) -> pa.Table:
         return out
     if len(ords) != n or not np.array_equal(np.sort(ords), expected):
         raise AssertionError(f"parser returned {len(ords)} rows for {n} lines")
-    return out.take(np.argsort(ords))
+    return out.take(arrays.from_numpy(np.argsort(ords)))
 
 
 def _line_offsets(lines: pa.LargeBinaryArray) -> np.ndarray:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ingest import arrays
+
 NEWLINE = 10
 
 
@@ -86,7 +88,7 @@ def messages_to_batch(
     source: str, source_fp: str, payloads: list[bytes], offsets: list[int], end_offset: int
 ) -> RawBatch:
     """Build a batch from message-based sources (Kafka): one payload per line."""
-    arr = pa.array(payloads, type=pa.large_binary())
+    arr = arrays.strings(payloads, pa.large_binary())
     return RawBatch(
         source=source,
         source_fp=source_fp,

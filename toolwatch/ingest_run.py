@@ -133,13 +133,13 @@ def _ingest_paths(
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
     failed: list[BaseException] = []
 
-    def write_in_order(out: BatchOutput) -> None:
+    def write_in_order(pipeline: Pipeline, out: BatchOutput) -> None:
         # A batch queued behind a failed one must not commit: its checkpoint would skip
         # the lost batch's lines.
         if failed:
             raise StoreError("not written: an earlier batch of this run failed to commit")
         try:
-            start_pipeline().write(out)
+            pipeline.write(out)
         except BaseException as exc:
             failed.append(exc)
             raise
@@ -165,10 +165,11 @@ def _ingest_paths(
                 )
                 task = bar.add_task(path, total=src.size or None)
                 for batch, parsed in parser.parse_ahead(src.batches(), start_pipeline):
-                    out = start_pipeline().transform(batch, parsed)
+                    pipeline = start_pipeline()
+                    out = pipeline.transform(batch, parsed)
                     while len(pending) >= 2:
                         pending.popleft().result()
-                    pending.append(writer.submit(write_in_order, out))
+                    pending.append(writer.submit(write_in_order, pipeline, out))
                     batches += 1
                     if batches % _GC_EVERY == 0:
                         gc.collect()  # only what this run made: the rest is frozen

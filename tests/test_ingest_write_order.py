@@ -99,7 +99,7 @@ def test_gc_pause_nests_and_restores() -> None:
     exit must not turn collection back on, the outer exit must restore everything."""
     import gc
 
-    from toolwatch.ingest_run import gc_paused
+    from toolwatch.gc_pause import gc_paused
 
     assert gc.isenabled()
     with gc_paused():

@@ -17,7 +17,8 @@ from rich.text import Text
 from ingest import arrays
 from toolwatch import schema
 from toolwatch.config import Config
-from toolwatch.ingest_run import IngestResult, gc_paused, ingest_paths
+from toolwatch.gc_pause import gc_paused
+from toolwatch.ingest_run import IngestResult, ingest_paths
 from toolwatch.store import Store
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def analyze_paths(
     progress: bool | None = None,
 ) -> AnalyzeResult:
     """Ingest ``paths`` then detect over the events of exactly those streams."""
-    with gc_paused():  # the detectors too: see toolwatch.ingest_run.gc_paused
+    with gc_paused():  # the detectors too (see toolwatch.gc_pause)
         return _analyze_paths(config, paths, alerts_out=alerts_out, progress=progress)
 
 

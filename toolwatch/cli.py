@@ -22,6 +22,7 @@ from toolwatch import __version__
 from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
 from toolwatch.config import describe, load_config
 from toolwatch.errors import ToolwatchError
+from toolwatch.gc_pause import gc_paused
 
 app = typer.Typer(
     add_completion=False,
@@ -74,19 +75,20 @@ def ingest(
 
     Example: toolwatch ingest 'logs/*.jsonl.gz' -
     """
-    from toolwatch.ingest_run import ingest_paths
-
     if follow:
         from toolwatch.live_commands import follow as follow_paths
 
         follow_paths(paths, config, data_dir)
         return
 
-    try:
-        cfg = config_for(config, data_dir)
-        res = ingest_paths(cfg, paths, progress=progress)
-    except ToolwatchError as exc:
-        raise fail(exc) from None
+    with gc_paused():  # from the big imports on (see toolwatch.gc_pause)
+        from toolwatch.ingest_run import ingest_paths
+
+        try:
+            cfg = config_for(config, data_dir)
+            res = ingest_paths(cfg, paths, progress=progress)
+        except ToolwatchError as exc:
+            raise fail(exc) from None
     summary = res.counters.as_dict()
     if json_summary:
         print(orjson.dumps({**summary, "failures": res.failures}).decode())
@@ -142,13 +144,14 @@ def analyze(
 
     Example: toolwatch analyze sample_logs/demo/* --alerts-out alerts.jsonl
     """
-    from toolwatch.analyze import analyze_paths, print_alerts
+    with gc_paused():  # from the big imports on (see toolwatch.gc_pause)
+        from toolwatch.analyze import analyze_paths, print_alerts
 
-    try:
-        cfg = config_for(config, data_dir)
-        res = analyze_paths(cfg, paths, alerts_out=alerts_out, progress=progress)
-    except ToolwatchError as exc:
-        raise fail(exc) from None
+        try:
+            cfg = config_for(config, data_dir)
+            res = analyze_paths(cfg, paths, alerts_out=alerts_out, progress=progress)
+        except ToolwatchError as exc:
+            raise fail(exc) from None
     if not quiet:
         _print_summary(res.ingest.counters.as_dict(), title=f"ingested into {cfg.data_dir}")
         print_alerts(res.alerts)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from ingest.parse import ParserPool
 from ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.config import Config
 from toolwatch.errors import SourceError, StoreError
+from toolwatch.gc_pause import gc_paused
 from toolwatch.store import Store
 
 if TYPE_CHECKING:  # polars: imported once the parse workers are busy (see _ingest_paths)
@@ -47,40 +47,6 @@ def ingest_paths(
     """Ingest files/globs/``-`` into the store (see :func:`_ingest_paths`)."""
     with gc_paused():
         return _ingest_paths(config, paths, store=store, progress=progress, on_output=on_output)
-
-
-_gc_depth = 0
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No automatic garbage collection inside (batch commands; nests, main thread only).
-
-    The interpreter holds ~60k long-lived objects (modules of polars, pyarrow, duckdb…);
-    every full collection walked them all, with the GIL held, stalling the pipeline's
-    threads (6-12% less CPU without that, in A/B runs on 1M events). Nothing made here
-    lives in cycles worth collecting mid-run, so the old objects are set aside until the
-    run ends, and the automatic collections (triggered by allocation counts, not by
-    memory) are replaced by one every _GC_EVERY batches: another ~3% less CPU.
-    """
-    global _gc_depth
-    _gc_depth += 1
-    if _gc_depth > 1:
-        try:
-            yield
-        finally:
-            _gc_depth -= 1
-        return
-    gc.freeze()
-    automatic = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        _gc_depth -= 1
-        if automatic:
-            gc.enable()
-        gc.unfreeze()
 
 
 def _ingest_paths(

@@ -41,6 +41,9 @@ IdleExitOpt = Annotated[
         help="Stop once nothing new arrived for this many seconds (replays, scripts).",
     ),
 ]
+NoStdoutOpt = Annotated[
+    bool, typer.Option("--no-stdout", help="Do not print alerts on stdout.")
+]
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Log counters to stderr after every flush.")
 ]
@@ -61,9 +64,7 @@ def tail(
     alerts_out: AlertsOutOpt = None,
     webhook: WebhookOpt = None,
     slack: SlackOpt = False,
-    no_stdout: Annotated[
-        bool, typer.Option("--no-stdout", help="Do not print alerts on stdout.")
-    ] = False,
+    no_stdout: NoStdoutOpt = False,
     from_end: Annotated[
         bool, typer.Option("--from-end", help="Skip what files hold at startup (no checkpoint).")
     ] = False,
@@ -189,9 +190,7 @@ def kafka(
     alerts_out: AlertsOutOpt = None,
     webhook: WebhookOpt = None,
     slack: SlackOpt = False,
-    no_stdout: Annotated[
-        bool, typer.Option("--no-stdout", help="Do not print alerts on stdout.")
-    ] = False,
+    no_stdout: NoStdoutOpt = False,
     max_poll_interval_ms: Annotated[
         int, typer.Option(help="Longest gap between polls before the group evicts us.")
     ] = 300_000,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import gzip
 import zlib
@@ -73,13 +74,19 @@ class StreamReader:
         self.skipped_bytes = 0
         self.fingerprint: str | None = None
 
-    def _read(self, n: int) -> bytes:
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Turn a failed read (I/O, corrupt gzip) into a SourceError naming the source."""
         try:
-            data = self.fh.read(n)
+            yield
         except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
             raise SourceError(
                 f"read failed after {self.bytes_read} bytes: {exc}", source=self.source
             ) from exc
+
+    def _read(self, n: int) -> bytes:
+        with self._reading():
+            data = self.fh.read(n)
         self.bytes_read += len(data)
         return data
 
@@ -92,13 +99,8 @@ class StreamReader:
         """
         buf = bytearray(len(head) + n)
         buf[: len(head)] = head
-        try:
-            got = self.fh.readinto(memoryview(buf)[len(head) :])
-        except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise SourceError(
-                f"read failed after {self.bytes_read} bytes: {exc}", source=self.source
-            ) from exc
-        got = got or 0
+        with self._reading():
+            got = self.fh.readinto(memoryview(buf)[len(head) :]) or 0
         self.bytes_read += got
         if got < n:
             del buf[len(head) + got :]
@@ -181,27 +183,6 @@ class FileSource:
         self.chunk_bytes = chunk_bytes
         self.checkpoints = checkpoints
         self.size = Path(path).stat().st_size if Path(path).exists() else 0
-
-    def _read_after(self, head: bytes | bytearray, n: int) -> bytearray:
-        """``head`` followed by up to ``n`` more bytes of the stream, in one new buffer.
-
-        Reading straight behind the carried-over partial line saves copying every chunk
-        once more (``head + read(n)``); the buffer is never changed once lines of it are
-        handed out in a batch.
-        """
-        buf = bytearray(len(head) + n)
-        buf[: len(head)] = head
-        try:
-            got = self.fh.readinto(memoryview(buf)[len(head) :])
-        except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-            raise SourceError(
-                f"read failed after {self.bytes_read} bytes: {exc}", source=self.source
-            ) from exc
-        got = got or 0
-        self.bytes_read += got
-        if got < n:
-            del buf[len(head) + got :]
-        return buf
 
     def batches(self) -> Iterator[RawBatch]:
         """Yield the file's lines in batches."""

@@ -72,6 +72,28 @@ def test_truncated_final_line_without_newline(tw, tmp_path):
     assert res["events_stored"] == 2 and res["quarantined"] == {"invalid_json": 1}
 
 
+def test_lines_longer_than_a_read_chunk(tw, tmp_path):
+    """A line spanning several reads is stored whole, also as the unterminated last line.
+
+    (Such a line once made the reader spin forever on its first chunk.)
+    """
+    cfg = tmp_path / "tw.toml"
+    cfg.write_text("[ingest]\nchunk_bytes = 4096\n")
+    long = json.dumps({**GOOD, "session_id": "long", "args": {"q": "x" * 50_000}}).encode()
+    last = json.dumps({**GOOD, "session_id": "last", "args": {"q": "y" * 9_000}}).encode()
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"\n".join([good(1), long, good(2), last]))
+    res = tw.ingest(path, extra=("-c", str(cfg)))
+    assert res["events_stored"] == 4 and res["quarantined_total"] == 0
+    rows = tw.query(
+        "SELECT session_id, line_no, strlen(raw) AS n FROM events ORDER BY line_no"
+    )
+    assert [(r["session_id"], r["line_no"]) for r in rows] == [
+        ("s1", 1), ("long", 2), ("s2", 3), ("last", 4)
+    ]
+    assert rows[1]["n"] >= 50_000 and rows[3]["n"] >= 9_000
+
+
 def test_reingest_is_idempotent_and_appends_are_picked_up(tw, write_lines, tmp_path):
     path = write_lines(*[good(i) for i in range(50)], b"garbage{")
     first = tw.ingest(path)

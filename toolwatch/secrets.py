@@ -94,7 +94,12 @@ class SecretHasher:
 
     def digest(self, value: Any) -> str:
         """Keyed hash of one secret value, as stored."""
-        raw = value if isinstance(value, str) else orjson.dumps(value).decode()
+        if isinstance(value, str):
+            raw = value
+        elif type(value) is int:  # its JSON text; orjson refuses ints beyond 64 bits
+            raw = str(value)
+        else:
+            raw = orjson.dumps(value).decode()
         mac = hmac.new(self._key, raw.encode("utf-8", "surrogatepass"), hashlib.sha256)
         return HASH_PREFIX + mac.hexdigest()[:32]
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+import pyarrow as pa
 
-from ingest.records import RawBatch, fingerprint, split_lines
+from ingest.records import NEWLINE, RawBatch, fingerprint, split_lines
 from toolwatch.errors import SourceError
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -90,21 +91,22 @@ class StreamReader:
         self.bytes_read += len(data)
         return data
 
-    def _read_after(self, head: bytes | bytearray, n: int) -> bytearray:
+    def _read_after(self, head: bytes | pa.Buffer, n: int) -> pa.Buffer:
         """``head`` followed by up to ``n`` more bytes of the stream, in one new buffer.
 
         Reading straight behind the carried-over partial line saves copying every chunk
         once more (``head + read(n)``); the buffer is never changed once lines of it are
-        handed out in a batch.
+        handed out in a batch. It comes from Arrow's memory pool, which hands back the
+        memory of batches already written: a fresh ``bytearray`` would be zero-filled and
+        fault in 16 MiB of new pages from the kernel on every read.
         """
-        buf = bytearray(len(head) + n)
-        buf[: len(head)] = head
+        buf = pa.allocate_buffer(len(head) + n)
+        view = memoryview(buf).cast("B")  # Arrow exports signed bytes
+        view[: len(head)] = memoryview(head).cast("B")
         with self._reading():
-            got = self.fh.readinto(memoryview(buf)[len(head) :]) or 0
+            got = self.fh.readinto(view[len(head) :]) or 0
         self.bytes_read += got
-        if got < n:
-            del buf[len(head) + got :]
-        return buf
+        return buf if got == n else buf.slice(0, len(head) + got)
 
     def batches(self) -> Iterator[RawBatch]:
         """Yield batches of complete lines; the last partial line is flushed at EOF."""
@@ -116,7 +118,8 @@ class StreamReader:
             if not more:
                 break
             buf += more
-        fp = fingerprint(buf.split(b"\n", 1)[0])
+        nl = buf.find(b"\n")  # not split(): that would copy the whole chunk
+        fp = fingerprint(buf if nl < 0 else buf[:nl])
         self.fingerprint = fp
         offset = 0
         line_no = 0
@@ -132,21 +135,23 @@ class StreamReader:
                 buf = self._read(self.chunk_bytes)
                 if not buf:
                     return
+        whole_chunk = False  # buf is a chunk or more with no complete line in it
         while True:
-            if len(buf) < self.chunk_bytes:
+            more = False
+            reads = len(buf) < self.chunk_bytes or whole_chunk
+            if reads:
                 before = len(buf)
                 buf = self._read_after(buf, self.chunk_bytes)
                 more = len(buf) > before
-            else:
-                more = False
-            eof = not more and len(buf) < self.chunk_bytes
-            if eof and buf and not buf.endswith(b"\n"):
-                buf += b"\n"  # a file's last line need not end with a newline
+            eof = reads and not more
+            if eof and buf and memoryview(buf)[-1] != NEWLINE:
+                buf = bytes(buf) + b"\n"  # a file's last line need not end with a newline
             if not buf:
                 return
             lines, offs, consumed = split_lines(buf, offset)
-            if consumed == 0 and not eof:
-                continue  # one line longer than a chunk: keep reading (max_line_bytes caps it)
+            whole_chunk = consumed == 0 and not eof
+            if whole_chunk:
+                continue  # a line longer than a chunk: read on (max_line_bytes cuts it later)
             n = len(lines)
             batch = RawBatch(
                 source=self.source,

@@ -135,7 +135,10 @@ def prepare_events(events: pl.DataFrame | None, config: DetectorsConfig) -> pl.D
         flags ``nf``/``den``/``authf``/``ok``/``miss``/``has_res``, ``th``/``rnum`` (id
         shape hash and number) and ``page``.
     """
-    ev = _conform(events, EVENT_COLUMNS)
+    # One chunk per column first: events arrive as many batches, and every group-by
+    # below would otherwise concatenate the string columns it touches again (measured:
+    # ~10% of detection CPU on 1M events in 17 batches; the copy here costs a third).
+    ev = _conform(events, EVENT_COLUMNS).rechunk()
     status = pl.col("status").fill_null("unknown")
     session_id = pl.col("session_id")
     if ev["session_id"].null_count():

@@ -481,7 +481,10 @@ FROM res
         out = in_input_order(out, tbl.num_rows)
         raw = pc.utf8_rtrim(tbl.column("line"), characters="\r\n")
         # Original size in bytes (an over-long line's raw is only a prefix).
-        nbytes = np.diff(_line_offsets(batch.lines))
+        nbytes = (
+            np.diff(_line_offsets(batch.lines)) if batch.sizes is None
+            else np.asarray(batch.sizes, dtype=np.int64)
+        )
         if batch.line_nos is not None:  # line sources keep the newline byte
             nbytes -= 1
         status = outcome_column(out.column("status_raw"), out.column("is_error_b"))

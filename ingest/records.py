@@ -34,6 +34,9 @@ class RawBatch:
         Offset to resume from once this batch is stored (the checkpoint).
     final
         True when the stream has ended (EOF of a file): pending state must be flushed.
+    sizes
+        Byte size of each line in the stream (with its newline) when the source cut some
+        over-long line to a prefix while reading; ``None``: each line is whole.
     """
 
     source: str
@@ -43,6 +46,7 @@ class RawBatch:
     line_nos: np.ndarray | None
     end_offset: int
     final: bool = False
+    sizes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lines)

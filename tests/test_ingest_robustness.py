@@ -94,6 +94,58 @@ def test_lines_longer_than_a_read_chunk(tw, tmp_path):
     assert rows[1]["n"] >= 50_000 and rows[3]["n"] >= 9_000
 
 
+def test_over_long_lines_are_cut_while_read(tw, tmp_path):
+    """Lines beyond max_line_bytes that span many reads: quarantined with their real size,
+    their neighbours, line numbers and offsets intact, and nothing re-read on re-ingest."""
+    cfg = tmp_path / "tw.toml"
+    cfg.write_text("[ingest]\nchunk_bytes = 4096\nmax_line_bytes = 10000\n")
+    huge = b'{"ts": "2026-11-02T10:00:00Z", "tool": "x", "blob": "' + b"A" * 300_000 + b'"}'
+    tail = b'{"ts": "2026-11-02T10:00:00Z", "tool": "y", "blob": "' + b"B" * 50_000
+    path = tmp_path / "huge.jsonl"
+    path.write_bytes(b"\n".join([good(1), huge, good(2), tail]))  # tail: no newline
+    res = tw.ingest(path, extra=("-c", str(cfg)))
+    assert res["events_stored"] == 2 and res["quarantined"] == {"line_too_long": 2}
+    rows = tw.query(
+        "SELECT line_no, \"offset\", raw_bytes, length(raw) AS n FROM quarantine ORDER BY line_no"
+    )
+    assert [(r["line_no"], r["offset"], r["raw_bytes"]) for r in rows] == [
+        (2, len(good(1)) + 1, len(huge)),
+        (4, len(good(1)) + len(huge) + len(good(2)) + 3, len(tail)),
+    ]
+    assert all(r["n"] <= 4096 for r in rows)
+    events = tw.query('SELECT session_id, line_no, "offset" FROM events ORDER BY line_no')
+    assert [(e["session_id"], e["line_no"]) for e in events] == [("s1", 1), ("s2", 3)]
+    assert events[1]["offset"] == len(good(1)) + len(huge) + 2
+    again = tw.ingest(path, extra=("-c", str(cfg)))
+    assert again["events_stored"] == 0 and again["quarantined_total"] == 0
+
+
+def test_reader_keeps_only_a_prefix_of_an_endless_line():
+    """A stream that never sends a newline is read to its end holding one chunk at a time."""
+    import io
+
+    from ingest.sources.file import StreamReader
+
+    class Endless(io.RawIOBase):
+        def __init__(self, total: int):
+            self.left = total
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:
+            n = min(len(b), self.left)
+            b[:n] = b"z" * n
+            self.left -= n
+            return n
+
+    stream = io.BufferedReader(Endless(64 << 20), buffer_size=1 << 16)
+    (batch,) = StreamReader(stream, "endless", 1 << 16, {}, max_line_bytes=1000).batches()
+    assert len(batch) == 1 and batch.final
+    assert len(batch.lines[0].as_py()) == 1004  # limit + 3 bytes + newline: still over-long
+    assert batch.sizes.tolist() == [(64 << 20) + 1] and batch.end_offset == (64 << 20) + 1
+
+
 def test_reingest_is_idempotent_and_appends_are_picked_up(tw, write_lines, tmp_path):
     path = write_lines(*[good(i) for i in range(50)], b"garbage{")
     first = tw.ingest(path)

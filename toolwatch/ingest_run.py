@@ -111,6 +111,7 @@ def _ingest_paths(
             raise
 
     checkpoints = store.checkpoints()
+    cap = config.ingest.max_line_bytes
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -125,9 +126,9 @@ def _ingest_paths(
             pending: deque[Future[None]] = deque()
             try:
                 src: FileSource | StdinSource = (
-                    StdinSource(config.ingest.chunk_bytes, checkpoints)
+                    StdinSource(config.ingest.chunk_bytes, checkpoints, max_line_bytes=cap)
                     if path == "-"
-                    else FileSource(path, config.ingest.chunk_bytes, checkpoints)
+                    else FileSource(path, config.ingest.chunk_bytes, checkpoints, cap)
                 )
                 task = bar.add_task(path, total=src.size or None)
                 for batch, parsed in parser.parse_ahead(src.batches(), start_pipeline):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import gzip
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,13 +65,26 @@ class StreamReader:
     checkpoints
         Fingerprint -> offset already stored; lines before it are skipped, which makes
         re-ingesting the same stream a no-op.
+    max_line_bytes
+        Lines longer than this are quarantined unparsed (``line_too_long``). The reader
+        keeps only a prefix of such a line and skips the rest as it reads, so one huge
+        line (a runaway argument, a binary blob) costs neither its size in memory nor a
+        copy per chunk. ``None`` keeps every line whole.
     """
 
-    def __init__(self, fh: BinaryIO, source: str, chunk_bytes: int, checkpoints: dict[str, int]):
+    def __init__(
+        self,
+        fh: BinaryIO,
+        source: str,
+        chunk_bytes: int,
+        checkpoints: dict[str, int],
+        max_line_bytes: int | None = None,
+    ):
         self.fh = fh
         self.source = source
         self.chunk_bytes = chunk_bytes
         self.checkpoints = checkpoints
+        self.max_line_bytes = max_line_bytes
         self.bytes_read = 0
         self.skipped_bytes = 0
         self.fingerprint: str | None = None
@@ -108,18 +122,67 @@ class StreamReader:
         self.bytes_read += got
         return buf if got == n else buf.slice(0, len(head) + got)
 
+    def _cap(self) -> int:
+        """Bytes a line may reach before it is known to be over-long."""
+        return sys.maxsize if self.max_line_bytes is None else self.max_line_bytes + 2
+
+    def _cut_long_line(
+        self, head: bytes | pa.Buffer, offset: int, line_no: int, fp: str
+    ) -> tuple[RawBatch, bytes, bool]:
+        """Emit the over-long line starting ``head`` as a one-line batch of its prefix.
+
+        Reads on to the line's end, keeping none of it. Returns the batch (its ``sizes``
+        holds the line's real size, its ``end_offset`` the offset after it), the bytes
+        read after the line, and whether the stream ended.
+        """
+        assert self.max_line_bytes is not None
+        size = len(head)
+        rest = b""
+        eof = False
+        while True:
+            data = self._read(self.chunk_bytes)
+            if not data:
+                eof = True
+                size += 1  # the newline a file's last line may lack (as for other lines)
+                break
+            nl = data.find(b"\n")
+            if nl >= 0:
+                size += nl + 1
+                rest = data[nl + 1 :]
+                break
+            size += len(data)
+        # One byte more than the limit (plus the newline) still reads as over-long.
+        prefix = bytes(memoryview(head).cast("B")[: self.max_line_bytes + 3]) + b"\n"
+        lines, _, _ = split_lines(prefix, offset)
+        batch = RawBatch(
+            source=self.source,
+            source_fp=fp,
+            lines=lines,
+            offsets=np.array([offset], dtype=np.int64),
+            line_nos=np.array([line_no + 1], dtype=np.int64),
+            end_offset=offset + size,
+            final=eof,
+            sizes=np.array([size], dtype=np.int64),
+        )
+        return batch, rest, eof
+
     def batches(self) -> Iterator[RawBatch]:
         """Yield batches of complete lines; the last partial line is flushed at EOF."""
         buf = self._read(self.chunk_bytes)
         if not buf:
             return
-        while b"\n" not in buf:  # the fingerprint needs the whole first line
+        # The fingerprint needs the first line: all of it, or (like the file_tail
+        # source) its first max_line_bytes bytes when it is longer than that.
+        cap = self._cap()
+        while b"\n" not in buf and len(buf) <= cap:
             more = self._read(self.chunk_bytes)
             if not more:
                 break
             buf += more
         nl = buf.find(b"\n")  # not split(): that would copy the whole chunk
-        fp = fingerprint(buf if nl < 0 else buf[:nl])
+        if nl < 0 or nl > cap:
+            nl = len(buf) if self.max_line_bytes is None else min(len(buf), self.max_line_bytes)
+        fp = fingerprint(buf[:nl])
         self.fingerprint = fp
         offset = 0
         line_no = 0
@@ -150,8 +213,17 @@ class StreamReader:
                 return
             lines, offs, consumed = split_lines(buf, offset)
             whole_chunk = consumed == 0 and not eof
+            if whole_chunk and len(buf) > self._cap():
+                cut, buf, eof = self._cut_long_line(buf, offset, line_no, fp)
+                line_no += 1
+                offset = cut.end_offset
+                yield cut
+                if eof:
+                    return
+                whole_chunk = False
+                continue
             if whole_chunk:
-                continue  # a line longer than a chunk: read on (max_line_bytes cuts it later)
+                continue  # a line longer than a chunk: read on
             n = len(lines)
             batch = RawBatch(
                 source=self.source,
@@ -181,19 +253,30 @@ class FileSource:
         Read size; memory stays bounded by a few chunks whatever the file size.
     checkpoints
         Already-stored offsets per stream fingerprint.
+    max_line_bytes
+        Over-long lines are cut while read (see :class:`StreamReader`).
     """
 
-    def __init__(self, path: str, chunk_bytes: int, checkpoints: dict[str, int]):
+    def __init__(
+        self,
+        path: str,
+        chunk_bytes: int,
+        checkpoints: dict[str, int],
+        max_line_bytes: int | None = None,
+    ):
         self.path = path
         self.chunk_bytes = chunk_bytes
         self.checkpoints = checkpoints
+        self.max_line_bytes = max_line_bytes
         self.size = Path(path).stat().st_size if Path(path).exists() else 0
 
     def batches(self) -> Iterator[RawBatch]:
         """Yield the file's lines in batches."""
         fh = open_maybe_gzip(self.path)
         with fh:
-            reader = StreamReader(fh, self.path, self.chunk_bytes, self.checkpoints)
+            reader = StreamReader(
+                fh, self.path, self.chunk_bytes, self.checkpoints, self.max_line_bytes
+            )
             self.reader = reader
             yield from reader.batches()
 

@@ -146,6 +146,25 @@ def test_reader_keeps_only_a_prefix_of_an_endless_line():
     assert batch.sizes.tolist() == [(64 << 20) + 1] and batch.end_offset == (64 << 20) + 1
 
 
+def test_unreadable_source_fails_the_run_but_keeps_the_rest(tw, write_lines, tmp_path):
+    """Exit code 1 and the error on stderr; the readable file is stored and the summary
+    is printed whole (batch commands end without the interpreter's teardown)."""
+    path = write_lines(*[good(i) for i in range(3)])
+    missing = tmp_path / "missing.jsonl"
+    for cmd, extra in (("ingest", ["--json"]), ("analyze", ["--alerts-out", str(tmp_path / "a")])):
+        data_dir = tmp_path / f"store-{cmd}"
+        proc = tw(cmd, str(path), str(missing), "-d", str(data_dir), *extra, check=False)
+        assert proc.returncode == 1, proc.stderr
+        assert "missing.jsonl" in proc.stderr and "cannot open" in proc.stderr
+        if cmd == "ingest":
+            summary = json.loads(proc.stdout.strip().splitlines()[-1])
+            assert summary["events_stored"] == 3 and len(summary["failures"]) == 1
+        else:
+            assert "events stored" in proc.stdout and (tmp_path / "a").exists()
+        n = tw("query", "SELECT count(*) AS n FROM events", "-d", str(data_dir), "-f", "json")
+        assert json.loads(n.stdout)["n"] == 3
+
+
 def test_reingest_is_idempotent_and_appends_are_picked_up(tw, write_lines, tmp_path):
     path = write_lines(*[good(i) for i in range(50)], b"garbage{")
     first = tw.ingest(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 
@@ -89,6 +91,7 @@ def ingest(
             res = ingest_paths(cfg, paths, progress=progress)
         except ToolwatchError as exc:
             raise fail(exc) from None
+    _skip_teardown()  # every batch is committed and every thread joined
     summary = res.counters.as_dict()
     if json_summary:
         print(orjson.dumps({**summary, "failures": res.failures}).decode())
@@ -152,6 +155,7 @@ def analyze(
             res = analyze_paths(cfg, paths, alerts_out=alerts_out, progress=progress)
         except ToolwatchError as exc:
             raise fail(exc) from None
+    _skip_teardown()  # the store, alerts and their file are written; threads joined
     if not quiet:
         _print_summary(res.ingest.counters.as_dict(), title=f"ingested into {cfg.data_dir}")
         print_alerts(res.alerts)
@@ -358,12 +362,42 @@ app.command()(status)
 # --- end of registered commands ---
 
 
+#: Whether :func:`main` may end the process without the interpreter's teardown.
+_teardown = {"skip": False}
+
+
+def _skip_teardown() -> None:
+    """Let :func:`main` end the process without the interpreter's teardown.
+
+    For one-shot batch commands, called once their work is in place. Tearing down the
+    interpreter after ``analyze`` — a final garbage collection over every object of
+    scikit-learn, scipy, polars and pyarrow, then clearing each module — took ~0.4 s on
+    1M events (7% of the run) and does nothing a finished command needs: the store's
+    files are written and renamed, the alerts file is closed, DuckDB connections are
+    in-memory and closed.
+    """
+    _teardown["skip"] = True
+
+
+def _exit_now(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
 def main() -> None:
     """Console entry point."""
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except SystemExit as exc:
+        # click ends every command, successful or not, with SystemExit(code).
+        if _teardown["skip"] and (exc.code is None or isinstance(exc.code, int)):
+            _exit_now(exc.code or 0)
+        raise
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ CLI prints them at the end of a run and live mode exposes them in ``toolwatch st
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -86,6 +87,25 @@ _EVENT_COLS = [c for c in schema.EVENTS.names]
 _SESSIONIZE_COLS = ["session_id", "caller_id", "client_ip", "server", "ts"]
 
 
+#: Beyond this many rows of other kinds, one filter is cheaper than the slices between them.
+_MAX_CUTS = 64
+
+
+def _rows_between(tbl: pa.Table, kind: pa.ChunkedArray, k: str) -> pa.Table:
+    """The rows of ``tbl`` whose ``kind`` is ``k``, which are nearly all of them.
+
+    Taken as zero-copy slices between the few rows of other kinds instead of a filter,
+    which copies every column: ~10 ms for a 16 MiB batch of plain calls, on the thread
+    that keeps batches in order.
+    """
+    other = arrays.to_numpy(pc.indices_nonzero(pc.not_equal(kind, arrays.scalar(k))))
+    if len(other) > _MAX_CUTS:
+        return tbl.filter(pc.equal(kind, arrays.scalar(k)))
+    cuts = [-1, *other.tolist(), tbl.num_rows]
+    parts = [tbl.slice(a + 1, b - a - 1) for a, b in itertools.pairwise(cuts) if b - a > 1]
+    return pa.concat_tables(parts) if parts else tbl.slice(0, 0)
+
+
 class Pipeline:
     """Parse/normalize/pair/sessionize batches and write them to the store.
 
@@ -128,7 +148,11 @@ class Pipeline:
         def rows(k: str) -> pa.Table:
             if k not in present:
                 return arrays.empty(rest.schema)
-            return rest if len(present) == 1 else rest.filter(pc.equal(kind, arrays.scalar(k)))
+            if len(present) == 1:
+                return rest
+            return _rows_between(rest, kind, k) if k == "call" else rest.filter(
+                pc.equal(kind, arrays.scalar(k))
+            )
 
         def frame(k: str) -> pl.DataFrame:
             df = pl.from_arrow(rows(k))

@@ -189,7 +189,9 @@ def _frame(tables: list[pa.Table], sch: pa.Schema) -> pl.DataFrame:
     assert isinstance(df, pl.DataFrame)
     # One log file is usually in time order already, and sorting a 1M-row frame costs
     # ~0.5 s even then (every column is gathered); the check is one pass over ``ts``.
-    return df if df["ts"].is_sorted() else df.sort("ts")
+    # Either way the result is one chunk per column, which the detectors need (see
+    # detectors.features.prepare_events), made here so the many-chunk frame is let go.
+    return df.rechunk() if df["ts"].is_sorted() else df.sort("ts")
 
 
 _SEV_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}

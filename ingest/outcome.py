@@ -95,6 +95,8 @@ def outcome_column(status_raw: pa.ChunkedArray | pa.Array, is_error: pa.ChunkedA
     Rules run once per distinct value of ``status_raw`` (dictionary encoding), so a batch
     costs O(rows) in Arrow kernels plus O(distinct values) in Python.
     """
+    if len(status_raw) == 0:  # (combine_chunks of no chunks calls pa.array: pandas)
+        return arrays.strings([])
     if isinstance(status_raw, pa.ChunkedArray):
         status_raw = status_raw.combine_chunks()
     enc = pc.dictionary_encode(status_raw)

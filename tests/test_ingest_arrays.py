@@ -100,15 +100,20 @@ def test_ingest_process_never_imports_pandas(tmp_path: Path) -> None:
         b'{"event":"SESSION_END","sessionId":"s1","callCount":1,"ts":"2026-11-02T11:00:00Z"}\n'
         b'{"ts": truncated\n\xff\xfe binary\n[1, 2]\n'
     )
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "toolwatch.cli", "ingest", str(log),
-         "-d", str(tmp_path / "store"), "--no-progress", "--json"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    )
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
-                if line.startswith("import time:")}
-    assert "duckdb" in imported and "polars" in imported  # the listing works
-    summary = json.loads(proc.stdout)
-    assert (summary["events_stored"], summary["rpc_responses_merged"]) == (3, 1)
-    assert (summary["summaries_stored"], summary["quarantined_total"]) == (1, 3)
-    assert "pandas" not in imported
+    # Read whole, and in small batches (many batches, then the empty one marking the end).
+    small = tmp_path / "small.toml"
+    small.write_text("[ingest]\nchunk_bytes = 200\n")
+    for run, extra in enumerate(([], ["-c", str(small)])):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "toolwatch.cli", "ingest", str(log),
+             "-d", str(tmp_path / f"store{run}"), "--no-progress", "--json", *extra],
+            capture_output=True, text=True, cwd=ROOT, check=True,
+        )
+        imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert "duckdb" in imported and "polars" in imported  # the listing works
+        summary = json.loads(proc.stdout)
+        assert (summary["events_stored"], summary["rpc_responses_merged"]) == (3, 1)
+        assert (summary["summaries_stored"], summary["quarantined_total"]) == (1, 3)
+        assert summary["batches"] == 1 if not extra else summary["batches"] > 3
+        assert "pandas" not in imported

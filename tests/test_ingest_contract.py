@@ -234,9 +234,17 @@ def test_jsonrpc_transcript_pairs_requests_and_responses(tw, write_lines) -> Non
             "params": {"name": "readFile", "arguments": {"path": "/x"}},
         },
     ]
-    res = tw.ingest(write_lines(*lines))
+    path = write_lines(*lines)
+    res = tw.ingest(path)
     assert res["events_stored"] == 4, res
     assert res["rpc_responses_merged"] == 3
+    # Read in many small batches, the stream's end still releases the unanswered request.
+    cfg = path.parent / "small.toml"
+    cfg.write_text("[ingest]\nchunk_bytes = 256\n")
+    again = tw("ingest", str(path), "-d", str(path.parent / "store-small"), "-c", str(cfg),
+               "--json")
+    small = json.loads(again.stdout.strip().splitlines()[-1])
+    assert small["batches"] > 3 and small["events_stored"] == 4, small
     assert res["quarantined"].get("non_tool_message", 0) == 2  # initialize + its response
     assert res["quarantined"].get("orphan_response", 0) == 1
     assert res["lines_read"] == len(lines)

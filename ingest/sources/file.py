@@ -166,6 +166,15 @@ class StreamReader:
         )
         return batch, rest, eof
 
+    def _end(self, fp: str, offset: int) -> RawBatch:
+        """An empty batch marking the end of the stream."""
+        lines, _, _ = split_lines(b"", offset)
+        empty = np.empty(0, dtype=np.int64)
+        return RawBatch(
+            source=self.source, source_fp=fp, lines=lines, offsets=empty, line_nos=empty,
+            end_offset=offset, final=True,
+        )
+
     def batches(self) -> Iterator[RawBatch]:
         """Yield batches of complete lines; the last partial line is flushed at EOF."""
         buf = self._read(self.chunk_bytes)
@@ -210,6 +219,11 @@ class StreamReader:
             if eof and buf and memoryview(buf)[-1] != NEWLINE:
                 buf = bytes(buf) + b"\n"  # a file's last line need not end with a newline
             if not buf:
+                if eof:
+                    # The last lines went out before the end was seen: say it now, so
+                    # state held for the stream (e.g. unanswered JSON-RPC requests) is
+                    # released.
+                    yield self._end(fp, offset)
                 return
             lines, offs, consumed = split_lines(buf, offset)
             whole_chunk = consumed == 0 and not eof

@@ -33,8 +33,22 @@ from typing import Any
 from toolwatch.config import doc, from_dict
 from toolwatch.errors import ConfigError
 
-#: Category names used in alerts (exactly these).
-CATEGORIES = ("enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop", "anomaly")
+#: Category names used in alerts (exactly these). The one definition: the dashboard, the
+#: CLI, live mode and the evaluation import it from here.
+CATEGORIES = (
+    "enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop",
+    "tool_loop", "privilege_chain", "step_skip", "duplicate_execution", "cross_server_flow",
+    "anomaly",
+)
+
+#: Alert severities, lowest first (the one definition; filters and sinks rank by position).
+SEVERITIES = ("low", "medium", "high", "critical")
+
+#: Rank of each severity (0 = low), for "at least this severity" filters.
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+#: What a tool does (see detectors/tools.py).
+TOOL_ROLES = ("read", "list_search", "write", "irreversible", "admin_exec", "outbound", "auth")
 
 
 @dataclass
@@ -243,6 +257,43 @@ class ScrapingLoopConfig:
 
 
 @dataclass
+class ToolsConfig:
+    """What tools do: roles, business keys, idempotency keys (see detectors/tools.py)."""
+
+    roles: dict[str, str] = doc(
+        "Role of a tool, overriding the default from its name's verb: key 'tool' (any server) "
+        "or 'server/tool'; value one of read, list_search, write, irreversible, admin_exec, "
+        "outbound, auth.",
+        factory=dict,
+    )
+    business_keys: dict[str, str] = doc(
+        "Argument naming the business object a tool acts on ('tool' or 'server/tool' -> "
+        "argument name, e.g. fulfillOrder = 'orderId'). Default: the resource id found at "
+        "ingest (the first argument named like an id, path or uri).",
+        factory=dict,
+    )
+    idempotency_keys: list[str] = doc(
+        "Argument names carrying an idempotency key (a retry reusing the same key is a safe "
+        "replay, not a duplicate execution).",
+        factory=lambda: ["idempotencyKey", "idempotency_key", "Idempotency-Key", "requestId"],
+    )
+    idempotency_args: dict[str, list[str]] = doc(
+        "Extra idempotency-key argument names per 'tool' or 'server/tool'.", factory=dict
+    )
+    sensitive_terms: list[str] = doc(
+        "Substrings (case-insensitive) of a tool name or its argument text that mark a call "
+        "as touching a sensitive place: credentials, secrets, system files, user/role tables, "
+        "other tenants.",
+        factory=lambda: [
+            "credential", "password", "passwd", "secret", "/etc/", "shadow", ".ssh", "id_rsa",
+            ".env", "vault", "private_key", "privatekey", "apikeys", "api_keys", "user_roles",
+            "permissions", "\"roles\"", "\"users\"", "admin", "tenant",
+            "kubeconfig", "sudoers",
+        ],
+    )
+
+
+@dataclass
 class AnomalyConfig:
     """Isolation forest over log-scaled session features."""
 
@@ -397,6 +448,10 @@ class DetectorsConfig:
     scraping_loop: ScrapingLoopConfig = doc("Scraping-loop detector.", factory=ScrapingLoopConfig)
     anomaly: AnomalyConfig = doc("Isolation-forest detector.", factory=AnomalyConfig)
     suppress: SuppressConfig = doc("Allowlists.", factory=SuppressConfig)
+    tools: ToolsConfig = doc(
+        "Tool roles, business keys and idempotency keys (detectors/tools.py).",
+        factory=ToolsConfig,
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -427,6 +482,12 @@ class DetectorsConfig:
             raise ConfigError(
                 "must be 'error' or 'refit'", key="detectors.anomaly.on_version_mismatch"
             )
+        for key, role in self.tools.roles.items():
+            if role not in TOOL_ROLES:
+                raise ConfigError(
+                    f"unknown role {role!r}; known: {', '.join(TOOL_ROLES)}",
+                    key=f"detectors.tools.roles.{key}",
+                )
         for name in ("caller_patterns", "tool_patterns"):
             for pat in getattr(self.suppress, name):
                 try:

@@ -25,7 +25,15 @@ ALIASES: dict[str, list[str]] = {
     "is_error": ["isError", "is_error"],
     "bytes": ["bytes", "bytes_returned", "bytesReturned", "response_bytes"],
     "rows": ["rows", "rows_returned", "rowsReturned"],
-    "duration_ms": ["duration_ms", "durationMs", "latency_ms"],
+    "duration_ms": [
+        "duration_ms", "durationMs", "latency_ms", "latencyMs", "elapsed_ms", "elapsedMs",
+    ],
+    # When each call was in flight (ingest/intervals.py). A bare "duration" is not an alias:
+    # its unit is anyone's guess; map it in the config to duration_ms or duration_s.
+    "duration_s": ["duration_s", "durationSeconds", "elapsed_s", "latency_s"],
+    "start_ts": ["start_ts", "startTs", "start_time", "startTime", "started_at", "startedAt"],
+    "end_ts": ["end_ts", "endTs", "end_time", "endTime", "ended_at", "endedAt",
+               "finished_at", "finishedAt", "completed_at", "completedAt"],
     # Session summaries (SESSION_END / SESSION_ANOMALY).
     "event": ["event"],
     "call_count": ["callCount", "call_count"],

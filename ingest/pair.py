@@ -15,8 +15,19 @@ from datetime import timedelta
 
 import polars as pl
 
+from ingest.intervals import MAX_DURATION_MS
+
 _KEY = ["session_id", "rpc_id"]
 _RESP_COLS = ["status", "status_raw", "is_error_b", "bytes", "ts"]
+
+
+def _interval(req: pl.Expr, resp: pl.Expr) -> list[pl.Expr]:
+    """``start_ts`` / ``end_ts`` of a paired call: request time to response time."""
+    ok = (resp >= req) & ((resp - req).dt.total_microseconds() <= MAX_DURATION_MS * 1000)
+    return [
+        pl.when(ok).then(req).otherwise(pl.col("start_ts")).alias("start_ts"),
+        pl.when(ok).then(resp).otherwise(pl.col("end_ts")).alias("end_ts"),
+    ]
 
 
 @dataclass
@@ -87,6 +98,9 @@ class Pairer:
         if self.pending is not None and self.pending.height:
             reqs = pl.concat([self.pending, reqs], how="vertical_relaxed")
         self.pending = None
+        for c in ("start_ts", "end_ts"):  # hand-built frames (tests) may lack them
+            if c not in reqs.columns:
+                reqs = reqs.with_columns(pl.lit(None, reqs.schema["ts"]).alias(c))
         if reqs.height == 0 and resps.height == 0:
             return reqs, resps
         # Several responses with one id in one session: keep the first.
@@ -104,6 +118,9 @@ class Pairer:
                 pl.col("duration_ms"),
                 (pl.col("ts_r") - pl.col("ts")).dt.total_microseconds() / 1000.0,
             ).alias("duration_ms"),
+            # In flight from the request to the response (a response logged before its
+            # request — clock skew between proxy threads — keeps what the line said).
+            *_interval(pl.col("ts"), pl.col("ts_r")),
         ).drop([f"{c}_r" for c in _RESP_COLS])
         waiting = joined.filter(pl.col("ts_r").is_null()).drop([f"{c}_r" for c in _RESP_COLS])
         orphans = resps.join(reqs.select(_KEY), on=_KEY, how="anti")
@@ -126,7 +143,9 @@ class Pairer:
         self.counters.unanswered += alone.height
         # No response: the outcome is not known (a request line says nothing about it).
         alone = alone.with_columns(
-            pl.lit("unknown").alias("status"), pl.lit(None, pl.Boolean).alias("is_error_b")
+            pl.lit("unknown").alias("status"), pl.lit(None, pl.Boolean).alias("is_error_b"),
+            # Sent, never answered: the start is known, the end is not.
+            pl.col("ts").alias("start_ts"),
         )
         self.pending = waiting if waiting.height else None
         events = pl.concat([events, alone], how="vertical_relaxed")

@@ -29,7 +29,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import arrays
+from ingest import arrays, intervals
 from ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
 from ingest.outcome import outcome_column
 from ingest.records import RawBatch
@@ -204,7 +204,8 @@ class Parser:
         self._con = duckdb.connect(config={"threads": threads})
         self._con.execute("SET TimeZone = 'UTC'")
         self._con.execute(_EPOCH_SQL)
-        self._sql = self._build_sql(merged_aliases(config.field_aliases))
+        self._con.execute(intervals.MACROS_SQL)
+        self._sql = self._build_sql(merged_aliases(config.field_aliases), config.ts_marks)
         # Binding and optimizing the statement costs ~20 ms, more than parsing a small
         # live micro-batch: it is prepared once, over a holder that hands DuckDB whichever
         # batch is current each time the statement runs.
@@ -214,7 +215,7 @@ class Parser:
 
     # ------------------------------------------------------------------ SQL
     @staticmethod
-    def _build_sql(aliases: dict[str, list[str]]) -> str:
+    def _build_sql(aliases: dict[str, list[str]], ts_marks: str = "end") -> str:
         """One SQL statement that classifies and normalizes a whole batch.
 
         Every top-level alias of every field is read by one ``json_transform`` into a
@@ -283,6 +284,7 @@ WITH b AS (
     {first("bytes")} AS bytes_s,
     {first("rows")} AS rows_s,
     {first("duration_ms")} AS duration_s,
+    {intervals.input_columns(first)}
     upper({first("event")}) AS event_v,
     {first("call_count")} AS call_count_s,
     {first("unique_resources")} AS unique_resources_s,
@@ -374,7 +376,7 @@ SELECT
   CAST(CASE WHEN rpc IS NULL THEN try_cast(bytes_s AS DOUBLE) ELSE strlen(rp[5]) END AS BIGINT)
     AS bytes,
   CAST(try_cast(rows_s AS DOUBLE) AS BIGINT) AS rows,
-  try_cast(duration_s AS DOUBLE) AS duration_ms,
+  {intervals.output_columns(ts_marks)}
   cred AS credential_hash,
   CASE WHEN rpc IS NULL THEN 'call' ELSE 'jsonrpc' END AS format,
   rp[2] AS rpc_id,

@@ -73,6 +73,13 @@ class IngestConfig:
     quarantine_raw_chars: int = doc(
         "Quarantined raw lines are kept up to this many characters.", 4096
     )
+    ts_marks: str = doc(
+        "What a per-call line's single timestamp marks when it also carries a duration: "
+        "'end' (the call's completion, as access logs do: start = ts - duration) or "
+        "'start' (end = ts + duration). Explicit start/end fields and JSON-RPC "
+        "request/response times need no such choice.",
+        "end",
+    )
     field_aliases: dict[str, list[str]] = doc(
         "Extra source field names per canonical field, tried after the built-in aliases, "
         "e.g. {tool = ['op']}. Dotted names are literal keys; use a/b for nesting.",

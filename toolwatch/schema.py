@@ -34,6 +34,11 @@ EVENTS = pa.schema(
         ("bytes", pa.int64()),
         ("rows", pa.int64()),
         ("duration_ms", pa.float64()),
+        # When the call was in flight (null when the line carries no duration): the
+        # timestamp plus duration per ingest.ts_marks, explicit ends, or JSON-RPC
+        # request/response times. "What was in flight at T": start_ts <= T < end_ts.
+        ("start_ts", TS),
+        ("end_ts", TS),
         ("credential_hash", pa.string()),  # first secret argument's keyed hash
         ("format", pa.string()),  # call | jsonrpc
         ("source", pa.string()),  # file path, "stdin", "kafka:topic/partition", ...

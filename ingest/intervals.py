@@ -1,0 +1,88 @@
+"""When each call was in flight: start and end times from what a log line carries.
+
+A per-call line may carry both ends (``start_ts`` / ``end_ts`` and their aliases), or one
+timestamp plus a duration (``duration_ms`` and aliases in milliseconds, ``duration_s`` and
+aliases in seconds). By default the single timestamp marks the call's **completion** (as
+access logs do), so the start is ``ts - duration``; ``ingest.ts_marks = "start"`` declares
+the opposite. JSON-RPC transcripts give both ends directly (:mod:`ingest.pair`).
+
+The parser's one SQL statement uses the macros below (DuckDB inlines them), so intervals
+cost a few expressions per row and no extra pass. Hostile values never crash and never
+produce an interval that runs backwards: a duration that is not a finite number in
+``[0, MAX_DURATION_MS]`` is null, as is a start/end pair whose end precedes its start or
+lies more than that apart; times outside 2000–2100 are ignored.
+"""
+
+from __future__ import annotations
+
+#: Longest plausible call (1 day). Beyond it a duration is taken as garbage, not a call
+#: that really ran for weeks (which would put it "in flight" at every moment of a replay).
+MAX_DURATION_MS = 86_400_000.0
+
+#: Values of ``ingest.ts_marks``.
+TS_MARKS = ("end", "start")
+
+MACROS_SQL = f"""
+CREATE OR REPLACE MACRO tw_okdur(d) AS
+    CASE WHEN isfinite(d) AND d >= 0 AND d <= {MAX_DURATION_MS} THEN d END;
+CREATE OR REPLACE MACRO tw_dur(ms_s, sec_s) AS
+    tw_okdur(coalesce(try_cast(ms_s AS DOUBLE), try_cast(sec_s AS DOUBLE) * 1000.0));
+CREATE OR REPLACE MACRO tw_plausible(x) AS
+    CASE WHEN x >= TIMESTAMPTZ '2000-01-01' AND x <= TIMESTAMPTZ '2100-01-01' THEN x END;
+CREATE OR REPLACE MACRO tw_time(s) AS CASE WHEN s IS NOT NULL THEN
+    tw_plausible(coalesce(tw_epoch(try_cast(s AS DOUBLE)), try_cast(s AS TIMESTAMPTZ))) END;
+CREATE OR REPLACE MACRO tw_us(d) AS to_microseconds(CAST(round(d * 1000.0) AS BIGINT));
+CREATE OR REPLACE MACRO tw_pair_ok(st, en) AS
+    st IS NOT NULL AND en IS NOT NULL AND en >= st
+    AND en - st <= to_microseconds(CAST({MAX_DURATION_MS * 1000:.0f} AS BIGINT));
+CREATE OR REPLACE MACRO tw_iv_start(ts, st, en, d, mark_end) AS CASE
+    WHEN tw_pair_ok(st, en) THEN st
+    WHEN d IS NULL THEN NULL
+    WHEN st IS NOT NULL THEN st
+    WHEN en IS NOT NULL THEN en - tw_us(d)
+    WHEN mark_end THEN ts - tw_us(d)
+    ELSE ts END;
+CREATE OR REPLACE MACRO tw_iv_end(ts, st, en, d, mark_end) AS CASE
+    WHEN tw_pair_ok(st, en) THEN en
+    WHEN d IS NULL THEN NULL
+    WHEN st IS NOT NULL THEN st + tw_us(d)
+    WHEN en IS NOT NULL THEN en
+    WHEN mark_end THEN ts
+    ELSE ts + tw_us(d) END;
+"""
+
+
+def input_columns(first: object) -> str:
+    """Select-list items of the parser's field CTE: the raw interval fields as text.
+
+    ``first`` is the parser's ``first(canonical) -> SQL`` helper (first alias present).
+    """
+    return (
+        f"{first('start_ts')} AS iv_start_s, {first('end_ts')} AS iv_end_s, "  # type: ignore[operator]
+        f"{first('duration_s')} AS iv_dur_sec_s,"  # type: ignore[operator]
+    )
+
+
+def output_columns(ts_marks: str) -> str:
+    """Final select-list items: ``duration_ms``, ``start_ts``, ``end_ts``.
+
+    Expects ``ts_parsed``, ``duration_s`` (the millisecond field as text) and the columns
+    of :func:`input_columns` in scope.
+    """
+    if ts_marks not in TS_MARKS:
+        from toolwatch.errors import ConfigError
+
+        raise ConfigError(f"must be one of {TS_MARKS}, not {ts_marks!r}", key="ingest.ts_marks")
+    mark_end = "true" if ts_marks == "end" else "false"
+    args = (
+        f"ts_parsed, tw_time(iv_start_s), tw_time(iv_end_s), "
+        f"tw_dur(duration_s, iv_dur_sec_s), {mark_end}"
+    )
+    return (
+        "coalesce(tw_dur(duration_s, iv_dur_sec_s), CASE WHEN "
+        "tw_pair_ok(tw_time(iv_start_s), tw_time(iv_end_s)) THEN "
+        "epoch_us(tw_time(iv_end_s)) / 1000.0 - epoch_us(tw_time(iv_start_s)) / 1000.0 END)"
+        " AS duration_ms,\n"
+        f"  tw_iv_start({args}) AS start_ts,\n"
+        f"  tw_iv_end({args}) AS end_ts,"
+    )

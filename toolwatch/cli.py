@@ -25,6 +25,7 @@ from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
 from toolwatch.config import describe, load_config
 from toolwatch.errors import ToolwatchError
 from toolwatch.gc_pause import gc_paused
+from toolwatch.spool import recover_orphans
 
 app = typer.Typer(
     add_completion=False,
@@ -88,6 +89,7 @@ def ingest(
 
         try:
             cfg = config_for(config, data_dir)
+            recover_orphans(cfg)  # spools of `toolwatch run` wrappers that died
             res = ingest_paths(cfg, paths, progress=progress)
         except ToolwatchError as exc:
             raise fail(exc) from None
@@ -152,6 +154,7 @@ def analyze(
 
         try:
             cfg = config_for(config, data_dir)
+            recover_orphans(cfg)  # spools of `toolwatch run` wrappers that died
             res = analyze_paths(cfg, paths, alerts_out=alerts_out, progress=progress)
         except ToolwatchError as exc:
             raise fail(exc) from None
@@ -352,13 +355,14 @@ def version() -> None:
 # Each module defines plain typer-annotated functions; registering them here keeps
 # ``toolwatch --help`` in one place.
 from dashboard.launch import dashboard_command  # noqa: E402
-from toolwatch.live_commands import kafka, run, status, tail  # noqa: E402
+from toolwatch.live_commands import collect, kafka, run, status, tail  # noqa: E402
 
 app.command("dashboard")(dashboard_command)
 app.command()(tail)
 app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run)
 app.command()(kafka)
 app.command()(status)
+app.command()(collect)
 # --- end of registered commands ---
 
 

@@ -73,6 +73,9 @@ class _Runner:
     ):
         self.config = config
         self.live = live or LiveConfig.from_config(config)
+        if kind in ("tail", "kafka", "follow"):
+            # Spools of wrappers that died are ingested by the next writer of the store.
+            recover_spools(config, detector=detector, live=self.live)
         self.store = Store(config.data_dir, compact_min_files=config.store.compact_min_files)
         self.store.recover()
         self.lp = LivePipeline(
@@ -269,6 +272,129 @@ def follow_stdin(
     return r.lp
 
 
+def collect_spools(
+    config: Config,
+    *,
+    stop: StopFlag | None = None,
+    sinks: Any = None,
+    detector: DetectFn | None = None,
+    live: LiveConfig | None = None,
+    verbose: bool = False,
+    orphans_only: bool = False,
+    idle_exit_s: float | None = None,
+    lock: Any = None,
+    kind: str = "collect",
+    name: str = "",
+) -> LivePipeline | None:
+    """Ingest and detect every spool of the store (see :mod:`toolwatch.spool`).
+
+    One collector per store (the spool collector lock), so the sessions of every wrapped
+    server on the store are detected together: a caller or address spreading its calls
+    over many short sessions and servers is one entity in one window.
+
+    Parameters
+    ----------
+    stop
+        Once set, one last pass reads what the spools hold (finishing those whose wrapper
+        is gone), commits, and returns.
+    orphans_only
+        Only spools whose wrapper is gone, then return (recovery by any writing command).
+    idle_exit_s
+        Return once no spool is left and nothing arrived for this long.
+    lock
+        The collector lock, already held (released on return). ``None``: wait for it.
+
+    Returns
+    -------
+    LivePipeline or None
+        The closed pipeline (``None`` when stopped before getting the lock).
+    """
+    from ingest.sources.process import split_server_text
+    from toolwatch.spool import SpoolSource, try_collector_lock
+
+    stop = stop if stop is not None else StopFlag()
+    while lock is None:
+        lock = try_collector_lock(config.data_dir)
+        if lock is None:
+            if stop:
+                return None
+            stop.event.wait(0.5)
+    try:
+        r = _Runner(config, kind=kind, name=name or f"spools of {config.data_dir}",
+                    sinks=sinks, detector=detector, live=live, verbose=verbose)
+        lc = r.live
+        src = SpoolSource(config.data_dir, r.store.checkpoints(), orphans_only=orphans_only,
+                          read_bytes=lc.read_bytes, max_line_bytes=config.ingest.max_line_bytes)
+
+        def status_extra() -> None:
+            r.lp.status.lag["bytes"] = src.lag_bytes()
+            r.lp.status.sources = {"spools": sorted(src.entries), "spool_bytes_read":
+                                   src.bytes_read}
+
+        last_data = time.monotonic()
+        try:
+            while True:
+                last = bool(stop)
+                got = 0
+                for batch in src.poll():
+                    if src.new_fingerprints:
+                        r.lp.warm_up(src.new_fingerprints)
+                        src.new_fingerprints.clear()
+                    batch, text, offs, nos = split_server_text(batch)
+                    if text:
+                        r.lp.add_server_text(batch.source, batch.source_fp, text, offs, nos)
+                    r.lp.add(batch)
+                    got += len(batch) + len(text)
+                    if r.lp.due():
+                        r.lp.flush(wait=False)
+                fin = src.finished()
+                if fin:
+                    fps = [e.asm.fp for w in fin if (e := src.entries.get(w)) and e.asm.fp]
+                    r.lp.finalize_streams(fps)
+                    r.lp.flush()  # the spools' last lines are committed before removal
+                    src.remove(fin)
+                elif r.lp.due():
+                    r.lp.flush(wait=False)
+                r.tick(status_extra)
+                now = time.monotonic()
+                if got:
+                    last_data = now
+                if last or (orphans_only and not src.entries):
+                    break
+                if (idle_exit_s is not None and not src.entries
+                        and now - last_data >= idle_exit_s and r.lp.pending_lines == 0):
+                    break
+                if not got:
+                    r.lp.caught_up()
+                    stop.event.wait(min(lc.poll_interval_s, max(r.lp.time_to_due(), 0.01)))
+        finally:
+            src.close()
+            status_extra()
+            r.close()
+        return r.lp
+    finally:
+        lock.close()
+
+
+def recover_spools(config: Config, **kwargs: Any) -> int:
+    """Ingest spools left by wrappers that died, unless a collector runs (it will).
+
+    Cheap when there is nothing to do (a directory listing). Called by every command that
+    writes to the store. Returns the number of orphaned spools found.
+    """
+    from toolwatch.spool import has_orphans, pending_spools, try_collector_lock
+
+    if not has_orphans(config.data_dir):
+        return 0
+    lock = try_collector_lock(config.data_dir)
+    if lock is None:
+        return 0  # a live collector ingests them
+    n = sum(1 for s in pending_spools(config.data_dir) if s["orphaned"])
+    collect_spools(config, orphans_only=True, lock=lock, kind="recover",
+                   name="orphaned spools", **kwargs)
+    return n
+
+
 def run_wrapped(
     config: Config,
     argv: list[str],
@@ -277,46 +403,57 @@ def run_wrapped(
     detector: DetectFn | None = None,
     live: LiveConfig | None = None,
     verbose: bool = False,
+    wrapped: Any = None,
+    on_abandon: Callable[[int], None] | None = None,
 ) -> int:
-    """``toolwatch run -- CMD``: start the server, watch its stderr, return its exit code."""
-    from ingest.sources.file_tail import LineAssembler
-    from ingest.sources.process import WrappedServer
+    """``toolwatch run -- CMD``: start the server, spool its stderr, return its exit code.
 
-    name = Path(argv[0]).name if argv else "server"
-    # The server starts first: the MCP client must not wait for toolwatch's own start-up
-    # (store recovery, detector imports). Its stderr is echoed at once and buffered for
-    # the pipeline meanwhile; signals are forwarded from here on.
-    server = WrappedServer(argv)
-    try:
-        server.start()
-    except OSError as exc:
-        raise ToolwatchError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
-    # The main thread only supervises (forwards signals at once, waits for the child);
-    # parsing and detection run on a worker so a long flush never delays a signal.
-    box: dict[str, Any] = {}
-    drained = StopFlag()  # set when the child is gone and its stderr had time to drain
+    The server's stderr is a spool file under the store from its first byte (see
+    :mod:`toolwatch.spool`). This wrapper collects (parses, stores and detects) the
+    spools of the store when it holds the collector lock, or tries to get it every
+    0.5 s; otherwise it only echoes its spool. When the server has exited it waits for
+    its collection to commit, unless a stop signal (SIGTERM/SIGINT/SIGHUP, as an MCP
+    client sends 2 s after closing stdin) comes first: then ``on_abandon(code)`` is called
+    within ~100 ms (the CLI exits there); the spool stays and the next toolwatch process
+    on the store ingests it.
+    """
+    from toolwatch.spool import start_wrapped, try_collector_lock
 
-    def work() -> None:
-        r: _Runner | None = None
+    if wrapped is None:
         try:
-            r = _Runner(config, kind="run", name=" ".join(argv)[:200], sinks=sinks,
-                        detector=detector, live=live, verbose=verbose)
-            assert server.reader is not None
-            asm = LineAssembler(f"run:{name}", None, salt=server.salt(),
-                                max_line_bytes=config.ingest.max_line_bytes)
-            r.lp.status.extra["child_pid"] = server.pid
-            _follow_pipe(r, server.reader, asm, split_text=True, stop=drained, child=server)
+            wrapped = start_wrapped(config.data_dir, argv)
+        except OSError as exc:
+            raise ToolwatchError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+    server = wrapped.server
+    server_done = StopFlag()
+    box: dict[str, Any] = {}
+    name = " ".join(argv)[:200]
+
+    def collect() -> None:
+        try:
+            while not server_done:
+                lock = try_collector_lock(config.data_dir)
+                if lock is not None:
+                    box["collected"] = True
+                    collect_spools(config, stop=server_done, sinks=sinks, detector=detector,
+                                   live=live, verbose=verbose, lock=lock, kind="run",
+                                   name=name)
+                    return
+                server_done.event.wait(0.5)
+            # The server is gone and another process collected meanwhile: if it is gone
+            # too, ingest what is left (our spool included) before leaving.
+            lock = try_collector_lock(config.data_dir)
+            if lock is not None:
+                box["collected"] = True
+                collect_spools(config, stop=server_done, sinks=sinks, detector=detector,
+                               live=live, verbose=verbose, lock=lock, kind="run", name=name,
+                               orphans_only=True)
         except BaseException as exc:  # reported after the server exits
             box["error"] = exc
-            if server.reader is not None:
-                # Keep draining (and echoing) stderr so the server never blocks on it.
-                server.reader.q = _Discard()  # type: ignore[assignment]
-            log.error("toolwatch monitoring failed; the server (pid %d) keeps running",
-                      server.pid)
-        finally:
-            box["runner"] = r
+            log.error("toolwatch monitoring failed (%s); the server (pid %d) keeps running, "
+                      "its stderr stays spooled", exc, server.pid)
 
-    worker = threading.Thread(target=work, name="run-pipeline", daemon=True)
+    worker = threading.Thread(target=collect, name="run-collector", daemon=True)
     worker.start()
     try:
         while True:
@@ -327,25 +464,22 @@ def run_wrapped(
             except subprocess.TimeoutExpired:
                 continue
         code = server.exit_code()
-        worker.join(10.0)  # stderr EOF follows the exit (unless a grandchild holds it)
-        drained.set()
-        worker.join(10.0)
+        wrapped.finish()  # echo the rest; the spool's lock is released to the collector
+        server_done.set()
+        while worker.is_alive():
+            worker.join(0.02)
+            if server.stop_after_exit.is_set():
+                worker.join(0.08)
+                if worker.is_alive() and on_abandon is not None:
+                    on_abandon(code)
+                break
     finally:
         server.restore_signals()
-        r = box.get("runner")
-        if r is not None:
-            r.lp.status.extra["child_exit_code"] = server.poll()
-            r.close()
     if "error" in box:
         raise box["error"]
+    if not box.get("collected") and sinks is not None:
+        sinks.close()
     return code
-
-
-class _Discard:
-    """Queue stand-in that drops chunks (the server's stderr is still echoed)."""
-
-    def put(self, item: object) -> None:
-        return None
 
 
 def consume_kafka(
@@ -400,8 +534,10 @@ def consume_kafka(
 
 
 __all__ = [
+    "collect_spools",
     "consume_kafka",
     "follow_stdin",
+    "recover_spools",
     "run_wrapped",
     "sinks_for",
     "tail_files",

@@ -152,28 +152,100 @@ def run(
 
     Example: toolwatch run --alerts-out alerts.jsonl -- python my_server.py
     """
-    from toolwatch import live
-    from toolwatch import live_cli as impl
-
     # stdout belongs to the MCP protocol: nothing of ours may ever reach it.
     sys.stdout = sys.stderr
-    _setup_logging(verbose)
     argv = list(ctx.args)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise fail(ValueError("no server command: toolwatch run [OPTIONS] -- CMD ARGS..."), 2)
+    from toolwatch.spool import PRESTARTED
+
+    # Normally the console entry point (toolwatch.spool.main) started the server before
+    # the CLI was imported, its stderr already spooled.
+    wrapped = PRESTARTED.pop("run", None)
+    if wrapped is not None and wrapped.server.argv != argv:
+        raise fail(ValueError("internal error: pre-started server does not match"), 1)
+    _setup_logging(verbose)
     try:
         cfg = config_for(config, data_dir)
+        if wrapped is None:
+            from toolwatch.spool import start_wrapped
+
+            try:
+                wrapped = start_wrapped(cfg.data_dir, argv)
+            except OSError as exc:
+                raise ToolwatchError(
+                    f"cannot start {argv[0]!r}: {exc.strerror or exc}"
+                ) from exc
+    except (ToolwatchError, ValueError) as exc:
+        raise fail(exc, 127 if "cannot start" in str(exc) else 1) from None
+    from toolwatch import live
+    from toolwatch import live_cli as impl
+
+    try:
         lc = live.LiveConfig.from_config(cfg)
         if metrics_port is not None:
             lc.metrics_port = metrics_port
         sinks = impl.sinks_for(lc, stdout_default=False, alerts_out=alerts_out, webhook=webhook,
                                 slack=slack, allow_stdout=False)
-        code = impl.run_wrapped(cfg, argv, sinks=sinks, live=lc, verbose=verbose)
     except (ToolwatchError, ValueError) as exc:
-        raise fail(exc, 127 if "cannot start" in str(exc) else 1) from None
+        # The server runs already: report, keep its stderr spooled and wait for it.
+        fail(exc)
+        lc, sinks = None, None
+    from toolwatch.cli import _exit_now
+
+    try:
+        code = impl.run_wrapped(cfg, argv, sinks=sinks, live=lc, verbose=verbose,
+                                wrapped=wrapped, on_abandon=_exit_now)
+    except (ToolwatchError, ValueError) as exc:
+        raise fail(exc, 1) from None
     raise typer.Exit(code)
+
+
+def collect(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    alerts_out: AlertsOutOpt = None,
+    webhook: WebhookOpt = None,
+    slack: SlackOpt = False,
+    no_stdout: NoStdoutOpt = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="One pass over the spools present, then stop.")
+    ] = False,
+    metrics_port: MetricsOpt = None,
+    exit_when_idle: IdleExitOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Ingest and detect the spooled stderr of every `toolwatch run` on the store.
+
+    One collector per store sees all wrapped servers together (cross-session alerts).
+    Without it, the first wrapper that gets the store's collector lock collects.
+
+    Example: toolwatch collect -d /var/lib/toolwatch --alerts-out alerts.jsonl
+    """
+    from toolwatch import live
+    from toolwatch import live_cli as impl
+
+    _setup_logging(verbose)
+    try:
+        cfg = config_for(config, data_dir)
+        lc = live.LiveConfig.from_config(cfg)
+        if metrics_port is not None:
+            lc.metrics_port = metrics_port
+        sinks = impl.sinks_for(lc, stdout_default=True, alerts_out=alerts_out, webhook=webhook,
+                                slack=slack, no_stdout=no_stdout)
+    except (ToolwatchError, ValueError) as exc:
+        raise fail(exc) from None
+    stop = live.StopFlag()
+    if once:
+        stop.set()
+    live.install_stop_handlers(stop)
+    try:
+        impl.collect_spools(cfg, stop=stop, sinks=sinks, live=lc, verbose=verbose,
+                            idle_exit_s=exit_when_idle)
+    except ToolwatchError as exc:
+        raise fail(exc) from None
 
 
 def kafka(
@@ -262,10 +334,25 @@ def status(
         cfg = config_for(config, data_dir)
     except ToolwatchError as exc:
         raise fail(exc) from None
+    from toolwatch.spool import pending_spools
+
     rows = [s for s in live.read_statuses(cfg.data_dir) if all_ or s["alive"]]
+    # Spools not yet ingested (kind "spool"): a wrapped server's stderr waiting for the
+    # collector, or left by a wrapper that died (orphaned: the next writer ingests it).
+    spools = [{"kind": "spool", "alive": s["wrapper_alive"], **s}
+              for s in pending_spools(cfg.data_dir)]
     if json_out:
-        print(orjson.dumps(rows, default=str).decode())
+        print(orjson.dumps(rows + spools, default=str).decode())
         return
+    if spools:
+        st = Table(title=f"spools waiting on {cfg.data_dir}")
+        for c in ("wrapper", "server", "bytes", "state"):
+            st.add_column(c, overflow="fold")
+        for s in spools:
+            state = "wrapper running" if s["wrapper_alive"] else (
+                "orphaned (ingested by the next writer)" if s["orphaned"] else "server running")
+            st.add_row(s["wid"], str(s["name"])[:40], f"{s['bytes']:,}", state)
+        Console().print(st)
     if not rows:
         Console().print(f"no live toolwatch process writing to {cfg.data_dir}")
         return

@@ -4,9 +4,9 @@
 child inherits toolwatch's stdin and stdout file descriptors, so the client's requests
 and the server's responses flow between the client and the server through the operating
 system, byte for byte, with no copy and no added latency. toolwatch never writes to
-stdout. Only the child's stderr is a pipe: a reader thread echoes every chunk to
-toolwatch's own stderr as soon as it is read (so whatever displayed the server's stderr
-before still does) and hands it to the live pipeline.
+stdout. The child's stderr is a spool file under the store (:mod:`toolwatch.spool`),
+echoed to toolwatch's own stderr and read by the collector
+(:func:`toolwatch.live_cli.collect_spools`), which splits it here.
 
 On that stream, lines whose first non-blank byte is ``{`` are log records (parsed like any
 log; malformed ones are quarantined as usual). Every other line is *server text* (banners,
@@ -14,9 +14,9 @@ tracebacks, plain log messages): counted, kept in the quarantine dataset with re
 ``server_text`` (``live.keep_server_text``), never treated as a failure.
 
 Signals SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 received by toolwatch are
-forwarded to the child; toolwatch exits when the child has exited and its stderr is
-drained, with the child's exit code (``128 + N`` when the child was killed by signal N).
-``ingest --follow -`` reuses the same pipe reader for standard input.
+forwarded to the child; toolwatch exits with the child's exit code (``128 + N`` when the
+child was killed by signal N). ``ingest --follow -`` reads standard input with
+:class:`PipeReader`.
 """
 
 from __future__ import annotations
@@ -24,11 +24,8 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -37,15 +34,9 @@ import pyarrow.compute as pc
 
 from ingest.records import RawBatch
 
-#: Signals forwarded to the wrapped server.
-FORWARDED_SIGNALS = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-)
+# The wrapped server itself lives in toolwatch.spool: it is started before anything
+# heavy is imported (this module pulls in numpy and pyarrow).
+from toolwatch.spool import FORWARDED_SIGNALS, WrappedServer  # noqa: F401
 
 
 class PipeReader:
@@ -165,103 +156,6 @@ def split_server_text(batch: RawBatch) -> tuple[RawBatch, list[bytes], list[int]
         final=batch.final,
     )
     return keep, text, offs, nos
-
-
-class WrappedServer:
-    """A child process with inherited stdin/stdout and a piped, echoed stderr.
-
-    Parameters
-    ----------
-    argv
-        The server's command line.
-    env
-        Environment (default: inherited).
-    """
-
-    def __init__(self, argv: list[str], env: dict[str, str] | None = None):
-        if not argv:
-            raise ValueError("no command to run: use toolwatch run -- CMD ARGS...")
-        self.argv = argv
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.reader: PipeReader | None = None
-        self.started_ns = 0
-        self._own_group = False
-        self._old_handlers: dict[int, object] = {}
-        self.forwarded: list[int] = []
-
-    def start(self) -> WrappedServer:
-        """Spawn the child and the stderr reader; install signal forwarding."""
-        interactive = False
-        with contextlib.suppress(OSError, ValueError):
-            interactive = os.isatty(0)
-        # With a terminal on stdin the child must stay in our process group (or reading
-        # the tty would stop it); the tty then signals both of us, so SIGINT/SIGQUIT are
-        # not forwarded a second time. Under an MCP client (pipes) the child gets its own
-        # group and every signal reaches it exactly once, through us.
-        self._own_group = not interactive
-        self.started_ns = time.time_ns()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=None,
-            stdout=None,
-            stderr=subprocess.PIPE,
-            bufsize=0,
-            env=self.env,
-            process_group=0 if self._own_group else None,
-        )
-        assert self.proc.stderr is not None
-        self.reader = PipeReader(self.proc.stderr.fileno(), echo_fd=2).start()
-        self._install_forwarding()
-        return self
-
-    def _install_forwarding(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in FORWARDED_SIGNALS:
-            if not self._own_group and sig in (signal.SIGINT, signal.SIGQUIT):
-                handler: object = signal.SIG_IGN if sig == signal.SIGQUIT else self._noop
-            else:
-                handler = self._forward
-            with contextlib.suppress(OSError, ValueError):
-                self._old_handlers[sig] = signal.signal(sig, handler)  # type: ignore[arg-type]
-
-    def _noop(self, signum: int, _frame: object) -> None:
-        self.forwarded.append(-signum)
-
-    def _forward(self, signum: int, _frame: object) -> None:
-        self.forwarded.append(signum)
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signum)
-
-    def restore_signals(self) -> None:
-        """Put back the signal handlers that were there before :meth:`start`."""
-        for sig, h in self._old_handlers.items():
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                signal.signal(sig, h)  # type: ignore[arg-type]
-        self._old_handlers.clear()
-
-    @property
-    def pid(self) -> int:
-        """The child's pid."""
-        assert self.proc is not None
-        return self.proc.pid
-
-    def poll(self) -> int | None:
-        """The child's return code, or ``None`` while it runs."""
-        assert self.proc is not None
-        return self.proc.poll()
-
-    def exit_code(self) -> int:
-        """Wait for the child; its exit status as a shell would report it."""
-        assert self.proc is not None
-        rc = self.proc.wait()
-        return 128 - rc if rc < 0 else rc
-
-    def salt(self) -> bytes:
-        """Stream-identity salt: this run's pid and start time."""
-        return f"run:{self.pid}:{self.started_ns}".encode()
 
 
 def stdin_reader() -> PipeReader:

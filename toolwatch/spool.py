@@ -1,0 +1,674 @@
+"""Spool first: a wrapped server's stderr goes to a file under the store before anything else.
+
+``toolwatch run -- CMD`` starts the server with a **spool file as its stderr**
+(``<data_dir>/spool/<wrapper-id>.log``). Every byte the server writes reaches the file
+through the kernel, with no process of ours in between: a wrapper killed at any moment
+(``kill -9`` included) loses nothing the server wrote. The wrapper echoes the spool to its
+own stderr by tailing it (whatever showed the server's stderr before still does), and
+parsing, storing and detection read the spool like ``tail`` reads a file, with
+checkpointed offsets (:class:`SpoolSource`, driven by :func:`toolwatch.live_cli.collect_spools`).
+
+Files of one wrapper (``<wid>`` = wrapper pid + random suffix):
+
+``<wid>.lock``
+    ``flock``-ed by the wrapper for its whole life (the descriptor is not inherited by the
+    server). Free lock = the wrapper is gone.
+``<wid>.meta``
+    JSON: argv, source name, wrapper and server pids, start time.
+``<wid>.log``
+    The server's stderr, byte for byte.
+
+A spool is removed only after the store commit that holds its last line. A spool whose
+wrapper died is *orphaned*: the next toolwatch process that writes to the store (``run``,
+``collect``, ``tail``, ``kafka``, ``ingest --follow``, ``ingest``, ``analyze``) ingests it,
+exactly once: its stream id is salted with the wrapper id and its offset checkpointed with
+the data, so what an earlier process already committed is skipped. Only the holder of the
+store's **collector lock** (``spool/collector.lock``) reads spools, so two processes never
+ingest the same one.
+
+This module is on the wrapper's cold-start path: it imports the standard library only.
+:func:`main` (the console entry point) starts a ``run`` command's server before the CLI
+and its dependencies are even imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ingest.records import RawBatch
+    from ingest.sources.file_tail import LineAssembler
+
+#: Signals forwarded to the wrapped server.
+FORWARDED_SIGNALS = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+#: Signals that, once the server has exited, make the wrapper leave at once.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+COLLECTOR_LOCK = "collector.lock"
+
+
+def spool_dir(data_dir: str | Path) -> Path:
+    """``<data_dir>/spool``."""
+    return Path(data_dir) / "spool"
+
+
+def _lock_nb(path: Path, mode: str = "a") -> Any | None:
+    """Open ``path`` and take an exclusive ``flock`` without waiting; the handle or None."""
+    try:
+        fh = open(path, mode)  # noqa: SIM115 - the caller holds it as the lock
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return None
+    return fh
+
+
+def try_collector_lock(data_dir: str | Path) -> Any | None:
+    """The store's collector lock if free (hold the returned handle; close to release)."""
+    d = spool_dir(data_dir)
+    with contextlib.suppress(OSError):
+        d.mkdir(parents=True, exist_ok=True)
+    return _lock_nb(d / COLLECTOR_LOCK)
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not reaped: its wrapper died) is not writing any more.
+    with contextlib.suppress(OSError):
+        st = Path(f"/proc/{pid}/stat").read_text()
+        if st[st.rfind(")") + 2 :].startswith("Z"):
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- wrapper side
+class Spool:
+    """The wrapper's own spool: lock, meta and the log file the server writes to.
+
+    Parameters
+    ----------
+    data_dir
+        Store directory.
+    argv
+        The server's command line (recorded in the meta file).
+    """
+
+    def __init__(self, data_dir: str | Path, argv: list[str]):
+        self.dir = spool_dir(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.wid = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.lock_path = self.dir / f"{self.wid}.lock"
+        self.meta_path = self.dir / f"{self.wid}.meta"
+        self.log_path = self.dir / f"{self.wid}.log"
+        self._lock = open(self.lock_path, "w")  # noqa: SIM115 - held for the wrapper's life
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        self.meta: dict[str, Any] = {
+            "wid": self.wid,
+            "argv": argv,
+            "name": Path(argv[0]).name if argv else "server",
+            "wrapper_pid": os.getpid(),
+            "child_pid": None,
+            "started_ns": time.time_ns(),
+        }
+        self.write_meta()
+        # O_APPEND: the server and anything it spawns append whole writes, never overwrite.
+        self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def write_meta(self) -> None:
+        """Write the meta file atomically (tmp + rename)."""
+        tmp = self.meta_path.with_suffix(".meta.tmp")
+        tmp.write_text(json.dumps(self.meta))
+        os.replace(tmp, self.meta_path)
+
+    def release(self) -> None:
+        """Let a collector finalize this spool (the server has exited)."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.fd = -1
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.fsync(os.open(self.log_path, os.O_RDONLY))
+            self._lock.close()
+            self._lock = None
+
+
+class Echo:
+    """Tail the spool file to a descriptor (the wrapper's stderr) on a thread.
+
+    Polls with a back-off from 2 ms (just after data) to 50 ms (idle), so a line shows up
+    on the wrapper's stderr within 50 ms and an idle wrapper makes ~20 empty reads/s.
+    """
+
+    def __init__(self, path: Path, out_fd: int = 2):
+        self.fd = os.open(path, os.O_RDONLY)
+        self.out_fd = out_fd
+        self.bytes = 0
+        self.errors = 0
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spool-echo", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        delay = 0.002
+        try:
+            while True:
+                data = os.read(self.fd, 1 << 16)
+                if data:
+                    self.bytes += len(data)
+                    self._write(data)
+                    delay = 0.002
+                    continue
+                if self.done.is_set():
+                    # one last read: anything written before the server's exit is there
+                    data = os.read(self.fd, 1 << 20)
+                    while data:
+                        self._write(data)
+                        data = os.read(self.fd, 1 << 20)
+                    return
+                self.done.wait(delay)
+                delay = min(delay * 2, 0.05)
+        except OSError:
+            return
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+    def _write(self, data: bytes) -> None:
+        if self.errors:
+            return  # our stderr is gone: the spool still has everything
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self.out_fd, view)
+            except InterruptedError:
+                continue
+            except OSError:
+                self.errors += 1
+                return
+            view = view[n:]
+
+    def finish(self, timeout: float = 2.0) -> None:
+        """Echo what is left and stop."""
+        self.done.set()
+        self._thread.join(timeout)
+
+
+class WrappedServer:
+    """A child process with inherited stdin/stdout; stderr to ``stderr`` (a spool file).
+
+    Parameters
+    ----------
+    argv
+        The server's command line.
+    env
+        Environment (default: inherited).
+    stderr
+        Descriptor the child's stderr goes to (default: a pipe, see :attr:`proc`).
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None,
+                 stderr: int | None = None):
+        if not argv:
+            raise ValueError("no command to run: use toolwatch run -- CMD ARGS...")
+        self.argv = argv
+        self.env = env
+        self.stderr = stderr
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_ns = 0
+        self._own_group = False
+        self._old_handlers: dict[int, object] = {}
+        self.forwarded: list[int] = []
+        #: Set by a stop signal (SIGINT/SIGTERM/SIGHUP) received after the server exited.
+        self.stop_after_exit = threading.Event()
+        self.exited = threading.Event()
+
+    def start(self) -> WrappedServer:
+        """Spawn the child; install signal forwarding."""
+        interactive = False
+        with contextlib.suppress(OSError, ValueError):
+            interactive = os.isatty(0)
+        # With a terminal on stdin the child must stay in our process group (or reading
+        # the tty would stop it); the tty then signals both of us, so SIGINT/SIGQUIT are
+        # not forwarded a second time. Under an MCP client (pipes) the child gets its own
+        # group and every signal reaches it exactly once, through us.
+        self._own_group = not interactive
+        self.started_ns = time.time_ns()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=None,
+            stdout=None,
+            stderr=subprocess.PIPE if self.stderr is None else self.stderr,
+            bufsize=0,
+            env=self.env,
+            process_group=0 if self._own_group else None,
+        )
+        self._install_forwarding()
+        return self
+
+    def _install_forwarding(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in FORWARDED_SIGNALS:
+            if not self._own_group and sig in (signal.SIGINT, signal.SIGQUIT):
+                handler: object = signal.SIG_IGN if sig == signal.SIGQUIT else self._noop
+            else:
+                handler = self._forward
+            with contextlib.suppress(OSError, ValueError):
+                self._old_handlers[sig] = signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def _noop(self, signum: int, _frame: object) -> None:
+        self.forwarded.append(-signum)
+        if self.exited.is_set():
+            self.stop_after_exit.set()
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        self.forwarded.append(signum)
+        if self.proc is not None and self.proc.returncode is None and not self.exited.is_set():
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signum)
+        elif signum in STOP_SIGNALS:
+            self.stop_after_exit.set()
+
+    def restore_signals(self) -> None:
+        """Put back the signal handlers that were there before :meth:`start`."""
+        for sig, h in self._old_handlers.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(sig, h)  # type: ignore[arg-type]
+        self._old_handlers.clear()
+
+    @property
+    def pid(self) -> int:
+        """The child's pid."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        """The child's return code, or ``None`` while it runs."""
+        assert self.proc is not None
+        return self.proc.poll()
+
+    def exit_code(self) -> int:
+        """Wait for the child; its exit status as a shell would report it."""
+        assert self.proc is not None
+        rc = self.proc.wait()
+        return 128 - rc if rc < 0 else rc
+
+    def salt(self) -> bytes:
+        """Stream-identity salt: this run's pid and start time."""
+        return f"run:{self.pid}:{self.started_ns}".encode()
+
+
+@dataclass
+class Wrapped:
+    """A started server with its spool and stderr echo (see :func:`start_wrapped`)."""
+
+    server: WrappedServer
+    spool: Spool
+    echo: Echo
+    data_dir: Path
+    started_at: float = field(default_factory=time.monotonic)
+
+    def finish(self) -> None:
+        """The server has exited: echo the rest, release the spool to the collector."""
+        self.server.exited.set()
+        self.echo.finish()
+        self.spool.release()
+
+
+def start_wrapped(data_dir: str | Path, argv: list[str]) -> Wrapped:
+    """Create a spool, start the server with it as stderr, start echoing it.
+
+    Raises
+    ------
+    OSError
+        The command cannot be started (the spool is removed again).
+    """
+    sp = Spool(data_dir, argv)
+    srv = WrappedServer(argv, stderr=sp.fd)
+    try:
+        srv.start()
+    except OSError:
+        sp.release()
+        for p in (sp.log_path, sp.meta_path, sp.lock_path):
+            p.unlink(missing_ok=True)
+        raise
+    sp.meta["child_pid"] = srv.pid
+    sp.meta["started_ns"] = srv.started_ns
+    sp.write_meta()
+    # The server has its own copy of the descriptor; ours is only needed to release.
+    os.close(sp.fd)
+    sp.fd = -1
+    return Wrapped(srv, sp, Echo(sp.log_path), Path(data_dir))
+
+
+# --------------------------------------------------------------------------- collector side
+@dataclass
+class _Entry:
+    wid: str
+    meta: dict[str, Any]
+    fd: int
+    asm: LineAssembler
+    lock: Any = None  # held once the wrapper is gone
+    done: bool = False
+    announced: bool = False
+
+
+class SpoolSource:
+    """Read every spool of a store like ``tail`` reads files (collector side).
+
+    A spool is a stream of its own: source ``run:<server name>``, fingerprint of its
+    first line salted with the wrapper id, offsets = file offsets, resumed from the
+    store's checkpoint. A spool whose wrapper is gone (its lock is free) and whose server
+    no longer runs is read to its end, emitted with ``final=True`` (waiting JSON-RPC
+    requests are stored unanswered) and reported by :meth:`finished`; the caller removes it
+    with :meth:`remove` once that batch is committed.
+
+    Parameters
+    ----------
+    data_dir
+        Store directory.
+    checkpoints
+        The store's checkpoints (fingerprint -> offset).
+    orphans_only
+        Only spools whose wrapper is gone (recovery by a process that is not a collector).
+    read_bytes, max_line_bytes
+        Read size per call; line cut length.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        checkpoints: dict[str, int],
+        *,
+        orphans_only: bool = False,
+        read_bytes: int = 4 << 20,
+        max_line_bytes: int = 1_048_576,
+    ):
+        self.dir = spool_dir(data_dir)
+        self.checkpoints = checkpoints
+        self.orphans_only = orphans_only
+        self.read_bytes = read_bytes
+        self.max_line_bytes = max_line_bytes
+        self.entries: dict[str, _Entry] = {}
+        self.new_fingerprints: list[str] = []
+        self.bytes_read = 0
+        self._finished: list[str] = []
+
+    def _open(self, wid: str) -> _Entry | None:
+        from ingest.sources.file_tail import LineAssembler
+
+        try:
+            meta = json.loads((self.dir / f"{wid}.meta").read_text())
+        except (OSError, ValueError):
+            meta = {"name": "server"}
+        lock = None
+        if self.orphans_only:
+            lock = _lock_nb(self.dir / f"{wid}.lock")
+            if lock is None or _pid_alive(meta.get("child_pid")):
+                if lock is not None:
+                    lock.close()
+                return None
+        try:
+            fd = os.open(self.dir / f"{wid}.log", os.O_RDONLY)
+        except OSError:
+            if lock is not None:
+                lock.close()
+            return None
+        asm = LineAssembler(
+            f"run:{meta.get('name', 'server')}", self.checkpoints,
+            salt=f"spool:{wid}".encode(), max_line_bytes=self.max_line_bytes,
+        )
+        return _Entry(wid, meta, fd, asm, lock=lock)
+
+    def scan(self) -> None:
+        """Pick up spools that appeared."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for n in names:
+            if not n.endswith(".log"):
+                continue
+            wid = n[:-4]
+            if wid in self.entries:
+                continue
+            e = self._open(wid)
+            if e is not None:
+                self.entries[wid] = e
+
+    def _gone(self, e: _Entry) -> bool:
+        """Whether the spool's writers are gone (takes the wrapper's lock if so)."""
+        if e.lock is None:
+            e.lock = _lock_nb(self.dir / f"{e.wid}.lock")
+            if e.lock is None:
+                return False
+        return not _pid_alive(e.meta.get("child_pid"))
+
+    def poll(self, budget: int = 64 << 20) -> Iterator[RawBatch]:
+        """Batches of complete lines appended to the spools since the last call."""
+        self.scan()
+        for e in list(self.entries.values()):
+            if e.done:
+                continue
+            left = budget
+            while left > 0:
+                try:
+                    data = os.read(e.fd, min(self.read_bytes, left))
+                except OSError as exc:
+                    if exc.errno == errno.EINTR:
+                        continue
+                    data = b""
+                if not data:
+                    break
+                left -= len(data)
+                self.bytes_read += len(data)
+                b = e.asm.feed(data)
+                self._announce(e)
+                if b is not None and len(b):
+                    yield b
+            if left <= 0:
+                continue
+            cut = e.asm.cut_long_line()
+            if cut is not None:
+                yield cut
+            if self._gone(e):
+                # Gone: whatever reached the file is all there will be.
+                rest = b""
+                while True:
+                    data = os.read(e.fd, self.read_bytes)
+                    if not data:
+                        break
+                    rest += data
+                self.bytes_read += len(rest)
+                b = e.asm.feed(rest, final=True)
+                self._announce(e)
+                e.done = True
+                self._finished.append(e.wid)
+                if b is not None and (len(b) or b.final):
+                    yield b
+
+    def _announce(self, e: _Entry) -> None:
+        if not e.announced and e.asm.fp is not None:
+            e.announced = True
+            if e.asm.resumed_from > 0:
+                self.new_fingerprints.append(e.asm.fp)
+
+    def finished(self) -> list[str]:
+        """Wrapper ids whose last batch has been emitted (remove after the commit)."""
+        return list(self._finished)
+
+    def remove(self, wids: list[str]) -> None:
+        """Delete committed, finished spools."""
+        for wid in wids:
+            e = self.entries.pop(wid, None)
+            with contextlib.suppress(ValueError):
+                self._finished.remove(wid)
+            for suffix in (".log", ".meta"):
+                (self.dir / f"{wid}{suffix}").unlink(missing_ok=True)
+            (self.dir / f"{wid}.lock").unlink(missing_ok=True)
+            if e is not None:
+                with contextlib.suppress(OSError):
+                    os.close(e.fd)
+                if e.lock is not None:
+                    e.lock.close()
+
+    def live_count(self) -> int:
+        """Spools being read whose wrapper still runs."""
+        return sum(1 for e in self.entries.values() if not e.done)
+
+    def lag_bytes(self) -> int:
+        """Bytes in the spools not yet read."""
+        n = 0
+        for e in self.entries.values():
+            with contextlib.suppress(OSError):
+                n += max(0, os.fstat(e.fd).st_size - e.asm.read_offset)
+        return n
+
+    def close(self) -> None:
+        """Close every spool (they stay for the next collector)."""
+        for e in self.entries.values():
+            with contextlib.suppress(OSError):
+                os.close(e.fd)
+            if e.lock is not None:
+                e.lock.close()
+        self.entries.clear()
+
+
+def pending_spools(data_dir: str | Path) -> list[dict[str, Any]]:
+    """Spools on a store: wrapper id, bytes, whether its wrapper still runs (``status``)."""
+    d = spool_dir(data_dir)
+    out: list[dict[str, Any]] = []
+    if not d.is_dir():
+        return out
+    for p in sorted(d.glob("*.log")):
+        wid = p.stem
+        try:
+            meta = json.loads((d / f"{wid}.meta").read_text())
+        except (OSError, ValueError):
+            meta = {}
+        lock = _lock_nb(d / f"{wid}.lock")
+        alive = lock is None
+        if lock is not None:
+            lock.close()
+        with contextlib.suppress(OSError):
+            out.append({
+                "wid": wid,
+                "name": meta.get("name", ""),
+                "bytes": p.stat().st_size,
+                "wrapper_alive": alive,
+                "server_pid": meta.get("child_pid"),
+                "orphaned": not alive and not _pid_alive(meta.get("child_pid")),
+            })
+    return out
+
+
+def has_orphans(data_dir: str | Path) -> bool:
+    """Whether any spool waits for ingestion with its wrapper gone (cheap check)."""
+    return any(s["orphaned"] for s in pending_spools(data_dir))
+
+
+def recover_orphans(config: Any) -> int:
+    """Ingest spools of dead wrappers (``ingest``/``analyze`` call this on opening the store).
+
+    A directory listing when there is nothing to do; the live engine is imported only
+    when an orphaned spool exists. Returns the number of orphaned spools found.
+    """
+    if not has_orphans(config.data_dir):
+        return 0
+    from toolwatch.live_cli import recover_spools
+
+    return recover_spools(config)
+
+
+# --------------------------------------------------------------------------- entry point
+_VALUE_OPTS = {"--alerts-out", "--webhook", "--metrics-port"}
+_FLAG_OPTS = {"--slack", "-v", "--verbose"}
+
+#: A ``run`` command's server started by :func:`main` before the CLI was imported.
+PRESTARTED: dict[str, Wrapped] = {}
+
+
+def _prestart(args: list[str]) -> None:
+    """Start ``toolwatch run [OPTS] -- CMD`` 's server now; leave anything unusual to typer."""
+    data_dir: str | None = None
+    config: str | None = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            argv = args[i + 1 :]
+            break
+        name, eq, val = a.partition("=")
+        if name in ("-d", "--data-dir", "-c", "--config", *_VALUE_OPTS):
+            if not eq:
+                i += 1
+                if i >= len(args):
+                    return
+                val = args[i]
+            if name in ("-d", "--data-dir"):
+                data_dir = val
+            elif name in ("-c", "--config"):
+                config = val
+        elif a not in _FLAG_OPTS:
+            return  # --help, an unknown option or no "--": the CLI decides
+        i += 1
+    else:
+        return
+    if not argv:
+        return
+    try:
+        from toolwatch.config import load_config
+
+        cfg = load_config(config)
+        if data_dir is not None:
+            cfg.store.data_dir = data_dir
+        PRESTARTED["run"] = start_wrapped(cfg.data_dir, argv)
+    except Exception:
+        return
+
+
+def main() -> None:
+    """Console entry point: start a ``run`` command's server first, then the CLI."""
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        _prestart(sys.argv[2:])
+    from toolwatch.cli import main as cli_main
+
+    try:
+        cli_main()
+    finally:
+        left = PRESTARTED.pop("run", None)
+        if left is not None:  # the CLI refused the command line: do not leave it running
+            with contextlib.suppress(OSError):
+                left.server.proc.terminate()  # type: ignore[union-attr]
+            left.finish()

@@ -19,6 +19,7 @@ from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest_run import IngestResult, ingest_paths
+from toolwatch.output import safe_rich
 from toolwatch.store import Store
 
 if TYPE_CHECKING:
@@ -216,9 +217,8 @@ def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
         entity = f"{r['entity_type']}={r['entity_id']}"
         window = f"{r['first_seen']:%m-%d %H:%M} → {r['last_seen']:%m-%d %H:%M}"
         reason = (r["reasons"] or [""])[0]
-        t.add_row(
-            Text(r["severity"]), Text(r["category"]), Text(entity), Text(window), Text(reason)
-        )
+        # Ids and reasons quote logged values: escaped Text, never markup or raw controls.
+        t.add_row(*(safe_rich(v) for v in (r["severity"], r["category"], entity, window, reason)))
     console.print(t)
     if alerts.height > limit:
-        console.print(f"… {alerts.height - limit} more: toolwatch alerts")
+        console.print(Text(f"… {alerts.height - limit} more: toolwatch alerts"))

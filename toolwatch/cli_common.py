@@ -33,6 +33,13 @@ def config_for(config: Path | None, data_dir: Path | None) -> Config:
 
 
 def fail(exc: Exception, code: int = 1) -> typer.Exit:
-    """Print ``exc`` as an error on stderr; the exit to raise (``raise fail(e) from None``)."""
-    err.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+    """Print ``exc`` as an error on stderr; the exit to raise (``raise fail(e) from None``).
+
+    The message is printed as plain text with control characters escaped: error texts
+    quote logged values (paths, tool names, a DuckDB error quoting a cell), which must
+    neither drive the terminal nor be read as rich markup.
+    """
+    from toolwatch.output import error_text
+
+    err.print(error_text(exc), highlight=False)
     return typer.Exit(code)

@@ -1,0 +1,289 @@
+"""Log strings never reach the analyst's terminal or browser as control codes or markup.
+
+Issue 15 §4: session ids with terminal escapes were printed raw by ``analyze`` and in CSV
+output; an image URL in a caller id, rendered as Markdown, made the analyst's browser
+fetch it. Every terminal path (analyze's table, ``alerts`` in each format, errors, the
+ingest summary) and every dashboard element is checked with planted hostile values.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import re
+import unicodedata
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolwatch import schema
+from toolwatch.output import (
+    csv_cell,
+    error_text,
+    is_unsafe_char,
+    json_dumps,
+    json_safe,
+    safe_column,
+    safe_text,
+    unescape_text,
+    write_rows,
+)
+
+#: An OSC 8 hyperlink, a screen clear, a colour, C1 CSI, DEL, bidi override, rich markup.
+HOSTILE_SESSION = (
+    "s-\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07\x1b[2J\x9b31m\x7f"
+    "\u202eabc\u2066[red]X[/red][link=http://evil.example]y[/link]"
+)
+HOSTILE_CALLER = "mallory\x1b[31m\u200b![x](http://127.0.0.1:9/x.png)"
+FORMULA_CALLER = "=HYPERLINK(\"http://evil.example\",\"x\")"
+_RAW_BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _bad_chars(text: str) -> list[str]:
+    """Characters a terminal would act on (newline and tab are layout here)."""
+    return [c for c in text if c not in "\n\t" and is_unsafe_char(c)]
+
+
+# ------------------------------------------------------------------ the escaping itself
+_ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=60)
+_NASTY = st.lists(
+    st.one_of(
+        st.sampled_from(
+            ["\x1b", "\x9b", "\x7f", "\x00", "\n", "\r", "\t", "\\", "x1b", "\\x1b", "\u202e",
+             "\u2066", "\u2069", "\u200b", "\ufeff", "\U000e0041", "\u3164", "\ud800",
+             "\u2028", "=", "+", "-", "@", "[red]", "[/]", "é", "漢", "😀"]
+        ),
+        st.characters(),
+    ),
+    max_size=40,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_ANY_TEXT, _NASTY))
+def test_safe_text_leaves_no_control_or_format_character_and_is_reversible(s: str) -> None:
+    out = safe_text(s)
+    assert not [c for c in out if is_unsafe_char(c)], out
+    assert not _RAW_BAD.search(out)
+    assert unescape_text(out) == s
+    # Only characters that needed it changed: plain printable text is left alone.
+    if "\\" not in s and not any(is_unsafe_char(c) for c in s):
+        assert out == s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_ANY_TEXT, _NASTY))
+def test_keep_newlines_keeps_only_newlines(s: str) -> None:
+    out = safe_text(s, keep_newlines=True)
+    assert not [c for c in out if c != "\n" and is_unsafe_char(c)]
+    assert out.count("\n") == s.count("\n")
+    assert unescape_text(out) == s
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_ANY_TEXT, _NASTY))
+def test_json_safe_is_valid_json_with_the_same_value(s: str) -> None:
+    try:
+        raw = orjson.dumps({"k": s}).decode()
+    except TypeError:  # lone surrogates are not encodable as UTF-8 JSON
+        return
+    out = json_safe(raw)
+    assert not [c for c in out if is_unsafe_char(c)]
+    assert orjson.loads(out) == {"k": s}
+    assert json.loads(out) == {"k": s}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_ANY_TEXT, _NASTY))
+def test_csv_cell_never_starts_a_formula(s: str) -> None:
+    out = csv_cell(s)
+    assert not out.startswith(("=", "+", "-", "@", "\t", "\r"))
+    assert unescape_text(out[1:] if out.startswith("'") and s[:1] != "'" else out) == s
+
+
+def _no_surrogates(s: str) -> str:
+    """Arrow strings are UTF-8: lone surrogates cannot reach a column."""
+    return "".join(c for c in s if unicodedata.category(c) != "Cs")
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(st.none(), _NASTY.map(_no_surrogates)), max_size=12))
+def test_safe_column_matches_safe_text(values: list[str | None]) -> None:
+    got = safe_column(pl.Series("v", values, dtype=pl.String)).to_list()
+    assert got == [None if v is None else safe_text(v) for v in values]
+
+
+def test_escapes_are_recognizable() -> None:
+    assert safe_text("a\x1b[31mb") == "a\\x1b[31mb"
+    assert safe_text("\u202eevil") == "\\u202eevil"
+    assert safe_text("tag\U000e0041") == "tag\\U000e0041"
+    assert safe_text("C:\\x1b") == "C:\\\\x1b"  # a literal backslash cannot forge an escape
+    assert safe_text(None) == ""
+    assert str(error_text("bad [link=http://x]y[/link] \x1b[2J")) == (
+        "error: bad [link=http://x]y[/link] \\x1b[2J"
+    )
+    assert unicodedata.category("\u2066") == "Cf"
+
+
+# ------------------------------------------------------------------ output formats
+def _hostile_table() -> pa.Table:
+    return pa.table(
+        {
+            "session_id": [HOSTILE_SESSION, "ok-session", None],
+            "caller_id": [HOSTILE_CALLER, FORMULA_CALLER, "-2+3"],
+            "n": [1, -2, 3],
+            "args": [["\x1b[1m", "\u202e"], [], None],
+        }
+    )
+
+
+def test_write_rows_table_prints_no_controls_and_no_markup() -> None:
+    buf = io.StringIO()
+    write_rows(_hostile_table(), "table", buf)
+    out = buf.getvalue()
+    assert not _bad_chars(out), [hex(ord(c)) for c in _bad_chars(out)]
+    assert "\\x1b]8;;" in out and "\\x9b31m" in out
+    # rich markup shows literally instead of styling or linking the cell
+    assert "[red]" in out
+
+
+def test_write_rows_csv_escapes_and_neutralizes_formulas() -> None:
+    buf = io.StringIO()
+    write_rows(_hostile_table(), "csv", buf)
+    out = buf.getvalue()
+    assert not _bad_chars(out)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert unescape_text(rows[0]["session_id"]) == HOSTILE_SESSION
+    assert rows[1]["caller_id"] == "'" + FORMULA_CALLER
+    assert rows[2]["caller_id"] == "'-2+3"
+    assert rows[1]["n"] == "-2"  # numbers are numbers, not formulas
+
+
+def test_write_rows_json_is_exact_and_terminal_safe() -> None:
+    buf = io.StringIO()
+    write_rows(_hostile_table(), "json", buf)
+    out = buf.getvalue()
+    assert not _bad_chars(out)
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert rows[0]["session_id"] == HOSTILE_SESSION
+    assert rows[0]["args"] == ["\x1b[1m", "\u202e"]
+    assert json.loads(json_dumps({"x": "\x9b"})) == {"x": "\x9b"}
+
+
+# ------------------------------------------------------------------ through the real CLI
+def _enumeration_log(path: Path, session: str, caller: str) -> Path:
+    """200 sequential lookups, half not found: one critical enumeration alert."""
+    base = dt.datetime(2026, 11, 2, 10, 0, tzinfo=dt.UTC)
+    with open(path, "w") as fh:
+        for i in range(200):
+            fh.write(
+                json.dumps(
+                    {
+                        "ts": (base + dt.timedelta(seconds=2 * i)).isoformat(),
+                        "session_id": session,
+                        "caller_id": caller,
+                        "client_ip": "10.0.0.1",
+                        "server": "docs",
+                        "tool": "getDocument\x1b[5m",
+                        "args": {"documentId": f"doc-{1000 + i}"},
+                        "status": "not_found" if i % 2 else "ok",
+                        "bytes": 100,
+                    }
+                )
+                + "\n"
+            )
+    return path
+
+
+@pytest.fixture(scope="module")
+def hostile_store(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    import os
+
+    from tests.conftest import CLI
+
+    tmp = tmp_path_factory.mktemp("hostile-out")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    env["XDG_CONFIG_HOME"] = str(tmp / "cfg")
+    env["COLUMNS"] = "200"
+    cli = CLI(data_dir=tmp / "store", env=env)
+    log = _enumeration_log(tmp / "hostile.jsonl", HOSTILE_SESSION, HOSTILE_CALLER)
+    out = tmp / "alerts.jsonl"
+    proc = cli("analyze", str(log), "-d", str(cli.data_dir), "--alerts-out", str(out))
+    return {"cli": cli, "analyze": proc, "alerts_file": out, "tmp": tmp}
+
+
+def test_analyze_table_escapes_session_ids(hostile_store: dict) -> None:
+    out = hostile_store["analyze"].stdout
+    assert "enumeration" in out, out
+    assert not _bad_chars(out), [hex(ord(c)) for c in _bad_chars(out)]
+    assert "\\x1b]8;;http://evil.example/" in out
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_alerts_command_output_is_safe(hostile_store: dict, fmt: str) -> None:
+    cli = hostile_store["cli"]
+    out = cli("alerts", "-d", str(cli.data_dir), "-f", fmt).stdout
+    assert "enumeration" in out
+    assert not _bad_chars(out), [hex(ord(c)) for c in _bad_chars(out)]
+    if fmt == "json":
+        row = json.loads(out.splitlines()[0])
+        assert row["session_id"] == HOSTILE_SESSION  # JSON consumers get the exact value
+    if fmt == "csv":
+        row = next(csv.DictReader(io.StringIO(out)))
+        assert unescape_text(row["session_id"]) == HOSTILE_SESSION
+
+
+def test_query_output_is_safe(hostile_store: dict) -> None:
+    cli = hostile_store["cli"]
+    for fmt in ("table", "csv", "json"):
+        out = cli(
+            "query", "SELECT session_id, caller_id, tool FROM events LIMIT 3",
+            "-d", str(cli.data_dir), "-f", fmt,
+        ).stdout
+        assert not _bad_chars(out), (fmt, [hex(ord(c)) for c in _bad_chars(out)])
+
+
+def test_error_quoting_a_logged_value_is_escaped(hostile_store: dict) -> None:
+    cli = hostile_store["cli"]
+    bad = hostile_store["tmp"] / "no[link=evil]such\x1b[2J.jsonl"
+    proc = cli("ingest", str(bad), "-d", str(cli.data_dir), check=False)
+    assert proc.returncode != 0
+    assert "\\x1b[2J" in proc.stderr and "[link=evil]" in proc.stderr
+    assert not _bad_chars(proc.stderr)
+    proc = cli("alerts", "-d", str(cli.data_dir), "--severity", "\x1b[31mhigh", check=False)
+    assert proc.returncode == 2 and not _bad_chars(proc.stderr)
+
+
+def test_evaluate_output_is_safe(hostile_store: dict) -> None:
+    cli = hostile_store["cli"]
+    labels = hostile_store["tmp"] / "labels.ndjson"
+    labels.write_text(
+        json.dumps({"session_id": HOSTILE_SESSION, "label": "attack",
+                    "category": "enumeration\x1b[2J", "role": "mallory\u202e"}) + "\n"
+    )
+    for extra in ((), ("--json",)):
+        proc = cli("evaluate", str(labels), str(hostile_store["alerts_file"]), *extra,
+                   check=False)
+        assert not _bad_chars(proc.stdout + proc.stderr)
+
+
+def test_print_alerts_escapes(capsys: pytest.CaptureFixture[str]) -> None:
+    from toolwatch.analyze import print_alerts
+
+    now = dt.datetime(2026, 11, 2, tzinfo=dt.UTC)
+    row = {n: None for n in schema.ALERTS.names}
+    row.update(
+        severity="high\x1b[5m", category="enumeration", entity_type="session",
+        entity_id=HOSTILE_SESSION, first_seen=now, last_seen=now, score=1.0,
+        reasons=["tool [bold]x[/bold] \u202e\x9b"],
+    )
+    print_alerts(pl.DataFrame([row]))
+    out = capsys.readouterr().out
+    assert not _bad_chars(out) and "[bold]x[/bold]" in out

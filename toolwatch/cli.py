@@ -25,6 +25,7 @@ from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
 from toolwatch.config import describe, load_config
 from toolwatch.errors import ToolwatchError
 from toolwatch.gc_pause import gc_paused
+from toolwatch.output import error_text, json_dumps, safe_text
 from toolwatch.spool import recover_orphans
 
 app = typer.Typer(
@@ -39,7 +40,10 @@ app = typer.Typer(
 
 
 def _print_summary(counters: dict, *, title: str) -> None:
-    t = Table(title=title, show_header=False)
+    from rich.text import Text
+
+    # Plain Text, never markup: the title names a path and reasons may quote a source.
+    t = Table(title=Text(safe_text(title)), show_header=False)
     t.add_column("what")
     t.add_column("count", justify="right")
     t.add_row("lines read", f"{counters['lines_read']:,}")
@@ -48,7 +52,7 @@ def _print_summary(counters: dict, *, title: str) -> None:
     t.add_row("JSON-RPC responses merged", f"{counters['rpc_responses_merged']:,}")
     t.add_row("quarantined", f"{counters['quarantined_total']:,}")
     for reason, n in sorted(counters["quarantined"].items()):
-        t.add_row(f"  {reason}", f"{n:,}")
+        t.add_row(Text(f"  {safe_text(reason)}"), f"{n:,}")
     t.add_row("secrets hashed", f"{counters['secrets_redacted']:,}")
     if counters["already_stored_bytes_skipped"]:
         t.add_row("bytes already stored (skipped)", f"{counters['already_stored_bytes_skipped']:,}")
@@ -96,11 +100,11 @@ def ingest(
     _skip_teardown()  # every batch is committed and every thread joined
     summary = res.counters.as_dict()
     if json_summary:
-        print(orjson.dumps({**summary, "failures": res.failures}).decode())
+        print(json_dumps({**summary, "failures": res.failures}))
     else:
         _print_summary(summary, title=f"ingested into {cfg.data_dir}")
     for f in res.failures:
-        err.print(f"[bold red]error:[/] {f}", highlight=False)
+        err.print(error_text(f), highlight=False)
     if res.failures:
         raise typer.Exit(1)
 
@@ -163,7 +167,7 @@ def analyze(
         _print_summary(res.ingest.counters.as_dict(), title=f"ingested into {cfg.data_dir}")
         print_alerts(res.alerts)
     for f in res.ingest.failures:
-        err.print(f"[bold red]error:[/] {f}", highlight=False)
+        err.print(error_text(f), highlight=False)
     if res.ingest.failures:
         raise typer.Exit(1)
 
@@ -316,10 +320,11 @@ def evaluate(
         else empty
     )
     result = run_eval(labels, frame)
+    # Categories and roles come from the labels and alerts files: escaped like any log text.
     if json_out:
-        print(orjson.dumps(result.as_dict(), default=str).decode())
+        print(json_dumps(result.as_dict()))
     else:
-        print(result.to_text())
+        print(safe_text(result.to_text(), keep_newlines=True))
 
 
 @app.command("config")

@@ -1,0 +1,72 @@
+"""Settings of the concurrency detectors (``[detectors.concurrency_abuse]`` and
+``[detectors.race_condition]``), kept beside :mod:`detectors.config` (which lists them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolwatch.config import doc
+
+
+@dataclass
+class ConcurrencyAbuseConfig:
+    """Concurrency abuse: far more calls in flight at once than the caller and population."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    peak_lo: int = doc(
+        "Calls in flight at the same moment in one session from which it counts. LLM agents "
+        "issue a handful of parallel tool calls; dozens at once is a client working around "
+        "per-call limits.",
+        12,
+    )
+    peak_hi: int = doc("Peak in-flight calls that are critical.", 48)
+    pop_ratio_lo: float = doc(
+        "The peak must also be at least this many times the population's typical peak "
+        "(median over sessions with two or more calls).",
+        4.0,
+    )
+    self_ratio_lo: float = doc(
+        "When the caller has an established baseline, the peak must also be at least this "
+        "many times its usual (median) peak: a batch job that always runs 20 calls at once "
+        "is normal for the account that runs it.",
+        2.5,
+    )
+    burst_window_ms: float = doc(
+        "Sessions whose lines carry no durations are point calls: the fallback counts calls "
+        "started within this window (a burst rate) instead of calls in flight.",
+        1000.0,
+    )
+    interval_share_lo: float = doc(
+        "Share of a session's calls that must carry an interval (start and end) for the "
+        "in-flight count; below it the session uses the burst-rate fallback.",
+        0.5,
+    )
+    min_calls: int = doc(
+        "Sessions with fewer calls are not swept (their peak cannot reach peak_lo).", 12
+    )
+
+
+@dataclass
+class RaceConditionConfig:
+    """Race condition: overlapping mutating calls on the same resource or business key."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    calls_lo: int = doc(
+        "Mutating calls on one resource whose intervals overlap (one connected cluster) from "
+        "which a race counts: two is already the check-then-act pattern.",
+        2,
+    )
+    calls_hi: int = doc("Overlapping mutating calls that are critical.", 6)
+    min_overlap_ms: float = doc(
+        "Overlap below this is timestamp rounding between back-to-back calls, not a race.",
+        10.0,
+    )
+    ok_score: float = doc(
+        "Score of a race in which at least two of the overlapping calls succeeded (the "
+        "double spend went through), when that is higher than the count's score.",
+        0.8,
+    )
+    max_listed_calls: int = doc("Calls listed per alert's evidence.", 12)

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from detectors.concurrency_config import ConcurrencyAbuseConfig, RaceConditionConfig
 from toolwatch.config import doc, from_dict
 from toolwatch.errors import ConfigError
 
@@ -38,6 +39,7 @@ from toolwatch.errors import ConfigError
 CATEGORIES = (
     "enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop",
     "tool_loop", "privilege_chain", "step_skip", "duplicate_execution", "cross_server_flow",
+    "concurrency_abuse", "race_condition",
     "anomaly",
 )
 
@@ -294,6 +296,130 @@ class ToolsConfig:
 
 
 @dataclass
+class ToolLoopConfig:
+    """Tool loop: the same call (or a short cycle of calls) repeated with no progress."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    streak_lo: int = doc(
+        "Consecutive calls that each repeat an earlier call of the session exactly (same "
+        "tool, same arguments, same outcome) from which a loop counts. A handful of polls "
+        "of a job status or retries of a failed call stay far below.",
+        12,
+    )
+    streak_hi: int = doc("Repeating streak that is critical.", 80)
+    max_cycle: int = doc(
+        "Longest cycle of distinct calls (A→B→A→B is 2) still counted as a loop: a "
+        "streak must be made of at most this many distinct calls.",
+        4,
+    )
+
+
+@dataclass
+class PrivilegeChainConfig:
+    """Privilege chain: sensitive reads, then writes / grants / executions, in one session."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    sensitive_reads_lo: int = doc(
+        "Sensitive reads (credentials, system files, user/role tables, other tenants; see "
+        "tools.sensitive_terms) before a mutating call from which the chain counts.",
+        1,
+    )
+    sensitive_reads_hi: int = doc("Sensitive reads that make the chain critical.", 6)
+
+
+@dataclass
+class WorkflowRule:
+    """One declared workflow step: ``step`` requires an earlier ``requires`` call."""
+
+    step: str = doc(
+        "Tool name, or 'verb:<verb>' for any tool whose name starts with that verb "
+        "(verb:fulfill matches fulfillOrder and fulfill_order).",
+        "",
+    )
+    requires: list[str] = doc(
+        "Tools (or verb:<verb>) one of which must have succeeded earlier for the same "
+        "business key and caller.",
+        factory=list,
+    )
+    key: str = doc(
+        "Business-key argument name; empty: the tool's business key (tools.business_keys, "
+        "else the resource id).",
+        "",
+    )
+
+
+@dataclass
+class StepSkipConfig:
+    """Step skip: an irreversible workflow step without its prerequisite for the same key."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    workflows: list[WorkflowRule] = doc(
+        "Declared workflow rules (win over learned ones).",
+        factory=lambda: [
+            WorkflowRule("verb:fulfill", ["verb:charge", "verb:pay", "verb:capture"]),
+            WorkflowRule("verb:fulfil", ["verb:charge", "verb:pay", "verb:capture"]),
+            WorkflowRule("verb:ship", ["verb:charge", "verb:pay", "verb:capture"]),
+            WorkflowRule("verb:approve", ["verb:review"]),
+            WorkflowRule("verb:transfer", ["verb:verify"]),
+        ],
+    )
+    declared_score: float = doc("Score of a skipped declared step.", 0.9)
+    learn: bool = doc(
+        "Also learn workflows from history (toolwatch train; without a trained model, "
+        "from the data at hand).",
+        True,
+    )
+    learned_score: float = doc(
+        "Score of a skipped learned step (lower: learned rules are not confirmed by anyone).",
+        0.6,
+    )
+    min_support: int = doc(
+        "A learned rule needs the step seen at least this many times with a business key.",
+        20,
+    )
+    min_confidence: float = doc(
+        "...and preceded by its prerequisite (same key and caller) at least this share of "
+        "the time.",
+        0.97,
+    )
+
+
+@dataclass
+class DuplicateExecutionConfig:
+    """Duplicate execution: an irreversible call executed twice for the same business key."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    window_minutes: int = doc(
+        "Successful irreversible calls of one tool for one business key by one caller within "
+        "this time are compared.",
+        1440,
+    )
+    executions_hi: int = doc("Distinct executions that make the alert critical.", 4)
+
+
+@dataclass
+class CrossServerFlowConfig:
+    """Cross-server flow: data read on one server leaving through another's outbound tool."""
+
+    enabled: bool = doc("Run this detector.", True)
+    threshold: float = doc("Score from which an alert is raised.", 0.5)
+    window_minutes: int = doc(
+        "Reads this long before an outbound call (same caller, else same session) count.", 60
+    )
+    min_bytes: int = doc(
+        "Bytes read from other servers before the outbound call from which it counts "
+        "(uploads of a caller's own small files stay below); a sensitive read counts "
+        "whatever its size.",
+        1_000_000,
+    )
+    bytes_hi: int = doc("Bytes read elsewhere that make the flow critical.", 20_000_000)
+
+
+@dataclass
 class AnomalyConfig:
     """Isolation forest over log-scaled session features."""
 
@@ -446,6 +572,23 @@ class DetectorsConfig:
         "Credential-stuffing detector.", factory=CredentialStuffingConfig
     )
     scraping_loop: ScrapingLoopConfig = doc("Scraping-loop detector.", factory=ScrapingLoopConfig)
+    tool_loop: ToolLoopConfig = doc("Tool-loop detector.", factory=ToolLoopConfig)
+    privilege_chain: PrivilegeChainConfig = doc(
+        "Privilege-chain detector.", factory=PrivilegeChainConfig
+    )
+    step_skip: StepSkipConfig = doc("Step-skip detector (workflows).", factory=StepSkipConfig)
+    duplicate_execution: DuplicateExecutionConfig = doc(
+        "Duplicate-execution detector.", factory=DuplicateExecutionConfig
+    )
+    cross_server_flow: CrossServerFlowConfig = doc(
+        "Cross-server-flow detector.", factory=CrossServerFlowConfig
+    )
+    concurrency_abuse: ConcurrencyAbuseConfig = doc(
+        "Concurrency-abuse detector (detectors/concurrency.py).", factory=ConcurrencyAbuseConfig
+    )
+    race_condition: RaceConditionConfig = doc(
+        "Race-condition detector (detectors/concurrency.py).", factory=RaceConditionConfig
+    )
     anomaly: AnomalyConfig = doc("Isolation-forest detector.", factory=AnomalyConfig)
     suppress: SuppressConfig = doc("Allowlists.", factory=SuppressConfig)
     tools: ToolsConfig = doc(

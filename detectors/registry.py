@@ -13,6 +13,7 @@ from detectors.credential import CredentialStuffingDetector
 from detectors.enumeration import EnumerationDetector
 from detectors.forest import IsolationForestDetector
 from detectors.scraping import ScrapingLoopDetector
+from detectors.sequence import SEQUENCE_DETECTORS
 
 REGISTRY: dict[str, type[Detector]] = {
     cls.name: cls
@@ -21,6 +22,7 @@ REGISTRY: dict[str, type[Detector]] = {
         BulkExtractionDetector,
         CredentialStuffingDetector,
         ScrapingLoopDetector,
+        *SEQUENCE_DETECTORS,
         IsolationForestDetector,
     )
 }

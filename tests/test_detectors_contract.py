@@ -7,7 +7,8 @@ from datetime import timedelta
 import polars as pl
 import pytest
 
-from detectors import REGISTRY, Detector, DetectorsConfig, FeatureSet
+from detectors import CATEGORIES, REGISTRY, Detector, DetectorsConfig, FeatureSet
+from detectors import testing_sequence as seq
 from detectors.base import SCORE_COLUMNS
 from detectors.testing import T0, Traffic
 
@@ -18,13 +19,22 @@ ATTACK = {
     "credential_stuffing": lambda tr: tr.stuffing_session("attack", T0 + timedelta(hours=2)),
     "scraping_loop": lambda tr: tr.stuck_loop("attack", T0 + timedelta(hours=2)),
     "anomaly": lambda tr: tr.oddball("attack", T0 + timedelta(hours=2)),
+    "tool_loop": lambda tr: seq.tool_loop(tr, "attack", T0 + timedelta(hours=2)),
+    "privilege_chain": lambda tr: seq.privilege_chain(tr, "attack", T0 + timedelta(hours=2)),
+    "step_skip": lambda tr: seq.order_flow(tr, "attack", T0 + timedelta(hours=2), "ord-1001",
+                                           charge=False),
+    "duplicate_execution": lambda tr: seq.double_charge(tr, "attack", T0 + timedelta(hours=2),
+                                                        "ord-2002"),
+    "cross_server_flow": lambda tr: seq.exfil_flow(tr, "attack", T0 + timedelta(hours=2)),
 }
 
 
 @pytest.fixture(scope="module")
 def traffic() -> tuple[pl.DataFrame, pl.DataFrame]:
     tr = Traffic(seed=3)
-    tr.background(days=3, users=110, per_day=2)  # 660 sessions: enough to fit the forest
+    # 1500 sessions: enough to fit the forest, and for its alert quantile (0.5%) to sit
+    # below the ten attack sessions mixed in.
+    tr.background(days=3, users=250, per_day=2)
     for cat, make in ATTACK.items():
         t = Traffic(seed=4)
         make(t)
@@ -41,8 +51,7 @@ def features(traffic: tuple[pl.DataFrame, pl.DataFrame]) -> FeatureSet:
 
 def test_registry_covers_every_category() -> None:
     cats = {cls.category for cls in REGISTRY.values()}
-    assert cats == {"enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop",
-                    "anomaly"}
+    assert cats == set(CATEGORIES)
     for name, cls in REGISTRY.items():
         assert issubclass(cls, Detector)
         assert cls.name == name

@@ -1,0 +1,687 @@
+"""Sequence abuse: what only shows in the *order* of calls and the state they move through.
+
+Five detectors, each one category (``docs/detectors.md``):
+
+* :class:`ToolLoopDetector` (**tool_loop**) — a streak of calls that each repeat an
+  earlier call of the session exactly (same tool, same arguments, same outcome), made of
+  at most ``max_cycle`` distinct calls: the same call, or A→B→A→B…, with no progress.
+* :class:`PrivilegeChainDetector` (**privilege_chain**) — sensitive reads (credentials,
+  system files, user/role tables, other tenants) followed, in the same session, by writes,
+  grants or executions.
+* :class:`StepSkipDetector` (**step_skip**) — an irreversible workflow step without a
+  successful prerequisite for the same business key and caller (declared rules, and rules
+  learned from history by ``toolwatch train``).
+* :class:`DuplicateExecutionDetector` (**duplicate_execution**) — an irreversible call
+  executed successfully twice or more for one business key, without an idempotency key or
+  with a different one each time (a replay with the *same* key is safe).
+* :class:`CrossServerFlowDetector` (**cross_server_flow**) — data read in bulk or from a
+  sensitive place on one server, then an outbound call (upload, send, post …) on another.
+
+Everything is columnar: events are annotated once per feature set (``detectors.tools``),
+reduced to the few rows each class needs (repeating sessions, irreversible calls, outbound
+calls …) and scored with window / shift expressions. Evidence carries the ordered calls
+that make the chain (tool, server, time, business key, outcome) so an analyst sees it
+without a query. Business and idempotency keys are compared as stored (hashed secrets
+compare equal to themselves).
+
+Live mode runs these detectors over the buffered events of the sessions and callers a
+micro-batch touches, like every detector; their state (the learned workflows and the
+prerequisites seen in history) is fitted once and bounded by the buffer horizon.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+import orjson
+import polars as pl
+
+from detectors.base import Detector, FeatureSet, session_frame
+from detectors.config import DetectorsConfig, WorkflowRule
+from detectors.features import SEED
+from detectors.scoring import any_of, band
+from detectors.text import clean, num, size
+from detectors.tools import _extract, _words, annotated
+
+log = logging.getLogger("toolwatch.detectors")
+
+#: Calls listed in an alert's chain evidence, at most.
+CHAIN_MAX = 20
+
+_CHAIN_STRUCT = pl.Struct({"t": pl.Int64, "server": pl.String, "tool": pl.String,
+                           "bk": pl.String, "status": pl.String})
+_CHAIN = pl.List(_CHAIN_STRUCT)
+
+#: File name of the learned workflow model, beside the forest in the models directory.
+WORKFLOWS_FILE = "workflows.json"
+
+
+def _iso_ms(us: int | None) -> str | None:
+    if us is None:
+        return None
+    return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def chain_evidence(chain: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The ordered calls of a chain as evidence records (tool, server, time, key, outcome)."""
+    out = []
+    for c in chain or []:
+        out.append(clean({"time": _iso_ms(c.get("t")), "server": c.get("server"),
+                          "tool": c.get("tool"), "business_key": c.get("bk"),
+                          "outcome": c.get("status")}))
+    return out
+
+
+def _chain_expr(limit: int = CHAIN_MAX) -> pl.Expr:
+    return pl.struct(
+        pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
+        pl.col("status").fill_null("unknown"),
+    ).sort_by("t").head(limit).alias("chain")
+
+
+def _seq(features: FeatureSet) -> pl.DataFrame:
+    """Annotated events in session order (stable on time), cached on the feature set."""
+    cached = getattr(features, "_seq_events", None)
+    if cached is not None:
+        return cached
+    ev = annotated(features)
+    ev = ev.select(
+        "sh", "session_id", "t", "i", "caller_id", "ceh", "server", "tool", "args", "status",
+        "ok", "bytes", "ch", "tool_role", "mutates", "irreversible", "outbound", "sensitive",
+        "bk", "bkh", "idemh",
+    ).with_columns(pl.coalesce(pl.col("ceh"), pl.col("sh")).alias("ck"))
+    ev = ev.sort("sh", maintain_order=True) if ev["t"].is_sorted() else ev.sort(["sh", "t", "i"])
+    features._seq_events = ev  # type: ignore[attr-defined]
+    return ev
+
+
+def _frame(features: FeatureSet, found: pl.DataFrame, extra: list[str]) -> pl.DataFrame:
+    """Session score rows: every session, the found ones scored (``_s``) with evidence."""
+    sess = features.sessions.select("sh", "session_id", "caller_id", "client_ip", "server",
+                                    "first_t", "last_t")
+    df = sess.join(found, on="sh", how="left")
+    out = session_frame(df, pl.col("_s"), extra)
+    return out.with_columns(
+        pl.lit(None, pl.List(pl.String)).alias("session_ids"),
+        pl.lit(1, pl.Int64).alias("n_sessions"),
+    )
+
+
+def _empty_found(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema={"sh": pl.UInt64, "_s": pl.Float64, **schema})
+
+
+class _SequenceDetector(Detector):
+    """Shared explain plumbing: reasons from ``_reasons``, chain evidence from ``chain``."""
+
+    def _evidence(self, row: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+        ev = clean(figures)
+        ev["chain"] = chain_evidence(row.get("chain"))
+        top = (row.get("chain") or [{}])[-1].get("tool")
+        if top:
+            ev["top_tool"] = top  # suppression by tool looks here
+        return ev
+
+
+# --------------------------------------------------------------------------- tool_loop
+class ToolLoopDetector(_SequenceDetector):
+    """Repetition without progress: an agent stuck in (or driven into) a cycle."""
+
+    name = "tool_loop_rules"
+    category = "tool_loop"
+    config_key = "tool_loop"
+    summary = "A streak of exact repeats (same call, same outcome): A, or A→B→A→B…"
+
+    _extra: ClassVar[list[str]] = ["streak", "cycle", "loop_tool", "loop_span_s", "calls", "chain"]
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session; score from the longest repeating streak."""
+        s = self.settings
+        found = self._find(features)
+        found = found.with_columns(
+            pl.when(pl.col("cycle") <= s.max_cycle)
+            .then(band(pl.col("streak"), s.streak_lo, s.streak_hi)).otherwise(0.0).alias("_s")
+        )
+        return _frame(features, found, self._extra)
+
+    def _find(self, features: FeatureSet) -> pl.DataFrame:
+        s = self.settings
+        sess = features.sessions
+        # Only sessions with enough exact repeats can hold a streak: most have none.
+        cand = sess.filter((pl.col("calls") - pl.col("distinct_calls")) >= s.streak_lo)
+        schema = {"streak": pl.Int64, "cycle": pl.Int64, "loop_tool": pl.String,
+                  "loop_span_s": pl.Float64, "calls": pl.Int64, "chain": _CHAIN}
+        if cand.height == 0:
+            return _empty_found(schema)
+        ev = _seq(features).join(cand.select("sh"), on="sh", how="semi")
+        key = pl.struct("ch", pl.col("status").fill_null("")).hash(SEED)
+        ev = ev.with_columns(key.alias("_k"))
+        rep = ~pl.col("_k").is_first_distinct().over("sh")
+        ev = ev.with_columns(rep.alias("_rep"))
+        brk = (~pl.col("_rep")) | (pl.col("sh") != pl.col("sh").shift(1)).fill_null(True)
+        ev = ev.with_columns(brk.cum_sum().alias("_run"))
+        streaks = (
+            ev.filter(pl.col("_rep"))
+            .group_by("sh", "_run")
+            .agg(
+                pl.len().alias("streak"),
+                pl.col("_k").n_unique().alias("cycle"),
+                pl.col("tool").mode().first().alias("loop_tool"),
+                ((pl.col("t").max() - pl.col("t").min()) / 1e6).alias("loop_span_s"),
+                _chain_expr(6),
+            )
+            .sort(["streak", "_run"], descending=[True, False])
+            .group_by("sh", maintain_order=True)
+            .first()
+        )
+        return streaks.join(cand.select("sh", "calls"), on="sh").select(
+            "sh", pl.lit(0.0).alias("_s"), *schema)
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons: the streak, its cycle and the tool."""
+        cyc = row.get("cycle") or 1
+        what = "the same call" if cyc == 1 else f"a cycle of {cyc} calls"
+        reasons = [
+            f"{num(row.get('streak'))} consecutive calls repeat {what} exactly (same tool, "
+            f"arguments and outcome) over {num(row.get('loop_span_s'))} s, mostly "
+            f"{row.get('loop_tool')}: no progress.",
+            f"The session made {num(row.get('calls'))} calls in all; polling and retries "
+            f"repeat a handful of times (alert from {self.settings.streak_lo}).",
+        ]
+        return reasons, self._evidence(row, {
+            "repeating_streak": row.get("streak"), "cycle_length": cyc,
+            "loop_tool": row.get("loop_tool"), "loop_span_s": row.get("loop_span_s"),
+            "calls": row.get("calls")})
+
+
+# --------------------------------------------------------------------- privilege_chain
+class PrivilegeChainDetector(_SequenceDetector):
+    """Read → sensitive read → write / grant / execute, within one session."""
+
+    name = "privilege_chain_rules"
+    category = "privilege_chain"
+    config_key = "privilege_chain"
+    summary = "Sensitive reads followed by writes, grants or executions in one session."
+
+    _extra: ClassVar[list[str]] = ["sensitive_reads", "mutations_after", "admin_after",
+                                   "sensitive_writes", "first_escalation", "chain"]
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session."""
+        s = self.settings
+        found = self._find(features)
+        sens = band(pl.col("sensitive_reads"), s.sensitive_reads_lo, s.sensitive_reads_hi)
+        ok = (pl.col("sensitive_reads") >= s.sensitive_reads_lo) & (pl.col("mutations_after") > 0)
+        found = found.with_columns(
+            pl.when(ok).then(any_of(
+                sens,
+                pl.when(pl.col("admin_after") > 0).then(0.9).otherwise(0.0),
+                pl.when(pl.col("sensitive_writes") > 0).then(0.85).otherwise(0.0),
+            )).otherwise(0.0).alias("_s")
+        )
+        return _frame(features, found, self._extra)
+
+    def _find(self, features: FeatureSet) -> pl.DataFrame:
+        schema = {"sensitive_reads": pl.Int64, "mutations_after": pl.Int64,
+                  "admin_after": pl.Int64, "sensitive_writes": pl.Int64,
+                  "first_escalation": pl.String, "chain": _CHAIN}
+        ev = _seq(features)
+        sread = pl.col("sensitive") & pl.col("tool_role").is_in(["read", "list_search"])
+        hit = ev.filter(sread | pl.col("mutates"))
+        # Sessions with a sensitive read and a later mutating call.
+        first_sens = hit.filter(sread).group_by("sh").agg(pl.col("t").min().alias("_t0"))
+        if first_sens.height == 0:
+            return _empty_found(schema)
+        hit = hit.join(first_sens, on="sh").filter(pl.col("t") >= pl.col("_t0"))
+        after = pl.col("mutates") & (pl.col("t") >= pl.col("_t0"))
+        first_mut = hit.filter(after).group_by("sh").agg(pl.col("t").min().alias("_t1"))
+        hit = hit.join(first_mut, on="sh")
+        if hit.height == 0:
+            return _empty_found(schema)
+        before = sread & (pl.col("t") <= pl.col("_t1"))
+        chain_rows = hit.filter(before | pl.col("mutates"))
+        return chain_rows.group_by("sh").agg(
+            pl.lit(0.0).alias("_s"),
+            pl.struct("bk", "tool").filter(before).n_unique().cast(pl.Int64)
+            .alias("sensitive_reads"),
+            pl.col("mutates").sum().cast(pl.Int64).alias("mutations_after"),
+            (pl.col("tool_role") == "admin_exec").sum().cast(pl.Int64).alias("admin_after"),
+            (pl.col("mutates") & pl.col("sensitive")).sum().cast(pl.Int64)
+            .alias("sensitive_writes"),
+            pl.col("tool").filter(pl.col("mutates")).first().alias("first_escalation"),
+            _chain_expr_filtered(before, 10).alias("_c1"),
+            _chain_expr_filtered(pl.col("mutates"), 10).alias("_c2"),
+        ).with_columns(pl.concat_list("_c1", "_c2").alias("chain")).drop("_c1", "_c2")
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons: what sensitive places were read, then which escalation followed."""
+        chain = row.get("chain") or []
+        sens_tools = sorted({c["tool"] for c in chain if c.get("tool")} - {
+            row.get("first_escalation")})
+        reasons = [
+            f"{num(row.get('sensitive_reads'))} sensitive read(s) ("
+            f"{', '.join(sens_tools[:4]) or 'sensitive places'}) followed in the same session "
+            f"by {num(row.get('mutations_after'))} write/grant/exec call(s), first "
+            f"{row.get('first_escalation')}."
+        ]
+        if row.get("admin_after"):
+            reasons.append(f"{num(row['admin_after'])} of them execute or grant (admin_exec).")
+        if row.get("sensitive_writes"):
+            reasons.append(f"{num(row['sensitive_writes'])} of them write to a sensitive place.")
+        return reasons, self._evidence(row, {
+            "sensitive_reads": row.get("sensitive_reads"),
+            "mutations_after": row.get("mutations_after"),
+            "admin_exec_after": row.get("admin_after"),
+            "sensitive_writes": row.get("sensitive_writes"),
+            "first_escalation": row.get("first_escalation")})
+
+
+def _chain_expr_filtered(cond: pl.Expr, limit: int) -> pl.Expr:
+    return pl.struct(
+        pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
+        pl.col("status").fill_null("unknown"),
+    ).filter(cond).head(limit)
+
+
+# --------------------------------------------------------------------------- step_skip
+def _verbs(tools: pl.Series) -> pl.DataFrame:
+    """First word of each distinct tool name (``fulfillOrder`` → ``fulfill``)."""
+    names = tools.unique().drop_nulls().to_list()
+    return pl.DataFrame({"tool": names, "verb": [(_words(n) or [""])[0] for n in names]},
+                        schema={"tool": pl.String, "verb": pl.String})
+
+
+def _matches(spec: str) -> pl.Expr:
+    if spec.startswith("verb:"):
+        return pl.col("verb") == spec[5:].lower()
+    return pl.col("tool") == spec
+
+
+def _rules_table(declared: list[WorkflowRule], learned: list[dict[str, Any]],
+                 declared_score: float, learned_score: float) -> list[dict[str, Any]]:
+    rules = [{"id": i, "step": r.step, "requires": list(r.requires), "key": r.key or None,
+              "score": declared_score, "source": "declared"}
+             for i, r in enumerate(declared) if r.step and r.requires]
+    for r in learned:
+        rules.append({"id": len(rules), "step": r["step"], "requires": list(r["requires"]),
+                      "key": None, "score": learned_score, "source": "learned"})
+    return rules
+
+
+def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[str, Any]]:
+    """Prerequisites learned from history: transitions that never happen without one.
+
+    For every mutating tool B seen with a business key at least ``min_support`` times (first
+    call per caller and key), every tool A that preceded it — successfully, for the same
+    key and caller — at least ``min_confidence`` of the time is a learned prerequisite of
+    B. Steps a declared rule already names are left to the declared rule.
+
+    Parameters
+    ----------
+    events
+        Annotated events (:func:`detectors.tools.annotate`) with ``t``, ``ceh``/``sh``.
+
+    Returns
+    -------
+    list of dict
+        ``{"step", "requires": [tool], "support", "confidence"}`` per learned rule.
+    """
+    s = config.step_skip
+    if events.height == 0:
+        return []
+    ev = events.filter(pl.col("bkh").is_not_null() & pl.col("ok")).with_columns(
+        pl.coalesce(pl.col("ceh"), pl.col("sh")).alias("ck"))
+    firsts = ev.group_by("ck", "bkh", "tool").agg(
+        pl.col("t").min(), pl.col("mutates").first())
+    steps = firsts.filter(pl.col("mutates"))
+    support = steps.group_by("tool").agg(pl.len().alias("support")).filter(
+        pl.col("support") >= s.min_support)
+    if support.height == 0:
+        return []
+    steps = steps.join(support, on="tool", how="semi")
+    pre = firsts.join(steps.select("ck", "bkh").unique(), on=["ck", "bkh"], how="semi")
+    pairs = steps.join(pre, on=["ck", "bkh"], suffix="_a").filter(
+        (pl.col("tool_a") != pl.col("tool")) & (pl.col("t_a") < pl.col("t")))
+    conf = pairs.group_by("tool", "tool_a").agg(pl.len().alias("n")).join(
+        support, on="tool").with_columns((pl.col("n") / pl.col("support")).alias("confidence"))
+    conf = conf.filter(pl.col("confidence") >= s.min_confidence)
+    declared_tools = {r.step for r in s.workflows if not r.step.startswith("verb:")}
+    declared_verbs = {r.step[5:].lower() for r in s.workflows if r.step.startswith("verb:")}
+    out = []
+    for step, grp in conf.sort("tool", "tool_a").group_by("tool", maintain_order=True):
+        name = step[0]
+        if name in declared_tools or ((_words(name) or [""])[0] in declared_verbs):
+            continue
+        out.append({
+            "step": name, "requires": grp["tool_a"].to_list(),
+            "support": int(grp["support"][0]),
+            "confidence": round(float(grp["confidence"].min()), 4),
+        })
+    return out
+
+
+def save_workflows(rules: list[dict[str, Any]], path: Path) -> Path:
+    """Write the learned workflow model (JSON, inspectable) atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"version": 1, "trained_at": datetime.now(UTC).isoformat(), "rules": rules}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+    return path
+
+
+def load_workflows(path: Path) -> list[dict[str, Any]] | None:
+    """Learned rules saved by :func:`save_workflows`, or None when there is no model."""
+    if not path.is_file():
+        return None
+    try:
+        doc = orjson.loads(path.read_bytes())
+        rules = doc["rules"]
+        return [{"step": str(r["step"]), "requires": [str(x) for x in r["requires"]],
+                 "support": int(r.get("support", 0)),
+                 "confidence": float(r.get("confidence", 0.0))} for r in rules]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        log.warning("ignoring unreadable workflow model %s: %s", path, exc)
+        return None
+
+
+class StepSkipDetector(_SequenceDetector):
+    """An irreversible workflow step without its prerequisite for the same business key."""
+
+    name = "step_skip_rules"
+    category = "step_skip"
+    config_key = "step_skip"
+    summary = "Workflow steps (declared or learned) without their prerequisite."
+
+    _extra: ClassVar[list[str]] = ["skipped_step", "skipped_key", "missing", "rule_source",
+                                   "skips", "chain"]
+
+    #: Directory of saved models (set by the pipeline); a workflows.json there is used.
+    model_dir: Path | None = None
+
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn workflows (unless a trained model exists) and remember prerequisites seen."""
+        s = self.settings
+        learned = None
+        if self.model_dir is not None:
+            learned = load_workflows(self.model_dir / WORKFLOWS_FILE)
+            self.model_source_ = "loaded" if learned is not None else None
+        if learned is None and s.learn:
+            learned = learn_workflows(annotated(history), self.config)
+            self.model_source_ = "fitted"
+        self.learned_ = learned or []
+        self.rules_ = _rules_table(s.workflows, self.learned_ if s.learn else [],
+                                   s.declared_score, s.learned_score)
+        # Prerequisites completed in history (per caller and key), so a step in the batch
+        # whose charge happened earlier is not a skip. Bounded: one row per key and rule.
+        self.prereqs_ = self._prereqs(annotated(history)) if history.events.height else None
+        self.fitted_ = True
+        return self
+
+    def _tagged(self, ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Step and prerequisite rows per rule (rule id ``rule``), with their key hash."""
+        verbs = _verbs(ev["tool"])
+        step_rows, pre_rows = [], []
+        tools = verbs
+        for r in self.rules_:
+            st = tools.filter(_matches(r["step"]))
+            pr = tools.filter(pl.any_horizontal([_matches(x) for x in r["requires"]]))
+            if st.height == 0:
+                continue
+            step_rows.append(st.select("tool", pl.lit(r["id"]).alias("rule")))
+            if pr.height:
+                pre_rows.append(pr.select("tool", pl.lit(r["id"]).alias("rule")))
+        schema = {"tool": pl.String, "rule": pl.Int32}
+        cast = [pl.col("rule").cast(pl.Int32)]
+        st = pl.concat(step_rows).with_columns(cast) if step_rows else pl.DataFrame(schema=schema)
+        pr = pl.concat(pre_rows).with_columns(cast) if pre_rows else pl.DataFrame(schema=schema)
+        return st, pr
+
+    def _keyed(self, ev: pl.DataFrame, which: pl.DataFrame) -> pl.DataFrame:
+        rows = ev.join(which, on="tool")
+        keys = {r["id"]: r["key"] for r in self.rules_ if r["key"]}
+        if keys and rows.height:
+            own = pl.coalesce([pl.when(pl.col("rule") == i).then(_extract(pl.col("args"), k))
+                               for i, k in keys.items()])
+            rows = rows.with_columns(pl.coalesce(own, pl.col("bk")).alias("bk"))
+            rows = rows.with_columns(pl.when(pl.col("bk").is_not_null())
+                                     .then(pl.col("bk").hash(0x7077)).alias("bkh"))
+        return rows.with_columns(pl.coalesce(pl.col("ceh"), pl.col("sh")).alias("ck"))
+
+    def _prereqs(self, ev: pl.DataFrame) -> pl.DataFrame:
+        _, pr = self._tagged(ev)
+        done = self._keyed(ev, pr).filter(pl.col("ok") & pl.col("bkh").is_not_null())
+        return done.group_by("ck", "bkh", "rule").agg(pl.col("t").min().alias("_tp"))
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session: its skipped steps."""
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        schema = {"skipped_step": pl.String, "skipped_key": pl.String, "missing": pl.String,
+                  "rule_source": pl.String, "skips": pl.Int64, "chain": _CHAIN}
+        ev = _seq(features)
+        found = _empty_found(schema)
+        if self.rules_ and ev.height:
+            st, pr = self._tagged(ev)
+            if st.height:
+                found = self._find(ev, st, pr, schema)
+        return _frame(features, found, self._extra)
+
+    def _find(self, ev: pl.DataFrame, st: pl.DataFrame, pr: pl.DataFrame,
+              schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        steps = self._keyed(ev, st).filter(
+            pl.col("bkh").is_not_null() & pl.col("status").fill_null("unknown")
+            .is_in(["ok", "unknown"]))
+        if steps.height == 0:
+            return _empty_found(schema)
+        done = self._keyed(ev, pr).filter(pl.col("ok") & pl.col("bkh").is_not_null())
+        done = done.group_by("ck", "bkh", "rule").agg(pl.col("t").min().alias("_tp"))
+        if self.prereqs_ is not None and self.prereqs_.height:
+            done = pl.concat([done, self.prereqs_]).group_by("ck", "bkh", "rule").agg(
+                pl.col("_tp").min())
+        j = steps.join(done, on=["ck", "bkh", "rule"], how="left")
+        skips = j.filter(pl.col("_tp").is_null() | (pl.col("_tp") > pl.col("t")))
+        if skips.height == 0:
+            return _empty_found(schema)
+        rule_info = pl.DataFrame(
+            {"rule": [r["id"] for r in self.rules_],
+             "_score": [r["score"] for r in self.rules_],
+             "rule_source": [r["source"] for r in self.rules_],
+             "missing": [" or ".join(x[5:] + "…" if x.startswith("verb:") else x
+                                     for x in r["requires"]) for r in self.rules_]},
+            schema={"rule": pl.Int32, "_score": pl.Float64, "rule_source": pl.String,
+                    "missing": pl.String})
+        # One skip per (session, step call): the strongest rule it breaks.
+        skips = skips.join(rule_info, on="rule").sort(["sh", "t", "_score"],
+                                                       descending=[False, False, True])
+        skips = skips.unique(["sh", "i"], keep="first", maintain_order=True)
+        # The session's calls on the skipped keys (what happened to that order, in order).
+        keys = skips.select("sh", "bkh").unique()
+        around = ev.join(keys, on=["sh", "bkh"], how="semi")
+        chains = around.group_by("sh").agg(_chain_expr())
+        return skips.group_by("sh", maintain_order=True).agg(
+            pl.col("_score").max().alias("_s"),
+            pl.col("tool").first().alias("skipped_step"),
+            pl.col("bk").first().alias("skipped_key"),
+            pl.col("missing").first(),
+            pl.col("rule_source").sort_by("_score", descending=True).first(),
+            pl.len().cast(pl.Int64).alias("skips"),
+        ).join(chains, on="sh", how="left").select("sh", "_s", *schema)
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons: which step ran for which key without which prerequisite."""
+        src = row.get("rule_source") or "declared"
+        reasons = [
+            f"{row.get('skipped_step')} succeeded for {row.get('skipped_key')} with no earlier "
+            f"successful {row.get('missing')} for that key by this caller ({src} workflow "
+            "rule).",
+        ]
+        if (row.get("skips") or 0) > 1:
+            reasons.append(f"{num(row['skips'])} steps in this session skipped a prerequisite.")
+        return reasons, self._evidence(row, {
+            "skipped_step": row.get("skipped_step"), "business_key": row.get("skipped_key"),
+            "missing_prerequisite": row.get("missing"), "rule_source": src,
+            "skipped_steps": row.get("skips")})
+
+
+# ----------------------------------------------------------------- duplicate_execution
+class DuplicateExecutionDetector(_SequenceDetector):
+    """An irreversible call executed twice or more for one business key."""
+
+    name = "duplicate_execution_rules"
+    category = "duplicate_execution"
+    config_key = "duplicate_execution"
+    summary = "Irreversible calls repeated for one business key without a shared idempotency key."
+
+    _extra: ClassVar[list[str]] = ["dup_tool", "dup_key", "executions", "idem_keys", "chain"]
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session: the session holding the repeated execution."""
+        s = self.settings
+        found = self._find(features).with_columns(
+            pl.when(pl.col("executions") >= 2)
+            .then(band(pl.col("executions") - 1, 1, max(2, s.executions_hi - 1)) * 0.5 + 0.4)
+            .otherwise(0.0).clip(0.0, 1.0).alias("_s"))
+        return _frame(features, found, self._extra)
+
+    def _find(self, features: FeatureSet) -> pl.DataFrame:
+        s = self.settings
+        schema = {"dup_tool": pl.String, "dup_key": pl.String, "executions": pl.Int64,
+                  "idem_keys": pl.Int64, "chain": _CHAIN}
+        ev = _seq(features).filter(
+            pl.col("irreversible") & pl.col("ok") & pl.col("bkh").is_not_null())
+        if ev.height < 2:
+            return _empty_found(schema)
+        g = ["ck", "tool", "bkh"]
+        ev = ev.sort([*g, "t"])
+        # A replay with the same idempotency key is one execution: keep its first call.
+        ev = ev.filter(pl.col("idemh").is_null()
+                       | pl.struct(*g, "idemh").is_first_distinct())
+        win = s.window_minutes * 60_000_000
+        same = pl.all_horizontal([pl.col(c) == pl.col(c).shift(1) for c in g]).fill_null(False)
+        dup = same & ((pl.col("t") - pl.col("t").shift(1)) <= win)
+        ev = ev.with_columns(dup.alias("_dup"), (~dup).cum_sum().alias("_grp"))
+        groups = ev.group_by("_grp").agg(
+            pl.len().cast(pl.Int64).alias("executions"),
+            pl.col("idemh").drop_nulls().n_unique().cast(pl.Int64).alias("idem_keys"),
+            pl.col("tool").first().alias("dup_tool"),
+            pl.col("bk").first().alias("dup_key"),
+            pl.col("sh").filter(pl.col("_dup")).unique().alias("_sessions"),
+            _chain_expr(),
+        ).filter(pl.col("executions") >= 2)
+        if groups.height == 0:
+            return _empty_found(schema)
+        per = groups.explode("_sessions").rename({"_sessions": "sh"})
+        return (per.sort("executions", descending=True).group_by("sh", maintain_order=True)
+                .first().select("sh", pl.lit(0.0).alias("_s"), *schema))
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons: how often the irreversible call ran for the key, and the idempotency keys."""
+        k = row.get("idem_keys") or 0
+        idem = ("no idempotency key" if k == 0 else
+                f"{k} different idempotency keys" if k > 1 else "one idempotency key, reused "
+                "on only some calls")
+        reasons = [
+            f"{row.get('dup_tool')} executed successfully {num(row.get('executions'))} times "
+            f"for {row.get('dup_key')} by one caller within "
+            f"{self.settings.window_minutes // 60} h, with {idem}.",
+        ]
+        return reasons, self._evidence(row, {
+            "tool": row.get("dup_tool"), "business_key": row.get("dup_key"),
+            "executions": row.get("executions"), "distinct_idempotency_keys": k})
+
+
+# ------------------------------------------------------------------- cross_server_flow
+class CrossServerFlowDetector(_SequenceDetector):
+    """Data read on one server leaving through another server's outbound tool."""
+
+    name = "cross_server_flow_rules"
+    category = "cross_server_flow"
+    config_key = "cross_server_flow"
+    summary = "Bulk or sensitive reads on one server, then an outbound call on another."
+
+    _extra: ClassVar[list[str]] = ["out_tool", "out_server", "read_bytes", "sensitive_reads",
+                                   "source_servers", "chain"]
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session: the session of the outbound call."""
+        s = self.settings
+        found = self._find(features).with_columns(
+            any_of(
+                band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi),
+                pl.when(pl.col("sensitive_reads") > 0).then(
+                    0.75 + 0.05 * pl.col("sensitive_reads").clip(0, 5)).otherwise(0.0),
+            ).alias("_s"))
+        return _frame(features, found, self._extra)
+
+    def _find(self, features: FeatureSet) -> pl.DataFrame:
+        s = self.settings
+        schema = {"out_tool": pl.String, "out_server": pl.String, "read_bytes": pl.Int64,
+                  "sensitive_reads": pl.Int64, "source_servers": pl.String, "chain": _CHAIN}
+        ev = _seq(features)
+        out = ev.filter(pl.col("outbound")).select(
+            "ck", "sh", "i", pl.col("t").alias("t_out"), pl.col("server").alias("out_server"),
+            pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
+            pl.col("status").alias("out_status"))
+        if out.height == 0:
+            return _empty_found(schema)
+        reads = ev.filter(
+            pl.col("tool_role").is_in(["read", "list_search"])
+            & (pl.col("ok") | pl.col("sensitive"))
+        ).join(out.select("ck").unique(), on="ck", how="semi").select(
+            "ck", "t", "server", "tool", "bk", "status", "bytes", "sensitive")
+        win = s.window_minutes * 60_000_000
+        pairs = out.join(reads, on="ck").filter(
+            (pl.col("server") != pl.col("out_server")) & (pl.col("t") <= pl.col("t_out"))
+            & (pl.col("t") >= pl.col("t_out") - win))
+        if pairs.height == 0:
+            return _empty_found(schema)
+        per_out = pairs.group_by("sh", "i").agg(
+            pl.col("bytes").sum().cast(pl.Int64).alias("read_bytes"),
+            pl.struct("tool", "bk").filter(pl.col("sensitive")).n_unique().cast(pl.Int64)
+            .alias("sensitive_reads"),
+            pl.col("server").unique().sort().str.join(", ").alias("source_servers"),
+            pl.col("out_tool").first(), pl.col("out_server").first(),
+            pl.col("t_out").first(), pl.col("out_bk").first(), pl.col("out_status").first(),
+            # The chain: sensitive reads first, then the largest reads, in time order.
+            pl.struct(pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
+                      pl.col("status").fill_null("unknown"))
+            .sort_by([pl.col("sensitive"), pl.col("bytes")], descending=[True, True])
+            .head(CHAIN_MAX - 1).alias("_reads"),
+        ).with_columns(
+            (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12).alias("_rank"))
+        best = per_out.sort("_rank", descending=True).group_by("sh", maintain_order=True).first()
+        outcall = pl.struct(
+            pl.col("t_out").alias("t"), pl.col("out_server").alias("server"),
+            pl.col("out_tool").alias("tool"), pl.col("out_bk").alias("bk"),
+            pl.col("out_status").fill_null("unknown").alias("status"))
+        best = best.with_columns(
+            pl.concat_list(pl.col("_reads").list.sort(), pl.concat_list(outcall))
+            .alias("chain"))
+        return best.select("sh", pl.lit(0.0).alias("_s"), *schema)
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons: what was read where, then where it went out."""
+        reasons = [
+            f"{row.get('out_tool')} on {row.get('out_server')} sent data out after this "
+            f"caller read {size(row.get('read_bytes'))} from {row.get('source_servers')} "
+            f"within the previous {self.settings.window_minutes} min.",
+        ]
+        if row.get("sensitive_reads"):
+            reasons.append(f"{num(row['sensitive_reads'])} of those reads touched sensitive "
+                           "places (credentials, secrets, system files, user/role tables).")
+        return reasons, self._evidence(row, {
+            "outbound_tool": row.get("out_tool"), "outbound_server": row.get("out_server"),
+            "bytes_read_elsewhere": row.get("read_bytes"),
+            "sensitive_reads": row.get("sensitive_reads"),
+            "source_servers": row.get("source_servers")})
+
+
+#: The sequence detectors, in registry order.
+SEQUENCE_DETECTORS: tuple[type[Detector], ...] = (
+    ToolLoopDetector, PrivilegeChainDetector, StepSkipDetector, DuplicateExecutionDetector,
+    CrossServerFlowDetector,
+)

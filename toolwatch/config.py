@@ -118,12 +118,33 @@ class SecretsConfig:
 
 
 @dataclass
+class QueryConfig:
+    """Bounds of analysts' SQL (``toolwatch query``, the dashboard's Forensics page)."""
+
+    memory_limit_mb: int = doc(
+        "DuckDB memory limit per query, MiB. Nothing spills to disk: a query that needs "
+        "more fails with an out-of-memory error.",
+        1024,
+    )
+    threads: int = doc("DuckDB threads per query.", 2)
+    timeout_seconds: float = doc(
+        "A query running longer than this is interrupted and fails.", 60.0
+    )
+    max_rows: int = doc(
+        "Rows returned at most; a longer result is cut and reported as truncated. "
+        "0 means no cap.",
+        100_000,
+    )
+
+
+@dataclass
 class Config:
     """Root of the toolwatch configuration."""
 
     store: StoreConfig = doc("Forensic store settings.", factory=StoreConfig)
     ingest: IngestConfig = doc("Parsing and normalization settings.", factory=IngestConfig)
     secrets: SecretsConfig = doc("Secret hashing settings.", factory=SecretsConfig)
+    query: QueryConfig = doc("Bounds of forensic SQL queries.", factory=QueryConfig)
     detectors: dict[str, Any] = doc(
         "Detector thresholds and windows (see docs/detectors.md); parsed by "
         "detectors.config.DetectorsConfig.",

@@ -53,5 +53,9 @@ class QueryError(ToolwatchError):
     """A forensic query was rejected (not read-only) or failed."""
 
 
+class QueryRefusedError(QueryError):
+    """A forensic query was refused by the guard before running (not a plain SELECT)."""
+
+
 class ModelError(ToolwatchError):
     """A persisted detector model is missing, untrusted or incompatible."""

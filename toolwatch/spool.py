@@ -224,6 +224,31 @@ class Echo:
         self._thread.join(timeout)
 
 
+def _die_with_parent() -> Any:
+    """A pre-exec hook that makes the server get SIGKILL when its wrapper dies (Linux).
+
+    The server runs in its own process group (so a signal to the wrapper's group reaches
+    it once, forwarded), which would let it escape an MCP client's final ``killpg(SIGKILL)``
+    of the wrapper's group; the parent-death signal keeps the client's guarantee that the
+    whole tree is gone. Whatever the server wrote is in the spool already.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    kill = int(signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(1, kill, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    return hook
+
+
 class WrappedServer:
     """A child process with inherited stdin/stdout; stderr to ``stderr`` (a spool file).
 
@@ -272,6 +297,7 @@ class WrappedServer:
             bufsize=0,
             env=self.env,
             process_group=0 if self._own_group else None,
+            preexec_fn=_die_with_parent() if self._own_group else None,
         )
         self._install_forwarding()
         return self

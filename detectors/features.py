@@ -52,6 +52,8 @@ EVENT_COLUMNS: dict[str, pl.DataType] = {
     "bytes": pl.Int64(),
     "rows": pl.Int64(),
     "duration_ms": pl.Float64(),
+    "start_ts": pl.Datetime("us", "UTC"),  # when the call was in flight (concurrency)
+    "end_ts": pl.Datetime("us", "UTC"),
     "credential_hash": pl.String(),
 }
 

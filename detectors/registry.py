@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from detectors.base import Detector
 from detectors.bulk import BulkExtractionDetector
+from detectors.concurrency import ConcurrencyAbuseDetector, RaceConditionDetector
 from detectors.config import DetectorsConfig
 from detectors.credential import CredentialStuffingDetector
 from detectors.enumeration import EnumerationDetector
@@ -23,6 +24,8 @@ REGISTRY: dict[str, type[Detector]] = {
         CredentialStuffingDetector,
         ScrapingLoopDetector,
         *SEQUENCE_DETECTORS,
+        ConcurrencyAbuseDetector,
+        RaceConditionDetector,
         IsolationForestDetector,
     )
 }

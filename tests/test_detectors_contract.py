@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 
 from detectors import CATEGORIES, REGISTRY, Detector, DetectorsConfig, FeatureSet
+from detectors import testing_concurrency as conc
 from detectors import testing_sequence as seq
 from detectors.base import SCORE_COLUMNS
 from detectors.testing import T0, Traffic
@@ -26,6 +27,8 @@ ATTACK = {
     "duplicate_execution": lambda tr: seq.double_charge(tr, "attack", T0 + timedelta(hours=2),
                                                         "ord-2002"),
     "cross_server_flow": lambda tr: seq.exfil_flow(tr, "attack", T0 + timedelta(hours=2)),
+    "concurrency_abuse": lambda tr: conc.burst(tr, "attack", T0 + timedelta(hours=2)),
+    "race_condition": lambda tr: conc.race(tr, "attack", T0 + timedelta(hours=2)),
 }
 
 

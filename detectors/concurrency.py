@@ -1,0 +1,491 @@
+"""Concurrency abuse and race conditions: what shows only when calls are *intervals*.
+
+Every call with a known duration was in flight from ``start_ts`` to ``end_ts`` (see
+``ingest/intervals.py``; events without those columns fall back to ``ts - duration_ms`` …
+``ts``). Both detectors work on those intervals, columnar:
+
+* **concurrency_abuse** (``concurrency_rules``) — the *peak* number of calls in flight at
+  one moment in a session, by a sweep: every interval becomes a +1 event at its start and
+  a −1 event at its end, the events are sorted by (session, time, −1 before +1) and a
+  running sum gives the calls in flight after each event (the sum over a session returns
+  to zero, so one global cumulative sum serves every session at once). The peak must be
+  large in absolute terms (``peak_lo``), far above the population's typical peak and —
+  once the caller's baseline is established — far above the caller's own usual peak (a
+  batch job that always runs 20 calls at once stays quiet). Sessions whose lines carry no
+  durations are point calls: each counts as in flight for ``burst_window_ms`` after it
+  started, i.e. the peak becomes a burst rate, and the evidence says so.
+* **race_condition** (``race_rules``) — two or more *mutating* calls (tool roles from
+  :mod:`detectors.tools`) on the same resource / business key, from one actor (the caller,
+  else the client address, else the session), whose intervals overlap: sorted by start
+  within (actor, key), a call overlaps an earlier one when it starts before the running
+  maximum of the earlier ends; such calls chain into clusters (a new cluster starts where
+  a call begins after every earlier one ended). A cluster within one session is a session
+  alert; one spread over several sessions of a caller or address is an entity alert for
+  that window. Sequential writes, overlapping reads and overlapping writes to different
+  resources never form a cluster.
+
+No per-pair Python: the work is a sort and a few cumulative expressions per batch, and
+only sessions with at least ``min_calls`` calls (the only ones that can reach
+``peak_lo``) and only mutating calls (for races) are swept.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Self
+
+import polars as pl
+
+from detectors.base import Detector, FeatureSet, session_frame
+from detectors.features import US_PER_DAY, entity_names, window_starts
+from detectors.scoring import all_of, band, gate
+from detectors.text import clean, duration
+from detectors.tools import annotate, tool_table
+from ingest.intervals import MAX_DURATION_MS
+
+_CACHE = "_concurrency_cache"
+
+
+def _iso_ms(us: int | None) -> str | None:
+    """ISO-8601 UTC with milliseconds (overlaps are a matter of milliseconds)."""
+    if us is None:
+        return None
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
+def event_intervals(ev: pl.DataFrame) -> pl.DataFrame:
+    """``s`` / ``e`` (µs) of each prepared event, null when its interval is unknown.
+
+    ``start_ts`` / ``end_ts`` when present; else, with a plausible ``duration_ms``, the
+    timestamp is taken as the completion (``ts - duration`` … ``ts``). Zero-length calls
+    last 1 µs, so a call is in flight at its own start.
+    """
+    dur = pl.col("duration_ms")
+    dur_ok = dur.is_not_null() & dur.is_finite() & (dur >= 0) & (dur <= MAX_DURATION_MS)
+    dur_us = pl.when(dur_ok).then((dur * 1000.0).round().cast(pl.Int64))
+    s = pl.coalesce(pl.col("start_ts").dt.epoch("us"), pl.col("t") - dur_us)
+    e = pl.coalesce(pl.col("end_ts").dt.epoch("us"), pl.when(dur_ok).then(pl.col("t")))
+    return ev.select(
+        s.alias("s"), e.alias("e")
+    ).with_columns(
+        ok := (pl.col("s").is_not_null() & pl.col("e").is_not_null()
+               & (pl.col("e") >= pl.col("s"))).alias("has_iv"),
+        pl.when(ok).then(pl.max_horizontal(pl.col("e"), pl.col("s") + 1)).alias("e"),
+        pl.when(ok).then(pl.col("s")).alias("s"),
+    )
+
+
+def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
+    """Peak calls in flight per group, by a +1/−1 sweep (columnar).
+
+    Parameters
+    ----------
+    iv
+        One row per interval: ``key``, ``s`` and ``e`` (µs, ``e > s``; half-open
+        ``[s, e)``: a call ending when another starts does not overlap it).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``key``, ``peak`` (max calls in flight at once) and ``peak_t`` (first moment the
+        peak is reached).
+    """
+    if iv.height == 0:
+        return pl.DataFrame(schema={key: iv.schema[key], "peak": pl.Int64, "peak_t": pl.Int64})
+    pts = pl.concat(
+        [
+            iv.select(key, pl.col("s").alias("x"), pl.lit(1, pl.Int64).alias("d")),
+            iv.select(key, pl.col("e").alias("x"), pl.lit(-1, pl.Int64).alias("d")),
+        ]
+    ).sort([key, "x", "d"])
+    # Each group's deltas sum to zero, so a global running sum restarts at 0 per group.
+    pts = pts.with_columns(pl.col("d").cum_sum().alias("f"))
+    return pts.group_by(key).agg(
+        pl.col("f").max().alias("peak"),
+        pl.col("x").get(pl.col("f").arg_max()).alias("peak_t"),
+    )
+
+
+def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per-session peaks, the intervals swept), cached on the feature set."""
+    cached = getattr(features, _CACHE, None)
+    if cached is not None:
+        return cached
+    c = features.config.concurrency_abuse
+    s = features.sessions
+    cand = s.filter((pl.col("calls") >= c.min_calls) & (pl.col("basis") != "summary"))
+    ev = features.events
+    if cand.height == 0 or ev.height == 0:
+        out = (
+            pl.DataFrame(schema={"sh": pl.UInt64, "peak": pl.Int64, "peak_t": pl.Int64,
+                                 "basis_iv": pl.Boolean}),
+            pl.DataFrame(schema={"sh": pl.UInt64, "s": pl.Int64, "e": pl.Int64,
+                                 "tlh": pl.UInt64}),
+        )
+        setattr(features, _CACHE, out)
+        return out
+    sub = ev.filter(pl.col("sh").is_in(cand["sh"].implode()))
+    sub = pl.concat(
+        [sub.select("sh", "t", "tlh"), event_intervals(sub)], how="horizontal"
+    )
+    basis = sub.group_by("sh").agg(
+        (pl.col("has_iv").mean() >= c.interval_share_lo).alias("basis_iv")
+    )
+    w = int(c.burst_window_ms * 1000)
+    sub = sub.join(basis, on="sh", how="left")
+    swept = sub.filter(pl.col("has_iv") | ~pl.col("basis_iv")).select(
+        "sh",
+        pl.when(pl.col("basis_iv")).then(pl.col("s")).otherwise(pl.col("t")).alias("s"),
+        pl.when(pl.col("basis_iv")).then(pl.col("e")).otherwise(pl.col("t") + w).alias("e"),
+        "tlh",
+    )
+    peaks = sweep_peaks(swept, "sh").join(basis, on="sh", how="left")
+    out = (peaks, swept)
+    setattr(features, _CACHE, out)
+    return out
+
+
+class ConcurrencyAbuseDetector(Detector):
+    """Flags sessions with far more calls in flight at once than their caller and peers."""
+
+    name = "concurrency_rules"
+    category = "concurrency_abuse"
+    config_key = "concurrency_abuse"
+    summary = "Peak calls in flight per session vs. the population and the caller's usual peak."
+
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn the population's typical peak and each caller's usual peak."""
+        peaks, _ = _session_sweep(history)
+        s = history.sessions.select("sh", "ceh", "first_t").join(peaks, on="sh", how="inner")
+        self.pop_peak_ = float(s["peak"].median()) if s.height else None  # type: ignore[arg-type]
+        cfg = self.config
+        own = (
+            s.filter(pl.col("ceh").is_not_null())
+            .group_by("ceh")
+            .agg(
+                pl.col("peak").median().alias("usual_peak"),
+                pl.len().alias("own_sessions"),
+                (pl.col("first_t") // US_PER_DAY).n_unique().alias("own_days"),
+            )
+            .filter((pl.col("own_sessions") >= cfg.baseline_min_sessions)
+                    & (pl.col("own_days") >= cfg.baseline_min_days))
+        )
+        self.own_ = own
+        self.fitted_ = True
+        return self
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session; evidence columns for those reaching the threshold."""
+        c = self.settings
+        peaks, swept = _session_sweep(features)
+        s = features.sessions.join(peaks, on="sh", how="left")
+        own = getattr(self, "own_", None)
+        if own is not None and own.height:
+            s = s.join(own.select("ceh", "usual_peak", "own_sessions"), on="ceh", how="left")
+        else:
+            s = s.with_columns(pl.lit(None, pl.Float64).alias("usual_peak"),
+                               pl.lit(None, pl.UInt32).alias("own_sessions"))
+        pop = getattr(self, "pop_peak_", None)
+        peak = pl.col("peak").fill_null(0)
+        terms = [band(peak, c.peak_lo, c.peak_hi)]
+        if pop is not None:
+            terms.append(gate(peak / max(pop, 1.0), c.pop_ratio_lo))
+        terms.append(
+            pl.when(pl.col("usual_peak").is_not_null())
+            .then(gate(peak / pl.col("usual_peak").clip(lower_bound=1.0), c.self_ratio_lo))
+            .otherwise(1.0)
+        )
+        s = s.with_columns(pl.lit(pop, pl.Float64).alias("pop_peak"))
+        out = session_frame(
+            s, all_of(*terms),
+            ["calls", "peak", "peak_t", "basis_iv", "usual_peak", "own_sessions", "pop_peak"],
+        )
+        return self._evidence(out, swept, features)
+
+    def _evidence(
+        self, out: pl.DataFrame, swept: pl.DataFrame, features: FeatureSet
+    ) -> pl.DataFrame:
+        """Tools and window of the calls in flight at the peak, for flagged sessions."""
+        hot = out.filter(pl.col("score") >= self.threshold).select("session_id", "peak_t")
+        empty = out.with_columns(
+            pl.lit(None, pl.Int64).alias("win_start"),
+            pl.lit(None, pl.Int64).alias("win_end"),
+            pl.lit(None, pl.List(pl.String)).alias("peak_tools"),
+        )
+        if hot.height == 0:
+            return empty
+        names = features.sessions.select("sh", "session_id")
+        hot = hot.join(names, on="session_id", how="left")
+        tools = features.events.select("tlh", "tool").unique("tlh")
+        live = (
+            swept.join(hot.select("sh", "peak_t"), on="sh", how="inner")
+            .filter((pl.col("s") <= pl.col("peak_t")) & (pl.col("e") > pl.col("peak_t")))
+            .join(tools, on="tlh", how="left")
+        )
+        per_tool = (
+            live.group_by("sh", "tool").agg(pl.len().alias("n"))
+            .sort(["sh", "n", "tool"], descending=[False, True, False])
+            .group_by("sh", maintain_order=True)
+            .agg((pl.col("tool").fill_null("?") + " ×" + pl.col("n").cast(pl.String))
+                 .head(8).alias("peak_tools"))
+        )
+        win = live.group_by("sh").agg(
+            pl.col("s").min().alias("win_start"), pl.col("e").max().alias("win_end")
+        )
+        ev = hot.join(win, on="sh", how="left").join(per_tool, on="sh", how="left")
+        return out.join(
+            ev.select("session_id", "win_start", "win_end", "peak_tools"),
+            on="session_id", how="left",
+        )
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons with the peak, its window and tools, and the usual peaks."""
+        peak = row.get("peak") or 0
+        iv = bool(row.get("basis_iv"))
+        span = ((row.get("win_end") or 0) - (row.get("win_start") or 0)) / 1e6
+        tools = ", ".join(row.get("peak_tools") or [])
+        if iv:
+            reasons = [
+                f"{peak} calls in flight at the same moment ({_iso_ms(row.get('peak_t'))}), "
+                f"within a {duration(span)} window of {row.get('calls')} calls: {tools}."
+            ]
+        else:
+            reasons = [
+                f"{peak} calls started within "
+                f"{self.settings.burst_window_ms:g} ms ({_iso_ms(row.get('peak_t'))}): {tools}. "
+                "The log lines carry no durations, so this is the call rate in short "
+                "windows, not calls in flight."
+            ]
+        pop = row.get("pop_peak")
+        usual = row.get("usual_peak")
+        parts = []
+        if pop is not None:
+            parts.append(f"a typical busy session peaks at {pop:g}")
+        if usual is not None:
+            parts.append(f"this caller's usual peak is {usual:g} over "
+                         f"{row.get('own_sessions')} sessions")
+        else:
+            parts.append("the caller has no established history of parallel calls")
+        reasons.append("For comparison, " + "; ".join(parts) + ".")
+        evidence = clean(
+            {
+                "peak_in_flight": peak,
+                "basis": "intervals" if iv else "call_rate",
+                "burst_window_ms": None if iv else self.settings.burst_window_ms,
+                "peak_at": _iso_ms(row.get("peak_t")),
+                "window_start": _iso_ms(row.get("win_start")),
+                "window_end": _iso_ms(row.get("win_end")),
+                "tools": row.get("peak_tools"),
+                "calls": row.get("calls"),
+                "population_typical_peak": pop,
+                "caller_usual_peak": usual,
+                "caller_sessions": row.get("own_sessions"),
+            }
+        )
+        return reasons, evidence
+
+
+# --------------------------------------------------------------------------- races
+_CALL = pl.Struct(
+    {"tool": pl.String, "start": pl.Int64, "end": pl.Int64, "resource": pl.String,
+     "outcome": pl.String, "overlap_ms": pl.Float64, "session_id": pl.String}
+)
+_RACE_COLS: dict[str, pl.DataType] = {
+    "race_calls": pl.Int64(),
+    "races": pl.Int64(),
+    "ok_calls": pl.Int64(),
+    "max_overlap_ms": pl.Float64(),
+    "n_sessions": pl.Int64(),
+    "calls_listed": pl.List(_CALL),
+}
+
+
+def race_clusters(
+    iv: pl.DataFrame, key: str = "g", min_overlap_us: int = 0
+) -> pl.DataFrame:
+    """Label chains of overlapping intervals within each group (columnar).
+
+    Rows are sorted by (``key``, ``s``); a row joins the previous cluster when it starts
+    more than ``min_overlap_us`` before the running maximum of the earlier ends in its
+    group. Adds ``cluster`` (global id), ``overlap_us`` (with the earlier calls; 0 for a
+    cluster's first call) and ``cluster_n`` (calls in the cluster).
+    """
+    iv = iv.sort([key, "s"])
+    prev_end = pl.col("e").cum_max().shift(1).over(key)
+    iv = iv.with_columns(prev_end.alias("_pe"))
+    joins = pl.col("_pe").is_not_null() & (pl.col("_pe") - pl.col("s") > min_overlap_us)
+    iv = iv.with_columns(
+        (~joins).cum_sum().alias("cluster"),
+        pl.when(joins).then(pl.min_horizontal("_pe", "e") - pl.col("s")).otherwise(0)
+        .alias("overlap_us"),
+    ).drop("_pe")
+    return iv.with_columns(pl.len().over("cluster").alias("cluster_n"))
+
+
+class RaceConditionDetector(Detector):
+    """Flags overlapping mutating calls on one resource from one actor."""
+
+    name = "race_rules"
+    category = "race_condition"
+    config_key = "race_condition"
+    summary = "Mutating calls on the same resource / business key whose intervals overlap."
+
+    def _clusters(self, features: FeatureSet) -> pl.DataFrame:
+        c = self.settings
+        ev = features.events
+        if ev.height == 0:
+            return pl.DataFrame()
+        table = tool_table(ev.select("server", "tool"), self.config).filter(pl.col("mutates"))
+        if table.height == 0:
+            return pl.DataFrame()
+        # The few mutating tools first (a filter on one string column), then exact roles.
+        cand = ev.filter(pl.col("tool").is_in(table["tool"].implode())).join(
+            table.select("server", "tool"), on=["server", "tool"], how="semi", nulls_equal=True
+        )
+        cand = pl.concat([cand, event_intervals(cand)], how="horizontal").filter("has_iv")
+        if cand.height < c.calls_lo:
+            return pl.DataFrame()
+        cand = annotate(cand, self.config).filter(pl.col("bkh").is_not_null())
+        if cand.height < c.calls_lo:
+            return pl.DataFrame()
+        actor_t = (
+            pl.when(pl.col("ceh").is_not_null()).then(0)
+            .when(pl.col("ieh").is_not_null()).then(1).otherwise(2).cast(pl.Int8)
+        )
+        cand = cand.with_columns(
+            actor_t.alias("at"),
+            pl.coalesce("ceh", "ieh", "sh").alias("ah"),
+        ).with_columns(pl.struct("at", "ah", "bkh").hash(7).alias("g"))
+        cl = race_clusters(
+            cand.select("g", "s", "e", "at", "ah", "sh", "i"),
+            "g", int(c.min_overlap_ms * 1000),
+        ).filter(pl.col("cluster_n") >= c.calls_lo)
+        if cl.height == 0:
+            return pl.DataFrame()
+        info = cand.select("i", "tool", "bk", "status", "session_id")
+        return cl.join(info, on="i", how="left")
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """Session rows for every session plus entity-window rows for cross-session races."""
+        c = self.settings
+        cl = self._clusters(features)
+        base = session_frame(features.sessions, pl.lit(0.0), [])
+        if cl.height == 0:
+            return base.with_columns(
+                *[pl.lit(None, dt).alias(k) for k, dt in _RACE_COLS.items()]
+            )
+        per = cl.group_by("cluster").agg(
+            pl.len().alias("n"),
+            pl.col("sh").n_unique().alias("n_sessions"),
+            (pl.col("status") == "ok").sum().alias("ok"),
+            pl.col("s").min().alias("first_t"),
+            pl.col("e").max().alias("last_t"),
+            (pl.col("overlap_us").max() / 1000.0).alias("max_overlap_ms"),
+            pl.col("at").first(), pl.col("ah").first(), pl.col("sh").first().alias("sh0"),
+        )
+        n_score = band(pl.col("n"), c.calls_lo, c.calls_hi)
+        per = per.with_columns(
+            pl.max_horizontal(
+                n_score, pl.when(pl.col("ok") >= 2).then(c.ok_score).otherwise(0.0)
+            ).alias("cscore")
+        )
+        calls = cl.sort("s").group_by("cluster", maintain_order=True).agg(
+            pl.struct(
+                pl.col("tool"), pl.col("s").alias("start"), pl.col("e").alias("end"),
+                pl.col("bk").alias("resource"), pl.col("status").alias("outcome"),
+                (pl.col("overlap_us") / 1000.0).alias("overlap_ms"), pl.col("session_id"),
+            ).alias("calls_listed")
+        )
+        per = per.join(calls, on="cluster", how="left")
+        single = per.filter(pl.col("n_sessions") == 1)
+        multi = per.filter((pl.col("n_sessions") > 1) & (pl.col("at") < 2))
+        out = base.drop("score").join(
+            self._agg(single, ["sh0"]).rename({"sh0": "sh"}).join(
+                features.sessions.select("sh", "session_id"), on="sh"
+            ).drop("sh"),
+            on="session_id", how="left", suffix="_r",
+        )
+        out = out.with_columns(
+            pl.col("score").fill_null(0.0),
+            pl.coalesce("first_t_r", "first_t").alias("first_t"),
+            pl.coalesce("last_t_r", "last_t").alias("last_t"),
+        ).drop("first_t_r", "last_t_r").select(base.columns + list(_RACE_COLS))
+        if multi.height == 0:
+            return out
+        ent = self._entities(multi, features)
+        return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
+
+    def _agg(self, per: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        lim = self.settings.max_listed_calls
+        return per.sort("cscore", "n", descending=True).group_by(keys, maintain_order=True).agg(
+            pl.col("cscore").max().alias("score"),
+            pl.col("n").max().alias("race_calls"),
+            pl.len().alias("races"),
+            pl.col("ok").max().cast(pl.Int64).alias("ok_calls"),
+            pl.col("max_overlap_ms").max(),
+            pl.col("n_sessions").max().cast(pl.Int64),
+            pl.col("first_t").min(),
+            pl.col("last_t").max(),
+            pl.col("calls_listed").list.explode(keep_nulls=False, empty_as_null=False).head(lim),
+        ).with_columns(pl.col("race_calls").cast(pl.Int64), pl.col("races").cast(pl.Int64))
+
+    def _entities(self, multi: pl.DataFrame, features: FeatureSet) -> pl.DataFrame:
+        multi = multi.with_columns(
+            window_starts(pl.col("first_t"), self.config, 0).alias("w"),
+            pl.col("at").alias("et"), pl.col("ah").alias("eh"),
+        )
+        agg = self._agg(multi, ["et", "eh", "w"])
+        named = entity_names(agg, features.sessions)
+        return named.select(
+            "entity_type",
+            "entity_id",
+            pl.col("w").alias("window_start"),
+            "score",
+            pl.lit(None, pl.String).alias("session_id"),
+            pl.when(pl.col("et") == 0).then(pl.col("entity_id")).alias("caller_id"),
+            pl.when(pl.col("et") == 1).then(pl.col("entity_id")).alias("client_ip"),
+            pl.lit(None, pl.String).alias("server"),
+            "first_t",
+            "last_t",
+            *list(_RACE_COLS),
+        )
+
+    def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+        """Reasons naming the racing calls, their resource and the overlap."""
+        listed = row.get("calls_listed") or []
+        res = next((x["resource"] for x in listed if x.get("resource")), "?")
+        tools = sorted({x["tool"] for x in listed if x.get("tool")})
+        where = (
+            "in one session" if row["entity_type"] == "session"
+            else f"across {row.get('n_sessions')} sessions of {row['entity_type']} "
+                 f"{row['entity_id']}"
+        )
+        reasons = [
+            f"{row.get('race_calls')} mutating calls ({', '.join(tools)}) on {res} were in "
+            f"flight at the same time {where}, overlapping by up to "
+            f"{row.get('max_overlap_ms') or 0:.0f} ms: each could pass the same check "
+            "before any of them wrote."
+        ]
+        if (row.get("ok_calls") or 0) >= 2:
+            reasons.append(f"{row['ok_calls']} of them succeeded.")
+        if (row.get("races") or 0) > 1:
+            reasons.append(f"{row['races']} such races in all.")
+        evidence = clean(
+            {
+                "racing_calls": row.get("race_calls"),
+                "races": row.get("races"),
+                "succeeded": row.get("ok_calls"),
+                "max_overlap_ms": row.get("max_overlap_ms"),
+                "sessions": row.get("n_sessions"),
+                "resource": res,
+                "calls": [
+                    {"tool": x["tool"], "start": _iso_ms(x["start"]), "end": _iso_ms(x["end"]),
+                     "resource": x["resource"], "outcome": x["outcome"],
+                     "overlap_ms": round(x["overlap_ms"] or 0.0, 1),
+                     "session_id": x["session_id"]}
+                    for x in listed
+                ],
+            }
+        )
+        return reasons, evidence
+

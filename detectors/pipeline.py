@@ -71,11 +71,25 @@ class DetectResult:
 
 
 def _fit_all(
-    dets: list[Detector], fit_on: FeatureSet, model_path: Path | None
+    dets: list[Detector], fit_on: FeatureSet, model_path: Path | None,
+    reuse: dict[str, Any] | None = None,
 ) -> str:
     # The forest is fitted on its own thread while the rule detectors fit here: both spend
     # their time in native code that releases the GIL (scikit-learn's tree builder,
     # polars), so on two cores the forest costs little wall time on top of the rules.
+    if reuse is not None and reuse.get("forest") is not None:
+        # Live mode: the forest was loaded or fitted once for the process; only the
+        # callers' habits follow the history (scoring, no fit).
+        cached = reuse["forest"]
+        for i, d in enumerate(dets):
+            if isinstance(d, IsolationForestDetector):
+                dets[i] = cached
+        for det in dets:
+            if det is cached:
+                det.learn_habits(fit_on)
+            else:
+                det.fit(fit_on)
+        return "reused"
     forests = [d for d in dets if isinstance(d, IsolationForestDetector)]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forest-fit") as pool:
         fitting = [pool.submit(load_or_fit, det, model_path, fit_on) for det in forests]
@@ -86,6 +100,8 @@ def _fit_all(
     model = "disabled"
     for det, how in zip(forests, hows, strict=True):
         model = how if det.model_fitted else "unfitted"
+        if reuse is not None and det.model_fitted:
+            reuse["forest"] = det
     return model
 
 
@@ -118,6 +134,7 @@ def detect(
     now: datetime | None = None,
     detectors: list[str] | None = None,
     keep_scores: bool = False,
+    reuse: dict[str, Any] | None = None,
 ) -> DetectResult:
     """Run every enabled detector over a batch; the full result (see :func:`run_batch`).
 
@@ -127,6 +144,9 @@ def detect(
         Registry names to run (default: all enabled).
     keep_scores
         Also return every detector's full score frame (evaluation, notebooks).
+    reuse
+        Live mode's per-process cache: the first fitted (or loaded) forest is kept here
+        and reused by later calls instead of being fitted or loaded again.
     """
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -138,7 +158,7 @@ def detect(
     else:
         fit_on = batch
     dets = registry.build(config, detectors)
-    model = _fit_all(dets, fit_on, model_path)
+    model = _fit_all(dets, fit_on, model_path, reuse)
     timings["fit"] = time.perf_counter() - t0
     detected_at = _to_us(now) if now is not None else batch.max_t
     alerts, suppressed, scores = _score_all(dets, batch, config, detected_at, keep_scores,
@@ -164,6 +184,7 @@ def run_batch(
     history: pl.DataFrame | None = None,
     model_path: Path | None = None,
     now: datetime | None = None,
+    reuse: dict[str, Any] | None = None,
 ) -> pl.DataFrame:
     """Alerts for a batch of events and session summaries.
 
@@ -192,7 +213,7 @@ def run_batch(
         allowlisted alerts removed (see :func:`detect` for the count).
     """
     return detect(events, summaries, config, history=history, model_path=model_path,
-                  now=now).alerts
+                  now=now, reuse=reuse).alerts
 
 
 def train(

@@ -255,6 +255,14 @@ def _empty_alerts() -> pl.DataFrame:
 def default_detector(config: Config) -> tuple[DetectFn | None, float]:
     """The detectors package as a live detection function, and its retention in minutes.
 
+    Live means the same as batch: the config allowlists (``[detectors.suppress]``) are
+    applied by the detectors, and the suppressions an analyst created in triage
+    (``_triage/suppressions.json``) are applied to every micro-batch's alerts exactly as
+    ``analyze`` applies them (read at every flush, so a suppression made in the dashboard
+    applies from the next flush on). The isolation forest is
+    loaded (``models/forest.skops``) or fitted once per process and reused by every
+    flush (it is refitted only while there were too few sessions to fit it).
+
     Returns ``(None, 0)`` when the detectors package is not available.
     """
     try:
@@ -263,6 +271,8 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         return None, 0.0
     if not hasattr(detectors, "run_batch"):
         return None, 0.0
+    from toolwatch.analyze import apply_triage_suppressions
+
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     candidate = config.data_dir / "models" / "forest.skops"
     model_path = candidate if candidate.exists() else None
@@ -270,13 +280,15 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         float(getattr(dcfg, "entity_window_minutes", 60)),
         float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,
     )
+    reuse: dict[str, Any] = {}
 
     def run(
         events: pl.DataFrame, summaries: pl.DataFrame, history: pl.DataFrame | None = None
     ) -> pl.DataFrame:
-        return detectors.run_batch(
-            events, summaries, dcfg, history=history, model_path=model_path
+        alerts = detectors.run_batch(
+            events, summaries, dcfg, history=history, model_path=model_path, reuse=reuse
         )
+        return apply_triage_suppressions(alerts, config.data_dir)
 
     return run, retention
 

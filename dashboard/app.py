@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import os
 import sys
-import time
 from pathlib import Path
 
 try:
@@ -26,10 +25,26 @@ except ImportError:  # run from a checkout without an install
 import streamlit as st
 
 from dashboard import ui
+from dashboard.launch import LOGIN_THROTTLE
+
+ICON = Path(__file__).resolve().parent / "icon.png"
+
+
+def _client_address() -> str | None:
+    try:
+        addr = st.context.ip_address
+    except Exception:  # no client context
+        return None
+    return addr if isinstance(addr, str) else None  # None on localhost (and in AppTest)
 
 
 def _password_gate() -> bool:
-    """Ask for the shared password once per session; True when access is granted."""
+    """Ask for the shared password once per session; True when access is granted.
+
+    Wrong guesses are throttled per client address and for the whole process
+    (:data:`dashboard.launch.LOGIN_THROTTLE`), not per browser session: a password is not
+    even checked while its address (or the process) is in its back-off.
+    """
     expected = os.environ.get("TOOLWATCH_DASHBOARD_PASSWORD", "")
     if not expected or st.session_state.get("_authed"):
         return True
@@ -38,13 +53,19 @@ def _password_gate() -> bool:
         pw = st.text_input("Password", type="password")
         ok = st.form_submit_button("Sign in")
     if ok:
+        addr = _client_address()
+        wait = LOGIN_THROTTLE.wait_s(addr)
+        if wait > 0:
+            st.error(f"Too many wrong passwords: try again in {wait:.0f} s.")
+            return False
         good = hmac.compare_digest(
             hashlib.sha256(pw.encode()).digest(), hashlib.sha256(expected.encode()).digest()
         )
         if good:
+            LOGIN_THROTTLE.succeeded(addr)
             st.session_state["_authed"] = True
             st.rerun()
-        time.sleep(1.0)  # slow down guessing
+        LOGIN_THROTTLE.failed(addr)
         st.error("Wrong password.")
     return False
 
@@ -64,7 +85,9 @@ def _oidc_gate() -> bool:
 
 def main() -> None:
     """Configure the page, check access, build the navigation and run the chosen page."""
-    st.set_page_config(page_title="toolwatch", page_icon=":material/shield:", layout="wide")
+    # A bundled file: a ``:material/…:`` page icon makes the browser fetch the favicon
+    # from fonts.gstatic.com (the in-page icons below use the font Streamlit serves).
+    st.set_page_config(page_title="toolwatch", page_icon=str(ICON), layout="wide")
     if not (_oidc_gate() and _password_gate()):
         st.stop()
     pages = [

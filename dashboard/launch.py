@@ -11,6 +11,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +22,91 @@ import typer
 
 APP = Path(__file__).resolve().parent / "app.py"
 PASSWORD_ENV = "TOOLWATCH_DASHBOARD_PASSWORD"  # noqa: S105 - a variable name
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    until: float = 0.0
+
+
+@dataclass
+class LoginThrottle:
+    """Password attempts limited per client address *and* for the whole process.
+
+    A delay inside one browser session does not slow an attacker who opens many sessions
+    in parallel. This throttle is module state of the dashboard process, shared by every
+    session (Streamlit runs each session's script in a thread of one process): after the
+    ``n``-th consecutive failure from an address, that address must wait
+    ``min(base_s * 2**(n-1), max_s)`` before its next attempt is even checked; and across
+    all addresses at most ``process_burst`` failures are allowed, refilled at
+    ``process_per_min`` per minute, so spoofed or rotating addresses cannot multiply the
+    rate either. A success clears its address's count (not the process bucket).
+
+    Parameters
+    ----------
+    base_s
+        Wait after the first failure from an address, in seconds.
+    max_s
+        Longest wait for one address, in seconds.
+    process_burst
+        Failures the whole process tolerates in a burst.
+    process_per_min
+        Failures per minute the whole process tolerates in the long run.
+    clock
+        Monotonic clock (a parameter so tests need not sleep).
+    """
+
+    base_s: float = 1.0
+    max_s: float = 300.0
+    process_burst: float = 10.0
+    process_per_min: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    _by_addr: dict[str, _Failures] = field(default_factory=dict)
+    _tokens: float | None = None
+    _stamp: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _refill(self, now: float) -> None:
+        if self._tokens is None:
+            self._tokens, self._stamp = self.process_burst, now
+        self._tokens = min(
+            self.process_burst, self._tokens + (now - self._stamp) * self.process_per_min / 60
+        )
+        self._stamp = now
+
+    def wait_s(self, addr: str | None) -> float:
+        """Seconds before ``addr`` may try a password (0 when it may try now)."""
+        with self._lock:
+            now = self.clock()
+            self._refill(now)
+            f = self._by_addr.get(addr or "?")
+            per_addr = max(0.0, f.until - now) if f else 0.0
+            assert self._tokens is not None
+            process = 0.0 if self._tokens >= 1 else (1 - self._tokens) * 60 / self.process_per_min
+            return max(per_addr, process)
+
+    def failed(self, addr: str | None) -> None:
+        """Record a wrong password from ``addr``."""
+        with self._lock:
+            now = self.clock()
+            self._refill(now)
+            assert self._tokens is not None
+            self._tokens = max(0.0, self._tokens - 1)
+            f = self._by_addr.setdefault(addr or "?", _Failures())
+            f.count += 1
+            f.until = now + min(self.base_s * 2 ** (f.count - 1), self.max_s)
+            if len(self._by_addr) > 10_000:  # bounded: forget addresses whose wait is over
+                self._by_addr = {a: v for a, v in self._by_addr.items() if v.until > now}
+
+    def succeeded(self, addr: str | None) -> None:
+        """Clear ``addr``'s failures after a correct password."""
+        with self._lock:
+            self._by_addr.pop(addr or "?", None)
+
+
+#: The dashboard process's throttle (imported by dashboard/app.py in every session).
+LOGIN_THROTTLE = LoginThrottle()
 
 
 def is_loopback(host: str) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 import html
 import os
+import re
 import sys
 import zoneinfo
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ import polars as pl
 import streamlit as st
 
 from dashboard import data
+from toolwatch.output import safe_text
 from toolwatch.store import Store
 
 #: Seconds a query result is reused; below the shortest live-refresh interval.
@@ -171,6 +173,29 @@ def sidebar() -> None:
 
 
 # ---------------------------------------------------------------- rendering helpers
+#: Every ASCII punctuation character: CommonMark lets each be backslash-escaped, which
+#: turns off links/images (``![x](url)``), emphasis, HTML (``<img``), Streamlit's
+#: ``:color[…]``/``:material/…:`` directives and ``$…$`` math alike.
+_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def md_text(value: Any) -> str:
+    """A log-derived value as Markdown that renders as exactly its (escaped) text.
+
+    For the few places whose API only takes Markdown — ``st.error``/``st.warning``
+    messages, widget labels, ``help`` — when they must quote a logged value. Control and
+    invisible characters are shown as escapes (:func:`toolwatch.output.safe_text`), then
+    every punctuation character (the backslashes of those escapes too) is
+    backslash-escaped, so no Markdown construct can start.
+    """
+    return _MD_SPECIAL.sub(r"\\\1", safe_text(value))
+
+
+def error(message: Any) -> None:
+    """``st.error`` with ``message`` (which may quote logged values) as plain text."""
+    st.error(md_text(message))
+
+
 def plot_text(value: Any) -> str:
     """Escape a log string for Plotly, which interprets tags like ``<a>``/``<b>``.
 

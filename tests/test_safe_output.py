@@ -287,3 +287,174 @@ def test_print_alerts_escapes(capsys: pytest.CaptureFixture[str]) -> None:
     print_alerts(pl.DataFrame([row]))
     out = capsys.readouterr().out
     assert not _bad_chars(out) and "[bold]x[/bold]" in out
+
+
+# ------------------------------------------------------------------ the dashboard
+MD_IMAGE_CALLER = "![x](http://127.0.0.1:9/x.png)"
+HTML_IMAGE_TOOL = "<img src=http://127.0.0.1:9/y.png>"
+JS_LINK_SESSION = "[link](javascript:alert(1))\x1b[31m\u202e"
+#: Markdown that would make a browser fetch, link or run something, unescaped.
+_ACTIVE_MD = re.compile(r"!\[|\]\(|<img|javascript:|\x1b|\u202e", re.IGNORECASE)
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+
+
+@pytest.fixture(scope="module")
+def hostile_dashboard_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The dashboard fixture store plus a session, caller, tool and alert planted with
+    Markdown images, HTML, a javascript: link and terminal escapes."""
+    from dashboard.testdata import BASE, _alert, _Events, build_store
+    from toolwatch.store import Store
+
+    root = tmp_path_factory.mktemp("hostile-dash")
+    build_store(root)
+    ev = _Events()
+    t0 = BASE + dt.timedelta(hours=40)
+    for i in range(6):
+        ev.add(t0 + dt.timedelta(seconds=10 * i), JS_LINK_SESSION, MD_IMAGE_CALLER,
+               "192.0.2.99", "docs-server", HTML_IMAGE_TOOL, {"q": MD_IMAGE_CALLER},
+               status="error" if i % 2 else "ok")
+    alert = _alert(
+        "al-hostile-0001", "enumeration", "enumeration", "critical", 0.99, "caller_id",
+        MD_IMAGE_CALLER, session_id=None, caller_id=MD_IMAGE_CALLER,
+        client_ip="192.0.2.99", server="docs-server", first_seen=t0,
+        last_seen=t0 + dt.timedelta(minutes=1),
+        reasons=[f"tool {HTML_IMAGE_TOOL} by {MD_IMAGE_CALLER} in {JS_LINK_SESSION}"],
+        evidence={"caller": MD_IMAGE_CALLER},
+    )
+    store = Store(root)
+    try:
+        store.write_batch({
+            "events": pa.Table.from_pylist(ev.rows, schema=schema.EVENTS),
+            "alerts": pa.Table.from_pylist([alert], schema=schema.ALERTS),
+        })
+    finally:
+        store.close()
+    return root
+
+
+def _record_forward_msgs(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Every message the app sends to the browser (page config included)."""
+    from streamlit.testing.v1 import local_script_runner
+
+    sent: list = []
+    original = local_script_runner.LocalScriptRunner.forward_msgs
+
+    def spy(self):  # type: ignore[no-untyped-def]
+        msgs = original(self)
+        sent.extend(m for m in msgs if all(m is not s for s in sent))
+        return msgs
+
+    monkeypatch.setattr(local_script_runner.LocalScriptRunner, "forward_msgs", spy)
+    return sent
+
+
+def _markdown_like(at) -> list[str]:  # type: ignore[no-untyped-def]
+    """Every rendered string of an element that interprets Markdown."""
+    out: list[str] = []
+    for kind in ("markdown", "caption", "title", "header", "subheader", "error", "warning",
+                 "info", "success", "exception", "toast"):
+        out += [str(e.value) for e in at.get(kind)]
+    out += [str(m.label) for m in at.metric] + [str(m.value) for m in at.metric]
+    out += [str(b.label) for b in at.button] + [str(e.label) for e in at.expander]
+    for kind in ("selectbox", "radio", "multiselect", "text_input", "toggle", "checkbox"):
+        out += [str(w.label) for w in at.get(kind)]
+    out += [str(getattr(w, "help", "") or "") for w in at.get("selectbox")]
+    return out
+
+
+_PAGES = [
+    ("overview", {}),
+    ("flagged", {}),
+    ("session", {"alert": "al-hostile-0001"}),
+    ("session", {"session": JS_LINK_SESSION}),
+    ("entity", {"type": "caller_id", "id": MD_IMAGE_CALLER}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("page", "query"), _PAGES, ids=[f"{p}-{i}" for i, (p, _) in
+                                                         enumerate(_PAGES)])
+def test_dashboard_renders_no_log_markup_and_fetches_nothing_remote(
+    hostile_dashboard_store: Path, page: str, query: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    sent = _record_forward_msgs(monkeypatch)
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.session_state["toolwatch_data_dir"] = str(hostile_dashboard_store)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    if page != "overview":
+        at.query_params.update(query)
+        at.switch_page(f"views/{page}.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+    offenders = [s for s in _markdown_like(at) if _ACTIVE_MD.search(s)]
+    assert not offenders, offenders
+    for kind in ("html", "image", "imgs", "iframe", "audio", "video"):
+        assert not at.get(kind), kind
+    # Nothing the browser is told to show points off this machine: no page icon from a
+    # font CDN, no URL except the planted 127.0.0.1 ones (shown as text in tables).
+    blob = "\n".join(str(m) for m in sent)
+    assert "fonts.gstatic" not in blob and ":material/shield:" not in blob
+    remote = re.findall(r"(?:https?:)?//(?!127\.0\.0\.1|localhost)[\w.-]+\.[a-z]{2,}", blob)
+    assert not remote, remote[:5]
+    favicons = [m.page_config_changed.favicon for m in sent
+                if m.WhichOneof("type") == "page_config_changed"]
+    assert favicons and all(not f.startswith((":", "http")) for f in favicons), favicons
+
+
+def test_md_text_disarms_markdown() -> None:
+    from dashboard.ui import md_text
+
+    out = md_text(f"{MD_IMAGE_CALLER} {HTML_IMAGE_TOOL} {JS_LINK_SESSION} :red[x] $x$")
+    # Every Markdown-significant character is backslash-escaped (so shown literally).
+    bare = re.sub(r"\\.", "", out)
+    assert not re.search(r"[!\[\]()<>:$\\\x1b\u202e]", bare), bare
+    assert ":red\\[" in out and "\\$x\\$" in out
+
+
+def test_login_throttle_is_per_address_and_per_process() -> None:
+    from dashboard.launch import LoginThrottle
+
+    now = [1000.0]
+    th = LoginThrottle(base_s=1, max_s=60, process_burst=5, process_per_min=6,
+                       clock=lambda: now[0])
+    assert th.wait_s("a") == 0
+    th.failed("a")
+    th.failed("a")
+    assert th.wait_s("a") == pytest.approx(2)  # exponential per address: 1, 2, 4 …
+    assert th.wait_s("b") == 0  # another address is not blocked by a's back-off …
+    for addr in ("b", "c", "d"):
+        th.failed(addr)
+    # … but five failures from anywhere empty the process bucket: everyone waits.
+    assert th.wait_s("fresh-address") > 0
+    now[0] += 10  # 6/min refills one token in 10 s
+    assert th.wait_s("fresh-address") == pytest.approx(0)
+    th.succeeded("a")
+    assert th.wait_s("a") == pytest.approx(0)
+
+
+def test_wrong_passwords_from_parallel_sessions_share_the_backoff(
+    hostile_dashboard_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import launch
+
+    monkeypatch.setenv("TOOLWATCH_DASHBOARD_PASSWORD", "correct horse")
+    monkeypatch.setattr(launch, "LOGIN_THROTTLE", launch.LoginThrottle(base_s=300))
+
+    def attempt(pw: str) -> AppTest:
+        at = AppTest.from_file(str(APP), default_timeout=120)  # a new browser session
+        at.session_state["toolwatch_data_dir"] = str(hostile_dashboard_store)
+        at.run()
+        at.text_input[0].input(pw)
+        at.button[0].click().run()
+        return at
+
+    first = attempt("guess-1")
+    assert [e.value for e in first.error] == ["Wrong password."]
+    # A second session right away is refused without checking, even the right password.
+    second = attempt("correct horse")
+    assert second.error and "Too many wrong passwords" in second.error[0].value
+    assert "_authed" not in second.session_state

@@ -147,7 +147,7 @@ def _triage_panel(alert: dict[str, Any]) -> None:
                 ts.mark(alert["alert_id"], status, who, note)
                 st.success("Saved.")
         except ValueError as exc:
-            st.error(str(exc))
+            ui.error(exc)  # may quote an entity id: plain text, not Markdown
     hist = ts.history(alert["alert_id"])
     if hist:
         st.text("History")

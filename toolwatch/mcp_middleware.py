@@ -1,0 +1,250 @@
+"""Log every ``tools/call`` of an MCP server built on the official Python SDK, for toolwatch.
+
+Two lines in a server (``pip install toolwatch[mcp]``)::
+
+    from toolwatch.mcp_middleware import ToolwatchMiddleware
+    mcp = MCPServer("docs", middleware=[ToolwatchMiddleware("docs")])
+
+Each ``tools/call`` becomes one JSON line on stderr in toolwatch's per-call log contract
+(docs/log-format.md): ``ts``, ``session_id``, ``caller_id``, ``client_ip`` (when known),
+``client``, ``server``, ``tool``, ``args`` (values under secret-looking keys hashed),
+``status`` (``ok`` / ``error``), ``isError``, ``bytes`` (of the result), ``rows`` (when the
+result says), ``duration_ms``, ``request_id`` (the JSON-RPC id). When the process ends, a
+``SESSION_END`` summary line follows (calls, distinct resources, bytes, errors, duration).
+Run the server under ``toolwatch run`` (or point ``toolwatch tail`` at its stderr).
+
+Over stdio one server process serves one client connection: the session id is generated
+per process (``TOOLWATCH_SESSION_ID`` overrides it). The caller is ``principal(ctx)`` when
+given, else the client's ``clientInfo`` name from ``initialize``.
+
+Secrets: values whose key looks like a credential (``password``, ``token``, ``api_key``,
+``secret``, ``authorization``, ``credential``, …) are replaced by ``hmac-sha256:<hex>``
+keyed with ``$TOOLWATCH_HMAC_KEY`` (plain SHA-256 without it), so the same secret hashes the
+same across sessions (credential-stuffing detection) and never reaches the log. toolwatch
+hashes secrets again on ingest.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import hmac
+import json
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+_SECRET_KEY = re.compile(
+    r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|apikey|auth(orization)?|credential|"
+    r"private[-_]?key|session[-_]?key|cookie|bearer)",
+    re.IGNORECASE,
+)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _error_status(result: Any) -> str:
+    """``not_found`` / ``denied`` when the error text says so (enumeration evidence)."""
+    try:
+        text = " ".join(getattr(c, "text", "") or "" for c in result.content).lower()
+    except (AttributeError, TypeError):
+        return "error"
+    if "not found" in text or "no such" in text or "does not exist" in text:
+        return "not_found"
+    if "denied" in text or "forbidden" in text or "unauthorized" in text:
+        return "denied"
+    return "error"
+
+
+class ToolwatchMiddleware:
+    """SDK server middleware: one toolwatch log line per ``tools/call``, SESSION_END at exit.
+
+    Parameters
+    ----------
+    server
+        Server name logged with every call.
+    stream
+        Where lines go (default: ``sys.stderr``; stdout belongs to the protocol).
+    principal
+        ``ctx -> str | None``: the authenticated caller (e.g. from an auth token); default:
+        the client's ``clientInfo.name``.
+    client_ip
+        ``ctx -> str | None``: the client address when the transport knows it (HTTP).
+    session_id
+        Fixed session id (default: ``$TOOLWATCH_SESSION_ID`` or a random one per process).
+    """
+
+    def __init__(
+        self,
+        server: str,
+        *,
+        stream: TextIO | None = None,
+        principal: Callable[[Any], str | None] | None = None,
+        client_ip: Callable[[Any], str | None] | None = None,
+        session_id: str | None = None,
+    ):
+        self.server = server
+        self.stream = stream
+        self.principal = principal
+        self.client_ip = client_ip
+        self.session_id = session_id or os.environ.get("TOOLWATCH_SESSION_ID") or (
+            f"{server}-{uuid.uuid4().hex[:16]}"
+        )
+        key = os.environ.get("TOOLWATCH_HMAC_KEY", "")
+        self._key = key.encode() if key else b""
+        self._lock = threading.Lock()
+        self._started = time.time()
+        self._calls = 0
+        self._errors = 0
+        self._bytes = 0
+        self._resources: set[str] = set()
+        self._caller: str | None = None
+        self._ended = False
+        atexit.register(self.session_end)
+
+    # ------------------------------------------------------------------ helpers
+    def _hash(self, value: Any) -> str:
+        raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        data = raw.encode("utf-8", "surrogatepass")
+        if self._key:
+            return "hmac-sha256:" + hmac.new(self._key, data, hashlib.sha256).hexdigest()[:32]
+        return "sha256:" + hashlib.sha256(data).hexdigest()[:32]
+
+    def redact(self, value: Any) -> Any:
+        """``value`` with every value under a secret-looking key hashed (recursively)."""
+        if isinstance(value, dict):
+            return {
+                k: (self._hash(v) if isinstance(k, str) and _SECRET_KEY.search(k)
+                    and v not in (None, "") else self.redact(v))
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self.redact(v) for v in value]
+        return value
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        out = self.stream or sys.stderr
+        with self._lock:
+            try:
+                out.write(line)
+                out.flush()
+            except (OSError, ValueError):
+                pass  # stderr gone: never break the server for its logging
+
+    def _who(self, ctx: Any) -> tuple[str | None, str | None, str | None]:
+        caller = client = ip = None
+        try:
+            cp = ctx.session.client_params
+            if cp is not None and cp.client_info is not None:
+                client = f"{cp.client_info.name}/{cp.client_info.version}"
+                caller = cp.client_info.name
+        except AttributeError:
+            pass
+        if self.principal is not None:
+            caller = self.principal(ctx) or caller
+        if self.client_ip is not None:
+            ip = self.client_ip(ctx)
+        return caller, client, ip
+
+    @staticmethod
+    def _measure(result: Any) -> tuple[int, bool, int | None]:
+        """Bytes of the result as sent, its isError flag, rows if the result says."""
+        try:
+            dump = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        except AttributeError:
+            dump = result
+        try:
+            size = len(json.dumps(dump, separators=(",", ":"), default=str).encode())
+        except (TypeError, ValueError):
+            size = 0
+        is_error = bool(dump.get("isError")) if isinstance(dump, dict) else False
+        rows = None
+        sc = dump.get("structuredContent") if isinstance(dump, dict) else None
+        if isinstance(sc, dict):
+            for k in ("rows", "row_count", "rowCount", "count"):
+                if isinstance(sc.get(k), int):
+                    rows = sc[k]
+                    break
+        return size, is_error, rows
+
+    # ------------------------------------------------------------------ middleware
+    async def __call__(self, ctx: Any, call_next: Callable[[Any], Any]) -> Any:
+        """Wrap one inbound message; only ``tools/call`` is logged."""
+        if getattr(ctx, "method", None) != "tools/call":
+            return await call_next(ctx)
+        params = dict(ctx.params or {})
+        t0 = time.perf_counter()
+        status, is_error, size, rows, detail = "ok", False, 0, None, None
+        try:
+            result = await call_next(ctx)
+            size, is_error, rows = self._measure(result)
+            if is_error:
+                status = _error_status(result)
+            return result
+        except BaseException as exc:
+            status, is_error, detail = "error", True, type(exc).__name__
+            raise
+        finally:
+            caller, client, ip = self._who(ctx)
+            args = self.redact(params.get("arguments") or {})
+            rec: dict[str, Any] = {
+                "ts": _now(),
+                "session_id": self.session_id,
+                "caller_id": caller,
+                "client_ip": ip,
+                "client": client,
+                "server": self.server,
+                "tool": params.get("name"),
+                "args": args,
+                "status": status,
+                "isError": is_error,
+                "bytes": size,
+                "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+                "request_id": getattr(ctx, "request_id", None),
+            }
+            if rows is not None:
+                rec["rows"] = rows
+            if detail:
+                rec["error"] = detail
+            self._write({k: v for k, v in rec.items() if v is not None})
+            with self._lock:
+                self._calls += 1
+                self._errors += int(is_error)
+                self._bytes += size
+                self._caller = caller or self._caller
+                if isinstance(args, dict):
+                    for v in args.values():
+                        if isinstance(v, str | int) and not isinstance(v, bool):
+                            self._resources.add(str(v))
+                            break
+
+    def session_end(self) -> None:
+        """Write the ``SESSION_END`` summary (once; also registered with :mod:`atexit`)."""
+        if self._ended:
+            return
+        self._ended = True
+        rec = {
+            "event": "SESSION_END",
+            "ts": _now(),
+            "session_id": self.session_id,
+            "caller_id": self._caller,
+            "server": self.server,
+            "callCount": self._calls,
+            "uniqueResourcesAccessed": len(self._resources),
+            "totalBytesReturned": self._bytes,
+            "errors": self._errors,
+            "durationMs": round((time.time() - self._started) * 1000, 1),
+        }
+        self._write({k: v for k, v in rec.items() if v is not None})
+
+
+__all__ = ["ToolwatchMiddleware"]

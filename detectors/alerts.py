@@ -25,7 +25,7 @@ import orjson
 import polars as pl
 
 from detectors.base import Detector
-from detectors.config import DetectorsConfig
+from detectors.config import SEVERITIES, DetectorsConfig  # noqa: F401 - re-exported
 from detectors.text import iso
 
 #: Output columns and types (mirrors ``toolwatch.schema.ALERTS``).
@@ -48,7 +48,9 @@ ALERT_COLUMNS: dict[str, pl.DataType] = {
     "evidence": pl.String(),
 }
 
-SEVERITIES = ("low", "medium", "high", "critical")
+#: Categories never folded into each other on one session: scraping (walking a listing by
+#: page) and bulk extraction (volume) are two findings when a session does both.
+_BOTH_KEPT = {"scraping_loop", "bulk_extraction"}
 
 
 def alert_id(entity_type: str, entity_id: str, category: str, window_start: int | None) -> str:
@@ -113,6 +115,8 @@ def _fold(rows: list[dict[str, Any]], config: DetectorsConfig) -> tuple[list[dic
         for r in group:
             if r is top:
                 continue
+            if {r["category"], top["category"]} == _BOTH_KEPT and not summary_only:
+                continue  # walking a listing *and* pulling volume: two findings, two alerts
             if (r["category"] == "anomaly" or summary_only
                     or r["score"] <= top["score"] - config.fold_margin):
                 _absorb(top, r)

@@ -228,32 +228,33 @@ class CredentialStuffingConfig:
 
 @dataclass
 class ScrapingLoopConfig:
-    """Scraping loop: an agent looping — identical calls again and again, machine cadence."""
+    """Scraping loop: walking a listing or search by page or cursor, many calls, progressing."""
 
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc("Score from which an alert is raised.", 0.5)
-    calls_lo: int = doc("Calls from which the mechanical-loop and stuck-loop signals count.", 60)
-    calls_hi: int = doc("Calls that make those signals critical.", 400)
+    pages_lo: int = doc(
+        "Distinct page numbers / offsets / cursors of one tool in one session from which "
+        "walking a listing counts as scraping, whatever the volume.",
+        25,
+    )
+    pages_hi: int = doc("Distinct pages that are critical.", 150)
+    calls_lo: int = doc("Calls from which the mechanical-crawl signal counts.", 60)
+    calls_hi: int = doc("Calls that make that signal critical.", 400)
     gap_cv_max: float = doc(
         "Inter-call gaps with a coefficient of variation (std/mean) at or below this are "
         "machine-regular. LLM agents and people think between calls (CV ≈ 1).",
         0.35,
     )
     top_tool_share_lo: float = doc(
-        "Share of calls going to the single most used tool from which a loop counts.", 0.7
-    )
-    dup_ratio_lo: float = doc(
-        "Share of calls that repeat an earlier call with identical tool and arguments from "
-        "which a stuck loop counts.",
-        0.6,
+        "Share of calls going to the single most used tool from which a crawl counts.", 0.7
     )
     rate_lo: float = doc("Calls per minute from which a sustained crawl counts.", 30.0)
     rate_hi: float = doc("Calls per minute that are critical.", 200.0)
     rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
     self_z: float = doc(
         "When the caller has an established baseline, its session must also be this many "
-        "robust z-scores above the caller's own median calls or pages (a CI probe or an "
-        "export job that crawls the same way every day is normal for it).",
+        "robust z-scores above the caller's own median calls or pages (a sync or export "
+        "job that pages through the same listing every day is normal for it).",
         3.0,
     )
 

@@ -5,7 +5,7 @@ object per line::
 
     {"kind": "session", "session_id": ..., "caller_id": ..., "client_ip": ...,
      "label": "benign" | <category>, "role": ..., "variant": ..., "first_seen": ...,
-     "last_seen": ...}
+     "last_seen": ..., "also": [<category>, ...]}   # "also" optional
     {"kind": "entity", "entity_type": "client_ip" | "caller_id", "entity_id": ...,
      "label": "credential_stuffing", "variant": "distributed", "first_seen": ..., "last_seen": ...}
 
@@ -235,6 +235,9 @@ def evaluate(
             and _overlap(el["_first"], el["_last"], a0, a1)
         ]
         attack_cats = {lb["label"] for lb in named if lb["label"] != "benign"}
+        # A label may name second categories the session legitimately earns ("also": a
+        # bulk extraction paging through a listing is also a scraping loop).
+        attack_cats |= {c for lb in named if lb["label"] != "benign" for c in lb.get("also") or []}
         attack_cats |= {el["label"] for el in ent_match}
         cat = a["category"]
         if not named and not ent_match:

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 import polars as pl
 
-from detectors.alerts import SEVERITIES
-from detectors.config import CATEGORIES
+from detectors.config import CATEGORIES, SEVERITIES
 from toolwatch.errors import ToolwatchError
 
 

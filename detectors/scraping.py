@@ -1,24 +1,26 @@
-"""Scraping loop: an agent looping — repetition no person or thinking agent produces.
+"""Scraping loop: a session walking a listing or search by page number or cursor.
+
+Many calls, progressing (new pages, new cursors), often machine-regular — whatever the
+volume (volume is bulk extraction's business; a session that does both gets both alerts).
+Repetition *without* progress (the same call again and again) is a tool loop
+(``detectors/sequence.py``), not scraping.
 
 Patterns (the strongest decides):
 
-* **stuck loop** — many calls, most of them exact repeats (same tool and arguments);
-* **mechanical loop** — many calls, machine-regular gaps (low coefficient of variation:
-  people and LLM agents think between calls, CV ≈ 1) and one dominant tool;
+* **sweep** — ``pages_lo`` distinct pages / offsets / cursors of one tool in one session;
+* **mechanical crawl** — many calls, machine-regular gaps (low coefficient of variation:
+  people and LLM agents think between calls, CV ≈ 1), one dominant tool, progressing
+  (mostly not exact repeats);
 * **sustained rate** — a high call rate kept up over many calls of one dominant tool,
-  mostly not touching new resources (a fast walk over new ids is enumeration's).
+  progressing.
 
-Sessions known only from a summary carry no tools or arguments: there, calls that touched
-no new resource (``1 - unique resources / calls``) stand in for exact repeats.
-
-Walking resource ids belongs to enumeration and paging through a listing to bulk
-extraction, so the cadence and rate patterns do not count calls explained by an id run or
-a pagination sweep.
+Walking resource ids belongs to enumeration, so the cadence and rate patterns do not count
+calls explained by an id run.
 
 Then, when the caller *habitually* scores at alert level (its typical session over several
-days does), the session must also be far beyond its own median (calls, repeated calls):
-a CI probe or a polling job that loops the same way every day is its normal.
-Benign retries (a few identical calls) and long, diverse power-user sessions stay low.
+days does), the session must also be far beyond its own median (calls, pages):
+a sync job that pages through the same listing every night is its normal.
+Benign retries, polling and long, diverse power-user sessions stay low.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from detectors.text import clean, duration, num, pct
 
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
-             "own_days", "own_typical_calls", "habitual", "p_mech", "p_stuck", "p_rate",
+             "own_days", "own_typical_calls", "habitual", "p_mech", "p_sweep", "p_rate",
              "p_own"]
 
 
@@ -46,25 +48,21 @@ def _dup() -> pl.Expr:
     ).otherwise(pl.col("dup_ratio"))
 
 
-def _with_dup_calls(sessions: pl.DataFrame) -> pl.DataFrame:
-    return sessions.with_columns((_dup() * pl.col("calls")).alias("dup_calls"))
-
-
 class ScrapingLoopDetector(Detector):
     """Flags sessions crawling mechanically."""
 
     name = "scraping_rules"
     category = "scraping_loop"
     config_key = "scraping_loop"
-    summary = "Pagination sweeps, machine-regular loops, exact repeats, sustained rate."
+    summary = "Walking a listing by page or cursor: sweeps, machine-regular crawls, rate."
 
     def fit(self, history: FeatureSet) -> Self:
         """Learn each caller's typical calls per session and whether it loops habitually."""
         cfg = self.config
         self.caller_baseline_ = Baseline(
-            ["calls", "dup_calls"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
+            ["calls", "max_pages"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
             min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
-        ).fit(_with_dup_calls(history.sessions))
+        ).fit(history.sessions)
         self.habit_ = habits(
             self._raw(history.sessions), "_raw", ["caller_id"],
             min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
@@ -81,21 +79,16 @@ class ScrapingLoopDetector(Detector):
             band(s.gap_cv_max / cv.clip(lower_bound=0.01), 1.0, 3.0)
         )
         share_hi = min(1.0, s.top_tool_share_lo + 0.25)
-        # An id walk (most calls one sequential/dense run) is enumeration's business, and a
-        # pagination sweep (most calls new pages of a listing) bulk extraction's.
-        walk = ratio(pl.max_horizontal("seq_run", "dense_ids"), pl.col("calls"))
+        # Progress means new pages / cursors of a listing: new resource ids are an id walk
+        # (enumeration's business) and exact repeats a tool loop's.
         sweep = ratio(pl.col("max_pages"), pl.col("calls"))
-        other = band(1.0 - pl.max_horizontal(walk, sweep), 0.5, 0.8)
-        # Speed alone is no loop: a fast session touching a new resource with nearly every
-        # call is walking or harvesting (enumeration, bulk extraction), not looping.
-        new = ratio(pl.col("distinct_resources"), pl.col("calls"))
-        repeating = band(1.0 - pl.max_horizontal(new, sweep), 0.5, 0.8)
+        progressing = band(sweep, 0.3, 0.6)
         one_tool = band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi)
         pats = {
-            "p_mech": all_of(calls, regular, other, one_tool),
-            "p_stuck": all_of(calls, band(_dup(), s.dup_ratio_lo, 0.95)),
+            "p_sweep": band(pl.col("max_pages"), s.pages_lo, s.pages_hi),
+            "p_mech": all_of(calls, regular, one_tool, progressing),
             "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
-            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), repeating,
+            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), progressing,
                          one_tool))
             .otherwise(0.0),
         }
@@ -108,9 +101,9 @@ class ScrapingLoopDetector(Detector):
         """One row per session."""
         if not self.is_fitted:
             self.fit(FeatureSet.empty(self.config))
-        df = self.caller_baseline_.with_own(_with_dup_calls(features.sessions))
+        df = self.caller_baseline_.with_own(features.sessions)
         df = df.with_columns(
-            pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_dup_calls")).alias("z_own")
+            pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_max_pages")).alias("z_own")
         )
         df = habitual_gate(self._raw(df), self.habit_, ["caller_id"], self.threshold,
                            pl.col("z_own"), self.settings.self_z)
@@ -132,14 +125,14 @@ class ScrapingLoopDetector(Detector):
                 f"Gaps between calls vary by {pct(row['gap_cv'])} of their mean (coefficient "
                 f"of variation {num(row['gap_cv'])}; people and reasoning agents are ≈ 100%)."
             )
-        if (row.get("dup_ratio") or 0) >= 0.2:
+        if (row.get("max_pages") or 0) >= 2:
             reasons.append(
-                f"{pct(row['dup_ratio'])} of calls repeat an earlier call with identical "
-                "arguments."
+                f"{num(row['max_pages'])} distinct pages/cursors of "
+                f"{row.get('page_tool') or 'one tool'}: walking a listing page by page."
             )
         if row.get("habitual"):
             reasons.append(
-                "This caller repeats itself habitually, but not on this scale: it typically "
+                "This caller crawls habitually, but not on this scale: it typically "
                 f"makes {num(row.get('own_typical_calls'))} calls per session "
                 f"({row.get('own_n')} sessions on {row.get('own_days')} days)."
             )
@@ -161,7 +154,7 @@ class ScrapingLoopDetector(Detector):
                 "own_baseline_days": row.get("own_days"),
                 "basis": row.get("basis"),
                 "pattern_scores": clean({k: row.get(k) for k in
-                                         ("p_mech", "p_stuck", "p_rate", "p_own")}),
+                                         ("p_mech", "p_sweep", "p_rate", "p_own")}),
             }
         )
         return reasons, evidence

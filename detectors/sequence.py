@@ -632,7 +632,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("tool_role").is_in(["read", "list_search"])
             & (pl.col("ok") | pl.col("sensitive"))
         ).join(out.select("ck").unique(), on="ck", how="semi").select(
-            "ck", "t", "server", "tool", "bk", "status", "bytes", "sensitive")
+            "ck", "t", "server", "tool", "bk", "status", "bytes", "sensitive",
+            pl.col("sh").alias("sh_r"))
         win = s.window_minutes * 60_000_000
         pairs = out.join(reads, on="ck").filter(
             (pl.col("server") != pl.col("out_server")) & (pl.col("t") <= pl.col("t_out"))
@@ -644,6 +645,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.struct("tool", "bk").filter(pl.col("sensitive")).n_unique().cast(pl.Int64)
             .alias("sensitive_reads"),
             pl.col("server").unique().sort().str.join(", ").alias("source_servers"),
+            pl.col("sh_r").unique().alias("_src"),
             pl.col("out_tool").first(), pl.col("out_server").first(),
             pl.col("t_out").first(), pl.col("out_bk").first(), pl.col("out_status").first(),
             # The chain: sensitive reads first, then the largest reads, in time order.
@@ -653,6 +655,13 @@ class CrossServerFlowDetector(_SequenceDetector):
             .head(CHAIN_MAX - 1).alias("_reads"),
         ).with_columns(
             (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12).alias("_rank"))
+        # The chain spans sessions (one per server): the outbound call's session and the
+        # sessions the data was read in all carry it.
+        per_out = pl.concat([
+            per_out.drop("_src"),
+            per_out.explode("_src").drop("sh").rename({"_src": "sh"}).select(per_out.drop(
+                "_src").columns),
+        ])
         best = per_out.sort("_rank", descending=True).group_by("sh", maintain_order=True).first()
         outcall = pl.struct(
             pl.col("t_out").alias("t"), pl.col("out_server").alias("server"),

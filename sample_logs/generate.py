@@ -39,6 +39,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+try:  # package import (tests) or script run (python sample_logs/generate.py)
+    from sample_logs import gen_concurrency, gen_sequence
+except ImportError:  # pragma: no cover
+    import gen_concurrency  # type: ignore[no-redef]
+    import gen_sequence  # type: ignore[no-redef]
+
 __all__ = [
     "ALIASES",
     "ATTACK_LABELS",
@@ -77,6 +83,8 @@ ATTACK_LABELS: tuple[str, ...] = (
     "bulk_extraction",
     "credential_stuffing",
     "scraping_loop",
+    *gen_sequence.LABELS,
+    *gen_concurrency.LABELS,
 )
 
 #: Benign roles that are always present in the demo set.
@@ -88,6 +96,7 @@ BENIGN_ROLES: tuple[str, ...] = (
     "retry_client",
     "booking_customer",
     "ci_bot",
+    *gen_concurrency.ROLES,
 )
 
 # --------------------------------------------------------------------------- #
@@ -1449,28 +1458,31 @@ class _Demo:
             ip=self.hosting_ip() if r.random() < 0.5 else None,
             ua=r.choice(_ATTACK_UAS),
         )
+        # Walking a listing page by page (or by cursor): progressing, machine-regular.
         if server == "travel-server":
-            tool, args, interval, n = (
+            tool, args, interval, n, pk = (
                 "searchItems",
                 {"query": "SFO-JFK", "date": "2026-12-20", "page": 1},
                 30.0,
                 150,
+                "page",
             )
         elif server == "docs-server":
-            pub = [d for d in sorted(self.doc_public) if self.doc_public[d]]
-            d = r.choice(pub)
-            tool, args, interval, n = "getDocument", {"documentId": f"doc-{d}"}, 10.0, 200
+            tool, args, interval, n, pk = (
+                "listDocuments", {"folderId": "fld-public", "page": 1}, 10.0, 200, "page")
         else:
-            tool, args, interval, n = "listRecentChanges", {"space": "ENG", "limit": 50}, 60.0, 140
+            tool, args, interval, n, pk = (
+                "listRecentChanges", {"space": "ENG", "limit": 50}, 60.0, 140, "cursor")
         n = r.randrange(int(n * 0.8), int(n * 1.2))
-        for _ in range(n):
+        for k in range(n):
+            a = dict(args)
+            a[pk] = k + 1 if pk == "page" else base64.b64encode(f"seq={50 * k}".encode()).decode()
             c = self.call(
                 server,
                 tool,
                 u,
                 t,
-                args=dict(args),
-                resource=args.get("documentId"),
+                args=a,
                 nbytes=r.randrange(3800, 4400),
                 dur=int(r.uniform(30, 90)),
             )
@@ -1598,6 +1610,7 @@ class _Demo:
             )
             self._sl_busy.setdefault("ip:" + s.client_ip, []).append((s.first, s.last))
             self.add(s)
+        gen_sequence.build(self)
 
         # --- attacks (>= 3 examples of each variant)
         k_att = self.n(3, 3)
@@ -1673,6 +1686,7 @@ class _Demo:
                     ip=self.hosting_ip(),
                 )
             )
+        gen_concurrency.add_concurrency(self)  # parallel bursts, races, hard negatives
         self._mark_mangles()
 
     def _mark_mangles(self) -> None:
@@ -1719,9 +1733,12 @@ class _Renderer:
     def event(self, s: Session, c: Call) -> dict[str, Any]:
         style = _SERVERS[s.server]
         st = _STATUS[style][c.status]
+        # Access-log convention: a per-call line is written when the call completes, so
+        # its time is the end (start = time - duration; ingest.ts_marks = "end").
+        te = c.t + c.duration_ms / 1000.0
         if style == "docs":
             d: dict[str, Any] = {
-                "ts": _iso_z(c.t),
+                "ts": _iso_z(te),
                 "level": _LEVEL[c.status],
                 "session_id": s.session_id,
                 "caller_id": s.caller_id,
@@ -1743,7 +1760,7 @@ class _Renderer:
             )
         elif style == "crm":
             d = {
-                "timestamp": _iso_plus(c.t),
+                "timestamp": _iso_plus(te),
                 "sessionId": s.session_id,
                 "callerId": s.caller_id,
                 "clientIp": s.client_ip,
@@ -1765,7 +1782,7 @@ class _Renderer:
             )
         elif style == "travel":
             d = {
-                "time": round(c.t * 1000),
+                "time": round(te * 1000),
                 "session": s.session_id,
                 "user_id": s.caller_id,
                 "remote_addr": s.client_ip,
@@ -1782,7 +1799,7 @@ class _Renderer:
                 "principal" if (s.caller_id or "").startswith("svc-") else "authenticatedUserId"
             )
             d = {
-                "@timestamp": _iso_z(c.t),
+                "@timestamp": _iso_z(te),
                 "mcp.session.id": s.session_id,
                 caller_key: s.caller_id,
                 "ip": s.client_ip,
@@ -1796,7 +1813,7 @@ class _Renderer:
                 "trace_id": self._hex(32),
             }
         elif style == "wiki":
-            d = {"timestamp": round(c.t, 3)}
+            d = {"timestamp": round(te, 3)}
             if s.caller_id:
                 d["userId"] = s.caller_id
             d.update(
@@ -2016,6 +2033,9 @@ _FILES: dict[str, str] = {
     "wiki-server": "wiki-server.jsonl",
     "billing-server": "summaries.jsonl",
 }
+_SERVERS.update(gen_sequence.SERVERS)
+_FILES.update(gen_sequence.FILES)
+_SIZES.update(gen_sequence.SIZES)
 
 
 def _write_bytes_file(path: Path, data: bytes) -> None:
@@ -2097,7 +2117,9 @@ def generate(out_dir: str | Path, seed: int = 7, scale: float = 1.0) -> dict[str
             continue
         for c in s.calls:
             d = ren.event(s, c)
-            per_file[fname].append((c.t, seq, ren.encode(s, c, d), c.mangle))
+            per_file[fname].append(
+                (c.t + c.duration_ms / 1000.0, seq, ren.encode(s, c, d), c.mangle)
+            )
             seq += 1
             rs["lines"] += 1
     # garbage lines that are not events at all
@@ -2128,7 +2150,11 @@ def generate(out_dir: str | Path, seed: int = 7, scale: float = 1.0) -> dict[str
         _write_bytes_file(out / fname, data)
         files[fname] = {"lines": len(rows), "bytes": (out / fname).stat().st_size}
 
-    labels = [_label_row(s) for s in demo.sessions] + list(demo.entities)
+    also = gen_sequence.mark_also(demo.sessions)
+    labels = [
+        {**_label_row(s), **({"also": also[id(s)]} if id(s) in also else {})}
+        for s in demo.sessions
+    ] + list(demo.entities)
     labels.sort(
         key=lambda x: (
             x["first_seen"],

@@ -24,6 +24,8 @@ from detectors.alerts import build_alerts, empty_alerts
 from detectors.base import Detector, FeatureSet
 from detectors.config import DetectorsConfig
 from detectors.forest import IsolationForestDetector, load_or_fit
+from detectors.sequence import WORKFLOWS_FILE, learn_workflows, save_workflows
+from detectors.tools import annotate
 from toolwatch.errors import ModelError
 
 log = logging.getLogger("toolwatch.detectors")
@@ -74,6 +76,11 @@ def _fit_all(
     dets: list[Detector], fit_on: FeatureSet, model_path: Path | None,
     reuse: dict[str, Any] | None = None,
 ) -> str:
+    if model_path is not None:
+        # Learned workflows are saved beside the forest (toolwatch train).
+        for det in dets:
+            if hasattr(det, "model_dir"):
+                det.model_dir = Path(model_path).parent
     # The forest is fitted on its own thread while the rule detectors fit here: both spend
     # their time in native code that releases the GIL (scikit-learn's tree builder,
     # polars), so on two cores the forest costs little wall time on top of the rules.
@@ -243,8 +250,13 @@ def train(
             f"{config.anomaly.min_train_sessions} (detectors.anomaly.min_train_sessions)"
         )
     path = det.save(model_path)
+    wf_path = Path(model_path).parent / WORKFLOWS_FILE
+    rules = learn_workflows(annotate(fs.events, config), config)
+    save_workflows(rules, wf_path)
     return {
         "path": str(path),
+        "workflows_path": str(wf_path),
+        "workflow_rules": len(rules),
         "n_train": det.n_train_,
         "threshold": det.threshold,
         "learned_threshold": det.learned_threshold_,

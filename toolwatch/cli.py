@@ -200,10 +200,48 @@ def train(
         raise fail(exc) from None
     Console().print(
         f"trained on {info['n_train']:,} sessions (scikit-learn {info['sklearn_version']}); "
-        f"saved to {info['path']}",
+        f"saved to {info['path']}; {info['workflow_rules']} learned workflow rule(s) saved "
+        f"to {info['workflows_path']} (see toolwatch workflows)",
         highlight=False,
         soft_wrap=True,
     )
+
+
+@app.command()
+def workflows(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Show workflow rules: declared ([detectors.step_skip]) and learned by train.
+
+    Example: toolwatch workflows -d /var/lib/toolwatch
+    """
+    import detectors
+    from detectors.sequence import WORKFLOWS_FILE, load_workflows
+    from toolwatch.output import safe_text
+
+    try:
+        cfg = config_for(config, data_dir)
+        dcfg = detectors.DetectorsConfig.from_dict(cfg.detectors)
+    except ToolwatchError as exc:
+        raise fail(exc) from None
+    out = Console()
+    out.print(f"declared (score {dcfg.step_skip.declared_score:.2f}):", highlight=False)
+    for r in dcfg.step_skip.workflows:
+        out.print(safe_text(f"  {r.step} requires {' or '.join(r.requires)}"
+                            + (f" (key {r.key})" if r.key else "")), highlight=False)
+    path = cfg.data_dir / "models" / WORKFLOWS_FILE
+    learned = load_workflows(path)
+    if learned is None:
+        out.print(safe_text(f"learned: none saved at {path} (run toolwatch train)"),
+                  highlight=False)
+        return
+    out.print(safe_text(f"learned (score {dcfg.step_skip.learned_score:.2f}, {path}):"),
+              highlight=False)
+    for r in learned:
+        out.print(safe_text(f"  {r['step']} requires {' or '.join(r['requires'])} "
+                            f"(support {r['support']}, confidence {r['confidence']:.2f})"),
+                  highlight=False)
 
 
 _SEVERITIES = ["low", "medium", "high", "critical"]

@@ -1,0 +1,192 @@
+"""Sequence abuse: each class's attack is caught, its named hard negatives stay quiet."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import detectors
+from detectors import DetectorsConfig
+from detectors import testing_sequence as seq
+from detectors.sequence import WORKFLOWS_FILE, load_workflows
+from detectors.testing import T0, Traffic
+from detectors.tools import annotate, role_of
+
+T = T0 + timedelta(hours=3)
+
+
+def base(seed: int = 1) -> Traffic:
+    tr = Traffic(seed=seed)
+    tr.background(days=2, users=30, per_day=2)
+    return tr
+
+
+def run(tr: Traffic, **cfg: object) -> detectors.DetectResult:
+    return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig.from_dict(cfg))
+
+
+def cats(res: detectors.DetectResult, session: str) -> dict[str, dict]:
+    a = res.alerts.filter(pl.col("session_id") == session)
+    return {r["category"]: r for r in a.iter_rows(named=True)}
+
+
+def evidence(alert: dict) -> dict:
+    return orjson.loads(alert["evidence"])
+
+
+@pytest.fixture(scope="module")
+def scenario() -> detectors.DetectResult:
+    tr = base()
+    seq.tool_loop(tr, "loop-1", T, n=40)
+    seq.tool_loop(tr, "loop-2", T, n=40, cycle=2, caller="cycler")
+    seq.polling_with_backoff(tr, "poll", T)
+    seq.retries_of_failed_call(tr, "retry", T)
+    seq.privilege_chain(tr, "priv", T)
+    seq.editor_own_docs(tr, "editor", T)
+    seq.own_folder_writes(tr, "filer", T)
+    seq.order_flow(tr, "skip", T, "ord-1", caller="skipper", charge=False)
+    seq.order_flow(tr, "shop", T, "ord-2")
+    # A failed charge retried (one execution), then fulfilled: no skip, no duplicate.
+    tr.call("failed-charge", T - timedelta(seconds=30), "chargePayment", caller="unlucky",
+            server="shop-server", resource_key="orderId", resource_id="ord-3", status="error")
+    seq.order_flow(tr, "failed-charge", T, "ord-3", caller="unlucky")
+    seq.approval_flow(tr, "approve-skip", T, "inv-9", caller="rubberstamp", review=False)
+    seq.approval_flow(tr, "approve-ok", T, "inv-8")
+    seq.double_charge(tr, "dup", T, "ord-4")
+    seq.double_charge(tr, "dup-keys", T, "ord-5", caller="keys", keys=("k-1", "k-2"))
+    seq.double_charge(tr, "replay", T, "ord-6", caller="replayer", keys=("k-7", "k-7", "k-7"))
+    seq.exfil_flow(tr, "exfil-src", T, sid_out="exfil-out")
+    seq.crm_round_trip(tr, "crm", T)
+    seq.own_small_upload(tr, "upload", T)
+    return run(tr)
+
+
+@pytest.mark.parametrize(("session", "category"), [
+    ("loop-1", "tool_loop"), ("loop-2", "tool_loop"), ("priv", "privilege_chain"),
+    ("skip", "step_skip"), ("approve-skip", "step_skip"), ("dup", "duplicate_execution"),
+    ("dup-keys", "duplicate_execution"), ("exfil-out", "cross_server_flow"),
+    ("exfil-src", "cross_server_flow"),
+])
+def test_attack_is_caught_with_chain_evidence(
+    scenario: detectors.DetectResult, session: str, category: str
+) -> None:
+    found = cats(scenario, session)
+    assert category in found, (session, {c: a["reasons"] for c, a in found.items()})
+    a = found[category]
+    assert any(ch.isdigit() for ch in a["reasons"][0])
+    chain = evidence(a)["chain"]
+    assert chain and all({"tool", "time", "outcome"} <= set(c) for c in chain)
+    times = [c["time"] for c in chain]
+    assert times == sorted(times)
+
+
+@pytest.mark.parametrize("session", [
+    "poll", "retry", "editor", "filer", "shop", "failed-charge", "approve-ok", "replay", "crm",
+    "upload",
+])
+def test_hard_negative_is_quiet(scenario: detectors.DetectResult, session: str) -> None:
+    found = cats(scenario, session)
+    assert not found, {c: a["reasons"] for c, a in found.items()}
+
+
+def test_population_stays_quiet(scenario: detectors.DetectResult) -> None:
+    bg = scenario.alerts.filter(pl.col("session_id").str.starts_with("bg-"))
+    assert bg.height == 0, bg.select("category", "reasons").to_dicts()
+
+
+def test_step_skip_names_key_and_missing_step(scenario: detectors.DetectResult) -> None:
+    a = cats(scenario, "skip")["step_skip"]
+    assert "fulfillOrder succeeded for ord-1" in a["reasons"][0]
+    ev = evidence(a)
+    assert ev["business_key"] == "ord-1" and ev["rule_source"] == "declared"
+    assert [c["tool"] for c in ev["chain"]] == ["createOrder", "fulfillOrder"]
+
+
+def test_duplicate_counts_executions(scenario: detectors.DetectResult) -> None:
+    assert evidence(cats(scenario, "dup")["duplicate_execution"])["executions"] == 2
+    ev = evidence(cats(scenario, "dup-keys")["duplicate_execution"])
+    assert ev["distinct_idempotency_keys"] == 2
+
+
+def test_declared_workflow_from_config() -> None:
+    tr = base()
+    for sid, pay in (("a", True), ("b", False)):
+        tr.call(sid, T, "reserveSeat", caller=sid, resource_key="seatId", resource_id="s-1")
+        if pay:
+            tr.call(sid, T + timedelta(seconds=5), "holdSeat", caller=sid,
+                    resource_key="seatId", resource_id="s-1")
+        tr.call(sid, T + timedelta(seconds=9), "issueTicket", caller=sid,
+                resource_key="seatId", resource_id="s-1")
+    res = run(tr, step_skip={"workflows": [{"step": "issueTicket", "requires": ["holdSeat"]}]},
+              tools={"roles": {"issueTicket": "irreversible"}})
+    assert "step_skip" in cats(res, "b") and not cats(res, "a")
+
+
+def test_train_saves_learned_workflows(tmp_path: Path) -> None:
+    tr = base()
+    for k in range(25):
+        sid = f"w-{k}"
+        tr.call(sid, T + timedelta(minutes=k), "draftInvoice", caller=f"c{k}",
+                resource_key="invoiceId", resource_id=f"inv-{k}")
+        tr.call(sid, T + timedelta(minutes=k, seconds=30), "finalizeInvoice", caller=f"c{k}",
+                resource_key="invoiceId", resource_id=f"inv-{k}")
+    tr.background(days=2, users=120, per_day=2)  # enough sessions for the forest
+    model = tmp_path / "models" / "forest.skops"
+    info = detectors.train(tr.events(), tr.summaries(), DetectorsConfig(), model)
+    learned = load_workflows(tmp_path / "models" / WORKFLOWS_FILE)
+    assert info["workflow_rules"] == len(learned)
+    assert {"step": "finalizeInvoice", "requires": ["draftInvoice"], "support": 25,
+            "confidence": 1.0} in learned
+    # A later skip of the learned step alerts at the learned (lower) score.
+    bad = Traffic(seed=9)
+    bad.call("skipper", T, "finalizeInvoice", caller="x", resource_key="invoiceId",
+             resource_id="inv-999")
+    res = detectors.detect(bad.events(), None, DetectorsConfig(), model_path=model)
+    a = cats(res, "skipper")["step_skip"]
+    assert evidence(a)["rule_source"] == "learned"
+    assert a["score"] == pytest.approx(DetectorsConfig().step_skip.learned_score)
+
+
+def test_live_matches_batch() -> None:
+    tr = base()
+    seq.double_charge(tr, "dup", T, "ord-4")
+    seq.tool_loop(tr, "loop", T, n=30)
+    ev = tr.events().sort("ts")
+    live = detectors.IncrementalDetector(DetectorsConfig())
+    got = [live.update(ev[i:i + 50]) for i in range(0, ev.height, 50)]
+    live_ids = set(pl.concat(got)["alert_id"].to_list())
+    batch = detectors.run_batch(ev, None, DetectorsConfig())
+    want = set(batch.filter(pl.col("category").is_in(["duplicate_execution", "tool_loop"]))
+               ["alert_id"].to_list())
+    assert want and want <= live_ids
+
+
+def test_tool_roles() -> None:
+    assert role_of("fulfillOrder") == "irreversible"
+    assert role_of("applyCoupon") == "irreversible"
+    assert role_of("listDocuments") == "list_search"
+    assert role_of("uploadFile") == "outbound"
+    assert role_of("grantRole") == "admin_exec"
+    assert role_of("updateDocument") == "write"
+    assert role_of("getPaymentStatus") == "read"
+    cfg = DetectorsConfig.from_dict({"tools": {"roles": {"shop/getX": "irreversible"}}})
+    assert role_of("getX", "shop", cfg.tools) == "irreversible"
+    assert role_of("getX", "other", cfg.tools) == "read"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=30), st.text(max_size=60)), min_size=1,
+                max_size=20))
+def test_annotate_survives_hostile_tools_and_args(rows: list[tuple[str, str]]) -> None:
+    ev = pl.DataFrame({"server": ["s"] * len(rows), "tool": [r[0] for r in rows],
+                       "args": [r[1] for r in rows]})
+    out = annotate(ev, DetectorsConfig.from_dict(
+        {"tools": {"business_keys": {r[0]: "k\"ey" for r in rows[:3]}}}))
+    assert out.height == ev.height
+    assert out["tool"].to_list() == ev["tool"].to_list()

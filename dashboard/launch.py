@@ -37,8 +37,9 @@ class LoginThrottle:
     A delay inside one browser session does not slow an attacker who opens many sessions
     in parallel. This throttle is module state of the dashboard process, shared by every
     session (Streamlit runs each session's script in a thread of one process): after the
-    ``n``-th consecutive failure from an address, that address must wait
-    ``min(base_s * 2**(n-1), max_s)`` before its next attempt is even checked; and across
+    ``n``-th consecutive failure from an address (beyond ``free_failures``, a typo's
+    allowance), that address must wait ``min(base_s * 2**(n-1-free_failures), max_s)``
+    before its next attempt is even checked; and across
     all addresses at most ``process_burst`` failures are allowed, refilled at
     ``process_per_min`` per minute, so spoofed or rotating addresses cannot multiply the
     rate either. A success clears its address's count (not the process bucket).
@@ -53,6 +54,8 @@ class LoginThrottle:
         Failures the whole process tolerates in a burst.
     process_per_min
         Failures per minute the whole process tolerates in the long run.
+    free_failures
+        Failures per address before its back-off starts.
     clock
         Monotonic clock (a parameter so tests need not sleep).
     """
@@ -61,6 +64,7 @@ class LoginThrottle:
     max_s: float = 300.0
     process_burst: float = 10.0
     process_per_min: float = 10.0
+    free_failures: int = 1
     clock: Callable[[], float] = time.monotonic
     _by_addr: dict[str, _Failures] = field(default_factory=dict)
     _tokens: float | None = None
@@ -95,7 +99,9 @@ class LoginThrottle:
             self._tokens = max(0.0, self._tokens - 1)
             f = self._by_addr.setdefault(addr or "?", _Failures())
             f.count += 1
-            f.until = now + min(self.base_s * 2 ** (f.count - 1), self.max_s)
+            over = f.count - self.free_failures
+            if over > 0:
+                f.until = now + min(self.base_s * 2 ** (over - 1), self.max_s)
             if len(self._by_addr) > 10_000:  # bounded: forget addresses whose wait is over
                 self._by_addr = {a: v for a, v in self._by_addr.items() if v.until > now}
 

@@ -154,7 +154,7 @@ class _Seq:
             self.c(s, "getJobStatus", t, {"jobId": job}, nbytes=900 if k == polls - 1 else 250)
             t += gap
             gap *= 2
-        self.c(s, "downloadExport", t, {"jobId": job})
+        self.c(s, "downloadExport", t, {"jobId": job}, nbytes=r.randrange(20_000, 90_000))
         return s
 
     def doc_editor(self, t: float) -> Any:
@@ -186,7 +186,7 @@ class _Seq:
         s = self.sess("crm-server", role="crm_round_trip", u=u)
         for a in r.sample(u.accounts, min(len(u.accounts), 3)):
             t = self.c(s, "getAccount", t, {"accountId": f"acct-{a}"},
-                       nbytes=r.randrange(200_000, 600_000))
+                       nbytes=r.randrange(3_000, 40_000))
         t = self.c(s, "updateAccount", t, {"accountId": f"acct-{u.accounts[0]}", "stage": "won"})
         self.c(s, "sendEmail", t, {"to": "customer@example.com", "template": "renewal"})
         return s

@@ -54,7 +54,11 @@ def _now() -> str:
 def _error_status(result: Any) -> str:
     """``not_found`` / ``denied`` when the error text says so (enumeration evidence)."""
     try:
-        text = " ".join(getattr(c, "text", "") or "" for c in result.content).lower()
+        content = result.content if hasattr(result, "content") else result.get("content")
+        text = " ".join(
+            (c.get("text") if isinstance(c, dict) else getattr(c, "text", "")) or ""
+            for c in content or []
+        ).lower()
     except (AttributeError, TypeError):
         return "error"
     if "not found" in text or "no such" in text or "does not exist" in text:

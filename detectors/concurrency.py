@@ -157,7 +157,8 @@ class ConcurrencyAbuseDetector(Detector):
         """Learn the population's typical peak and each caller's usual peak."""
         peaks, _ = _session_sweep(history)
         s = history.sessions.select("sh", "ceh", "first_t").join(peaks, on="sh", how="inner")
-        self.pop_peak_ = float(s["peak"].median()) if s.height else None  # type: ignore[arg-type]
+        enough = s.height >= self.settings.pop_min_sessions
+        self.pop_peak_ = float(s["peak"].median()) if enough else None  # type: ignore[arg-type]
         cfg = self.config
         own = (
             s.filter(pl.col("ceh").is_not_null())

@@ -27,6 +27,11 @@ class ConcurrencyAbuseConfig:
         "(median over sessions with two or more calls).",
         4.0,
     )
+    pop_min_sessions: int = doc(
+        "The population comparison needs at least this many busy sessions (min_calls or "
+        "more calls); with fewer, the population is mostly the session itself.",
+        20,
+    )
     self_ratio_lo: float = doc(
         "When the caller has an established baseline, the peak must also be at least this "
         "many times its usual (median) peak: a batch job that always runs 20 calls at once "

@@ -1,0 +1,337 @@
+"""Concurrency abuse and race conditions: positives, each named hard negative, the sweep
+against brute force, hostile durations at ingest, and live micro-batches."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detectors import DetectorsConfig, FeatureSet
+from detectors import testing_concurrency as tc
+from detectors.concurrency import (
+    ConcurrencyAbuseDetector,
+    RaceConditionDetector,
+    race_clusters,
+    sweep_peaks,
+)
+from detectors.testing import T0, Traffic
+
+
+def _scores(tr: Traffic, det_cls: type) -> pl.DataFrame:
+    cfg = DetectorsConfig()
+    fs = FeatureSet.build(tr.events(), tr.summaries(), cfg)
+    det = det_cls(cfg).fit(fs)
+    return det.score(fs)
+
+
+def _flagged(tr: Traffic, det_cls: type) -> set[str]:
+    sc = _scores(tr, det_cls)
+    th = det_cls(DetectorsConfig()).threshold
+    hot = sc.filter(pl.col("score") >= th)
+    return set(hot["entity_id"].to_list())
+
+
+@pytest.fixture(scope="module")
+def background() -> Traffic:
+    tr = Traffic(seed=3)
+    tr.background(days=3, users=40, per_day=2)
+    return tr
+
+
+def _with(background: Traffic) -> Traffic:
+    tr = Traffic(seed=5)
+    tr.rows = list(background.rows)
+    return tr
+
+
+# ---------------------------------------------------------------- concurrency_abuse
+def test_burst_is_flagged_with_its_numbers(background: Traffic) -> None:
+    tr = _with(background)
+    tc.burst(tr, "burst-1", T0 + timedelta(hours=2), n=40)
+    det = ConcurrencyAbuseDetector(DetectorsConfig())
+    fs = FeatureSet.build(tr.events(), None, DetectorsConfig())
+    det.fit(fs)
+    hot = det.decide(det.score(fs))
+    assert hot["entity_id"].to_list() == ["burst-1"]
+    reasons, ev = det.explain(hot.row(0, named=True))
+    assert ev["peak_in_flight"] == 40 and ev["basis"] == "intervals"
+    assert ev["tools"] == ["searchItems ×40"]
+    assert ev["window_start"] < ev["window_end"]
+    assert "40 calls in flight" in reasons[0]
+
+
+def test_burst_without_durations_falls_back_to_call_rate(background: Traffic) -> None:
+    tr = _with(background)
+    tc.burst(tr, "burst-nodur", T0 + timedelta(hours=2), n=30)
+    for r in tr.rows:
+        if r["session_id"] == "burst-nodur":
+            # A log without durations stamps the call when it is made.
+            r["ts"] -= timedelta(milliseconds=r["duration_ms"])
+            r["duration_ms"] = None
+    det = ConcurrencyAbuseDetector(DetectorsConfig())
+    fs = FeatureSet.build(tr.events(), None, DetectorsConfig())
+    hot = det.fit(fs).decide(det.score(fs))
+    assert hot["entity_id"].to_list() == ["burst-nodur"]
+    reasons, ev = det.explain(hot.row(0, named=True))
+    assert ev["basis"] == "call_rate" and ev["peak_in_flight"] == 30
+    assert "no durations" in reasons[0]
+
+
+def test_modest_parallelism_stays_quiet(background: Traffic) -> None:
+    tr = _with(background)
+    tc.modest_parallel(tr, "agent-1", T0 + timedelta(hours=2), rounds=10, width=5)
+    assert _flagged(tr, ConcurrencyAbuseDetector) == set()
+
+
+def test_batch_job_with_its_own_parallel_history_stays_quiet(background: Traffic) -> None:
+    tr = _with(background)
+    for d in range(3):
+        tc.batch_job(tr, f"batch-{d}", T0 + timedelta(days=d, hours=1), width=22)
+    assert _flagged(tr, ConcurrencyAbuseDetector) == set()
+    # ...while the same job's first night alone (no history yet) is unusual.
+    tr2 = _with(background)
+    tc.batch_job(tr2, "batch-0", T0 + timedelta(hours=1), width=22)
+    assert _flagged(tr2, ConcurrencyAbuseDetector) == {"batch-0"}
+
+
+def test_batch_job_far_beyond_its_own_peak_is_flagged(background: Traffic) -> None:
+    tr = _with(background)
+    for d in range(3):
+        tc.batch_job(tr, f"batch-{d}", T0 + timedelta(days=d, hours=1), width=14)
+    tc.burst(tr, "batch-burst", T0 + timedelta(days=2, hours=5), n=45, caller="svc-batch")
+    assert _flagged(tr, ConcurrencyAbuseDetector) == {"batch-burst"}
+
+
+# ---------------------------------------------------------------- race_condition
+def test_race_in_one_session_is_flagged(background: Traffic) -> None:
+    tr = _with(background)
+    tc.race(tr, "race-1", T0 + timedelta(hours=3), n=3)
+    det = RaceConditionDetector(DetectorsConfig())
+    fs = FeatureSet.build(tr.events(), None, DetectorsConfig())
+    hot = det.fit(fs).decide(det.score(fs))
+    assert hot["entity_id"].to_list() == ["race-1"]
+    reasons, ev = det.explain(hot.row(0, named=True))
+    assert ev["racing_calls"] == 3 and ev["resource"] == "ord-77"
+    assert len(ev["calls"]) == 3 and {c["tool"] for c in ev["calls"]} == {"applyCoupon"}
+    assert ev["max_overlap_ms"] > 100
+    assert all(c["outcome"] == "ok" for c in ev["calls"])
+    assert "ord-77" in reasons[0]
+
+
+def test_race_across_sessions_of_one_caller_is_an_entity_alert(background: Traffic) -> None:
+    tr = _with(background)
+    tc.race(tr, "ra", T0 + timedelta(hours=3), "ord-5", n=2, caller="multi",
+            sessions=["ra", "rb"])
+    sc = _scores(tr, RaceConditionDetector)
+    hot = sc.filter(pl.col("score") >= 0.5)
+    assert hot.select("entity_type", "entity_id").rows() == [("caller_id", "multi")]
+    assert hot["n_sessions"][0] == 2 and hot["window_start"][0] is not None
+
+
+def test_sequential_same_resource_writes_stay_quiet(background: Traffic) -> None:
+    tr = _with(background)
+    tc.sequential_writes(tr, "seq-1", T0 + timedelta(hours=3), n=6)
+    assert _flagged(tr, RaceConditionDetector) == set()
+
+
+def test_overlapping_reads_stay_quiet(background: Traffic) -> None:
+    tr = _with(background)
+    tc.overlapping_reads(tr, "reads-1", T0 + timedelta(hours=3), n=6)
+    assert _flagged(tr, RaceConditionDetector) == set()
+
+
+def test_overlapping_writes_to_different_resources_stay_quiet(background: Traffic) -> None:
+    tr = _with(background)
+    tc.parallel_writes_distinct(tr, "distinct-1", T0 + timedelta(hours=3), n=6)
+    assert _flagged(tr, RaceConditionDetector) == set()
+
+
+def test_touching_intervals_do_not_overlap() -> None:
+    """A write sent the moment the previous one returned is sequential, not a race."""
+    tr = Traffic(seed=1)
+    t = T0
+    for _ in range(3):
+        tr.call("s", t + timedelta(milliseconds=300), "applyCoupon", duration_ms=300,
+                args={"orderId": "o-1"}, resource_key="orderId", resource_id="o-1")
+        t += timedelta(milliseconds=300)
+    assert _flagged(tr, RaceConditionDetector) == set()
+
+
+# ---------------------------------------------------------------- columnar vs brute force
+intervals_st = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 1000), st.integers(1, 300)),
+    min_size=1, max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(intervals_st)
+def test_sweep_matches_brute_force(rows: list[tuple[int, int, int]]) -> None:
+    iv = pl.DataFrame(
+        {"g": [g for g, _, _ in rows], "s": [s for _, s, _ in rows],
+         "e": [s + d for _, s, d in rows]},
+        schema={"g": pl.Int64, "s": pl.Int64, "e": pl.Int64},
+    )
+    got = {r["g"]: r for r in sweep_peaks(iv, "g").iter_rows(named=True)}
+    for g in {g for g, _, _ in rows}:
+        mine = [(s, s + d) for gg, s, d in rows if gg == g]
+        # In flight at T: s <= T < e. The peak is reached at some start time.
+        counts = {t: sum(1 for a, b in mine if a <= t < b) for t, _ in mine}
+        peak = max(counts.values())
+        assert got[g]["peak"] == peak
+        assert counts[got[g]["peak_t"]] == peak
+
+
+@settings(max_examples=150, deadline=None)
+@given(intervals_st, st.integers(0, 20))
+def test_race_clusters_match_brute_force(rows: list[tuple[int, int, int]], m: int) -> None:
+    iv = pl.DataFrame(
+        {"g": [g for g, _, _ in rows], "s": [s for _, s, _ in rows],
+         "e": [s + d for _, s, d in rows], "k": list(range(len(rows)))},
+        schema={"g": pl.Int64, "s": pl.Int64, "e": pl.Int64, "k": pl.Int64},
+    )
+    out = race_clusters(iv, "g", m)
+    cluster = dict(zip(out["k"].to_list(), out["cluster"].to_list(), strict=True))
+    # Brute force: union-find over pairs in a group overlapping by more than m, chained
+    # in start order (a call joins when it overlaps any earlier call of the chain).
+    for g in {g for g, _, _ in rows}:
+        mine = sorted(((s, s + d, k) for k, (gg, s, d) in enumerate(rows) if gg == g),
+                      key=lambda x: (x[0], cluster[x[2]]))
+        for i, (s, _e, k) in enumerate(mine):
+            earlier = mine[:i]
+            joins = bool(earlier) and max(b for _, b, _ in earlier) - s > m
+            if joins:
+                assert cluster[k] == cluster[mine[i - 1][2]]
+            elif earlier:
+                assert cluster[k] != cluster[mine[i - 1][2]]
+
+
+# ---------------------------------------------------------------- ingest
+def _ingest(tmp_path: Path, lines: list[dict], ts_marks: str = "end") -> pl.DataFrame:
+    from ingest.sources import FileSource
+    from toolwatch.config import Config
+    from toolwatch.pipeline import Pipeline
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "in.jsonl"
+    # stdlib json: writes ints beyond 64 bits and NaN/Infinity as hostile servers do.
+    path.write_bytes("".join(json.dumps(x) + "\n" for x in lines).encode())
+    cfg = Config()
+    cfg.store.data_dir = str(tmp_path / "store")
+    cfg.secrets.hmac_key_file = str(tmp_path / "key")
+    cfg.ingest.ts_marks = ts_marks
+    pipe = Pipeline(cfg, None)
+    parts = [pl.from_arrow(pipe.transform(b).events) for b in
+             FileSource(str(path), 1 << 20, {}).batches()]
+    return pl.concat(parts)  # type: ignore[arg-type]
+
+
+def _us(df: pl.DataFrame, col: str) -> list[int | None]:
+    return df[col].dt.epoch("us").to_list()
+
+
+def test_ingest_intervals_from_each_shape(tmp_path: Path) -> None:
+    base = {"ts": "2026-11-02T10:00:01.000Z", "session_id": "s", "tool": "t"}
+    ev = _ingest(tmp_path, [
+        {**base, "duration_ms": 200},
+        {**base, "latencyMs": "250"},
+        {**base, "duration_s": 1.5},
+        {**base, "start_time": "2026-11-02T10:00:00.100Z", "end_time": "2026-11-02T10:00:00.400Z"},
+        {**base, "startedAt": "2026-11-02T10:00:00.000Z", "elapsed_ms": 50},
+        {**base},
+    ])
+    t = 1_793_613_601_000_000
+    assert _us(ev, "end_ts") == [t, t, t, t - 600_000, t - 950_000, None]
+    assert _us(ev, "start_ts") == [t - 200_000, t - 250_000, t - 1_500_000, t - 900_000,
+                                   t - 1_000_000, None]
+    assert ev["duration_ms"].to_list() == [200.0, 250.0, 1500.0, 300.0, 50.0, None]
+    ev2 = _ingest(tmp_path / "x", [{**base, "duration_ms": 200}], ts_marks="start")
+    assert _us(ev2, "start_ts") == [t] and _us(ev2, "end_ts") == [t + 200_000]
+
+
+def test_jsonrpc_pairs_give_request_and_response_times(tmp_path: Path) -> None:
+    req = {"ts": "2026-11-02T10:00:01.000Z", "session_id": "c", "message": {
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "getDocument", "arguments": {"documentId": "doc-5"}}}}
+    resp = {"ts": "2026-11-02T10:00:01.030Z", "session_id": "c", "message": {
+        "jsonrpc": "2.0", "id": 7, "result": {"content": [], "isError": False}}}
+    ev = _ingest(tmp_path, [req, resp])
+    t = 1_793_613_601_000_000
+    assert _us(ev, "start_ts") == [t] and _us(ev, "end_ts") == [t + 30_000]
+
+
+hostile = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**70), 2**70),
+    st.text(max_size=12), st.none(), st.booleans(), st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dur=hostile, start=hostile, end=hostile)
+def test_hostile_durations_and_times_never_crash_or_run_backwards(
+    tmp_path_factory: pytest.TempPathFactory, dur: object, start: object, end: object
+) -> None:
+    line = {"ts": "2026-11-02T10:00:01.000Z", "session_id": "s", "tool": "t",
+            "duration_ms": dur, "start_ts": start, "end_ts": end}
+    ev = _ingest(tmp_path_factory.mktemp("h"), [line])
+    if ev.height == 0:  # NaN / Infinity literals are not JSON: quarantined, fine
+        return
+    d = ev["duration_ms"][0]
+    assert d is None or 0 <= d <= 86_400_000
+    s, e = ev["start_ts"][0], ev["end_ts"][0]
+    assert (s is None) == (e is None)
+    if s is not None:
+        assert s <= e and (e - s) <= timedelta(days=1)
+
+
+# ---------------------------------------------------------------- live
+def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
+    """A race whose calls arrive in different micro-batches, and a burst spread over
+    three, are caught live exactly as in batch."""
+    try:
+        from tests.test_live_support import config_for, stored_alerts
+    except ImportError:
+        from test_live_support import config_for, stored_alerts  # type: ignore[no-redef]
+    from ingest.sources.file_tail import LineAssembler
+    from toolwatch.live import LivePipeline
+    from toolwatch.store import Store
+
+    def line(start_ms: float, dur: float, tool: str, session: str, caller: str,
+             args: dict) -> bytes:
+        t = T0 + timedelta(milliseconds=start_ms + dur)
+        return orjson.dumps({
+            "ts": t.isoformat().replace("+00:00", "Z"), "session_id": session,
+            "caller_id": caller, "server": "shop-server", "tool": tool, "args": args,
+            "status": "ok", "duration_ms": dur}) + b"\n"
+
+    data = tmp_path / "store"
+    lp = LivePipeline(config_for(data, detect=True), Store(data))
+    asm = LineAssembler("feed", {})
+    # Race: the first coupon call completes (and is logged) in batch 1, the overlapping
+    # second one only in batch 2.
+    lp.add(asm.feed(line(0, 400, "applyCoupon", "r-1", "mallory", {"orderId": "o-9"})))
+    lp.flush()
+    lp.add(asm.feed(line(15, 420, "applyCoupon", "r-1", "mallory", {"orderId": "o-9"})))
+    lp.flush()
+    # Burst: 36 searches in flight together, logged over three micro-batches.
+    burst = [line(5000 + k * 10, 2000, "searchItems", "b-1", "greedy", {"query": f"q{k}"})
+             for k in range(36)]
+    for part in (burst[:12], burst[12:24], burst[24:]):
+        lp.add(asm.feed(b"".join(part)))
+        lp.flush()
+    lp.close()
+    alerts = stored_alerts(data)
+    got = {(r["category"], r["session_id"]) for r in alerts.iter_rows(named=True)}
+    assert ("race_condition", "r-1") in got
+    assert ("concurrency_abuse", "b-1") in got
+    race = alerts.filter(pl.col("category") == "race_condition")
+    assert orjson.loads(race["evidence"][0])["racing_calls"] == 2
+    conc = alerts.filter(pl.col("category") == "concurrency_abuse")
+    assert orjson.loads(conc["evidence"][0])["peak_in_flight"] == 36

@@ -7,28 +7,27 @@ Nothing here imports Streamlit, so each function is unit-tested on its own. Rule
   vary are column names chosen from fixed allow-lists (:data:`TOP_COLUMNS`,
   :data:`ENTITY_COLUMNS`).
 * Queries go through :meth:`toolwatch.store.Store.query` or, for analysts' own SQL,
-  :func:`run_forensic_sql`, both of which apply :func:`toolwatch.store.check_read_only`
-  and :func:`toolwatch.store.lock_down`: a fresh in-memory DuckDB over the Parquet files,
-  read-only, no file access outside the store. Nothing here can lock the ingester.
+  :func:`run_forensic_sql`, both of which apply the whitelist guard
+  (:mod:`toolwatch.query_guard`: one plain SELECT over the views) and run on a fresh,
+  locked-down in-memory DuckDB with no file access at all (see docs/query.md).
+  Nothing here can lock the ingester.
 * Times are returned in UTC; :func:`to_timezone` converts for display.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import duckdb
 import orjson
 import polars as pl
 
-from toolwatch.errors import QueryError
-from toolwatch.store import Store, check_read_only, lock_down
+from toolwatch.config import QueryConfig
+from toolwatch.store import Store
 
 SEVERITIES = ("critical", "high", "medium", "low")
 CATEGORIES = ("enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop", "anomaly")
@@ -908,65 +907,41 @@ def run_forensic_sql(
     *,
     max_rows: int = 10_000,
     timeout_s: float = 30.0,
+    limits: QueryConfig | None = None,
 ) -> SqlResult:
     """Run an analyst's read-only SQL over the store's views.
 
-    Uses the store's own guards: :func:`toolwatch.store.check_read_only` (one SELECT or
-    EXPLAIN; no writes, ATTACH, COPY, PRAGMA, SET) and :func:`toolwatch.store.lock_down`
-    (no file access outside the store, configuration locked). Results are streamed and
-    cut at ``max_rows``; a query running longer than ``timeout_s`` is interrupted.
+    Uses :meth:`toolwatch.store.Store.run_query`: the whitelist guard (one plain SELECT
+    over the views; no EXPLAIN, COPY, table functions reading files, PRAGMA, SET, ATTACH)
+    and a locked-down connection with no file access, bounded memory and threads.
+    Results are cut at ``max_rows``; a query running longer than ``timeout_s`` is
+    interrupted. ``limits`` (the ``[query]`` config) supplies memory and threads.
 
     Raises
     ------
     toolwatch.errors.QueryError
-        If the SQL is rejected, fails or times out.
+        If the SQL is refused, fails or times out.
     """
-    import time
-
-    check_read_only(sql)
-    started = time.monotonic()
-    con = store.connect()
-    timer = threading.Timer(timeout_s, con.interrupt)
-    try:
-        lock_down(con, store.root)
-        timer.start()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cur = con.execute(sql, dict(params)) if params else con.execute(sql)
-            reader = cur.to_arrow_reader(min(max_rows + 1, 10_000))
-        batches = []
-        n = 0
-        for batch in reader:
-            batches.append(batch)
-            n += batch.num_rows
-            if n > max_rows:
-                break
-    except duckdb.InterruptException as exc:
-        raise QueryError(f"query interrupted after {timeout_s:.0f} s") from exc
-    except duckdb.Error as exc:
-        raise QueryError(str(exc).splitlines()[0]) from exc
-    finally:
-        timer.cancel()
-        con.close()
-    import pyarrow as pa
-
-    tbl = pa.Table.from_batches(batches, schema=reader.schema)
-    truncated = tbl.num_rows > max_rows
-    df = pl.from_arrow(tbl.slice(0, max_rows))
+    base = limits or QueryConfig()
+    bounded = QueryConfig(
+        memory_limit_mb=base.memory_limit_mb,
+        threads=base.threads,
+        timeout_seconds=timeout_s,
+        max_rows=max_rows,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = store.run_query(sql, dict(params) if params else None, limits=bounded)
+    df = pl.from_arrow(res.table)
     assert isinstance(df, pl.DataFrame)
-    elapsed = time.monotonic() - started
-    return SqlResult(frame=fix_decimals(df), truncated=truncated, seconds=elapsed)
+    return SqlResult(frame=fix_decimals(df), truncated=res.truncated, seconds=res.seconds)
 
 
 def view_columns(store: Store) -> pl.DataFrame:
     """Columns and types of the queryable views (for the Forensics page's reference)."""
-    return _frame(
-        store,
-        "SELECT table_name AS view, column_name AS column, data_type AS type "
-        "FROM information_schema.columns "
-        "WHERE table_name IN ('events', 'sessions', 'alerts', 'summaries', 'quarantine') "
-        "ORDER BY table_name, ordinal_position",
-    )
+    df = pl.from_arrow(store.view_columns())
+    assert isinstance(df, pl.DataFrame)
+    return df
 
 
 def json_safe_rows(df: pl.DataFrame) -> bytes:

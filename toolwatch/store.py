@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -43,9 +46,22 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolwatch import schema
+from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError, StoreError
+from toolwatch.query_guard import check_query
+
+log = logging.getLogger(__name__)
 
 DATASETS = ("events", "summaries", "quarantine", "alerts")
+#: Views every reader connection defines; the only names a forensic query may read.
+VIEWS = ("events", "summaries", "quarantine", "alerts", "alerts_raw", "sessions")
+#: Names the writer gives data files (``part-<batch id>-<n>.parquet``); nothing else is read.
+_DATA_FILE = re.compile(r"part-[0-9]+-[0-9]+\.parquet")
+#: Date partition directories (``date=YYYY-MM-DD`` or ``date=unknown``).
+_PARTITION_DIR = re.compile(r"date=[0-9A-Za-z+-]+")
+#: (path, size, mtime, inode) -> whether the file is a readable data file of its dataset.
+#: Committed files are immutable (compaction writes new names), so one footer read each.
+_VALID_CACHE: dict[tuple[str, int, int, int], bool] = {}
 #: Attempts a reader makes when a file it listed was replaced by a compaction.
 _RETRIES = 5
 #: Column whose date partitions each dataset.
@@ -64,6 +80,15 @@ class Checkpoint:
     source_fp: str
     source: str
     end_offset: int
+
+
+class _UnsafeCommitError(Exception):
+    """A staging batch's COMMIT.json names something outside the store (never applied)."""
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters made literal."""
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -137,13 +162,21 @@ class Store:
                 wid = lock.stem
                 if wid == self._writer_id:
                     continue
+                if lock.is_symlink():
+                    # Writers create plain files; a link here was planted. Opening it would
+                    # create or touch whatever it points at.
+                    log.error("store %s: removing symlinked lock file %s", self.root, lock.name)
+                    lock.unlink(missing_ok=True)
+                    continue
                 with open(lock, "a") as fh:
                     try:
                         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except BlockingIOError:
                         continue  # that writer is alive
-                    for bdir in sorted(staging.glob(f"{wid}_*")):
-                        if (bdir / "COMMIT.json").exists():
+                    for bdir in sorted(staging.glob(f"{glob_escape(wid)}_*")):
+                        if bdir.is_symlink() or not bdir.is_dir():
+                            self._reject_batch(bdir, "not a plain directory")
+                        elif (bdir / "COMMIT.json").exists():
                             self._roll_forward(bdir)
                         else:
                             shutil.rmtree(bdir, ignore_errors=True)
@@ -211,18 +244,29 @@ class Store:
         return batch_id
 
     def _roll_forward(self, bdir: Path) -> None:
-        """Apply a committed staging dir: move files in, update checkpoints, clean up."""
-        commit = orjson.loads((bdir / "COMMIT.json").read_bytes())
-        for f in commit["files"]:
-            dest = self.root / f["dest"]
-            src = bdir / f["tmp"]
+        """Apply a committed staging dir: move files in, update checkpoints, clean up.
+
+        Everything the ``COMMIT.json`` names is checked before anything moves: sources must
+        be plain files directly in ``bdir``, destinations and replaced files must lie in a
+        dataset's date partition inside this store (symlinks resolved, no ``..``, no
+        absolute paths). Staging is writable by whoever can write the store, so a forged
+        batch must not be able to move or delete files elsewhere. A batch that fails the
+        checks is set aside under ``_state/rejected/`` with a logged error, never applied.
+        """
+        try:
+            commit = orjson.loads((bdir / "COMMIT.json").read_bytes())
+            moves, replaces, checkpoints = self._validate_commit(bdir, commit)
+        except (OSError, orjson.JSONDecodeError, _UnsafeCommitError) as exc:
+            self._reject_batch(bdir, str(exc))
+            return
+        for src, dest in moves:
             if src.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(src, dest)
                 _fsync_dir(dest.parent)
-        if commit["checkpoints"]:
+        if checkpoints:
             state = self._read_checkpoints()
-            for c in commit["checkpoints"]:
+            for c in checkpoints:
                 prev = state.get(c["source_fp"])
                 if prev is None or c["end_offset"] > prev["end_offset"]:
                     state[c["source_fp"]] = {
@@ -234,9 +278,79 @@ class Store:
             tmp = path.with_suffix(".json.tmp")
             tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
             os.replace(tmp, path)
-        for rel in commit.get("replaces", []):
-            (self.root / rel).unlink(missing_ok=True)
+        for path in replaces:
+            path.unlink(missing_ok=True)
         shutil.rmtree(bdir, ignore_errors=True)
+
+    def _validate_commit(
+        self, bdir: Path, commit: Any
+    ) -> tuple[list[tuple[Path, Path]], list[Path], list[dict[str, Any]]]:
+        """The moves, deletions and checkpoints of a commit, or :class:`_UnsafeCommitError`."""
+        if not isinstance(commit, dict):
+            raise _UnsafeCommitError("COMMIT.json is not an object")
+        files = commit.get("files", [])
+        replaces = commit.get("replaces", []) or []
+        checkpoints = commit.get("checkpoints", []) or []
+        if not (isinstance(files, list) and isinstance(replaces, list)):
+            raise _UnsafeCommitError("COMMIT.json files/replaces are not lists")
+        if not isinstance(checkpoints, list):
+            raise _UnsafeCommitError("COMMIT.json checkpoints is not a list")
+        real_bdir = bdir.resolve()
+        moves: list[tuple[Path, Path]] = []
+        for f in files:
+            if not isinstance(f, dict) or not isinstance(f.get("tmp"), str):
+                raise _UnsafeCommitError("COMMIT.json file entry without a tmp name")
+            tmp = f["tmp"]
+            if not _DATA_FILE.fullmatch(tmp):
+                raise _UnsafeCommitError(f"staged file name {tmp!r} is not a data file name")
+            src = bdir / tmp
+            if src.is_symlink() or src.resolve().parent != real_bdir:
+                raise _UnsafeCommitError(f"staged file {tmp!r} is a link or outside the batch")
+            moves.append((src, self._data_path(f.get("dest"))))
+        good_cps = []
+        for c in checkpoints:
+            if not (
+                isinstance(c, dict)
+                and isinstance(c.get("source_fp"), str)
+                and isinstance(c.get("source"), str)
+                and type(c.get("end_offset")) is int
+                and c["end_offset"] >= 0
+            ):
+                raise _UnsafeCommitError("COMMIT.json checkpoint entry is malformed")
+            good_cps.append(c)
+        return moves, [self._data_path(r) for r in replaces], good_cps
+
+    def _data_path(self, rel: Any) -> Path:
+        """``<dataset>/date=<day>/<part file>`` inside this store, resolved; else refuse."""
+        if not isinstance(rel, str) or not rel or "\x00" in rel:
+            raise _UnsafeCommitError(f"path {rel!r} is not a store path")
+        parts = rel.split("/")
+        if (
+            os.path.isabs(rel)
+            or len(parts) != 3
+            or parts[0] not in DATASETS
+            or not _PARTITION_DIR.fullmatch(parts[1])
+            or not _DATA_FILE.fullmatch(parts[2])
+        ):
+            raise _UnsafeCommitError(f"path {rel!r} is outside the store's data folders")
+        path = self.root / rel
+        base = (self.root / parts[0]).resolve()
+        # The partition dir may not exist yet: resolve what exists (a planted symlink
+        # anywhere on the way shows here) and require the result under the dataset dir.
+        real = path.parent.resolve() / parts[2]
+        if real.parent.parent != base or path.parent.is_symlink() or path.is_symlink():
+            raise _UnsafeCommitError(f"path {rel!r} resolves outside the store ({real})")
+        return path
+
+    def _reject_batch(self, bdir: Path, reason: str) -> None:
+        """Set a staging batch aside (never applied, never followed) and log why."""
+        dest_dir = self.root / "_state" / "rejected"
+        log.error("store %s: refusing staging batch %s: %s", self.root, bdir.name, reason)
+        try:
+            dest_dir.mkdir(parents=True, exist_ok=True)
+            os.replace(bdir, dest_dir / f"{bdir.name}.{time.time_ns()}")
+        except OSError as exc:
+            log.error("store %s: cannot set aside batch %s: %s", self.root, bdir.name, exc)
 
     def _read_checkpoints(self) -> dict[str, dict[str, Any]]:
         path = self.root / "_state" / "checkpoints.json"
@@ -281,12 +395,11 @@ class Store:
         # Alerts keep every version (the view picks the latest); events keep one row per id.
         part_key = f"{key}, detected_at" if dataset == "alerts" else key
         done = 0
-        for part_dir in sorted((self.root / dataset).glob("date=*")):
-            small = [
-                f
-                for f in sorted(part_dir.glob("*.parquet"))
-                if f.stat().st_size < self.SMALL_FILE_BYTES
-            ]
+        by_dir: dict[Path, list[Path]] = {}
+        for f in self.files(dataset):  # valid data files only: junk must not stop compaction
+            by_dir.setdefault(Path(f).parent, []).append(Path(f))
+        for _part_dir, part_files in sorted(by_dir.items()):
+            small = [f for f in part_files if f.stat().st_size < self.SMALL_FILE_BYTES]
             if len(small) < self.compact_min_files:
                 continue
             group: list[Path] = []
@@ -314,23 +427,76 @@ class Store:
 
     # ------------------------------------------------------------ reader side
     def files(self, dataset: str) -> list[str]:
-        """Current Parquet files of a dataset."""
-        return sorted(str(p) for p in (self.root / dataset).glob("date=*/*.parquet"))
+        """Current data files of a dataset: only files that can be read as its Parquet.
+
+        Only names the writer produces (``date=*/part-<batch>-<n>.parquet``), no symlinks,
+        and each file's footer read once per process (files are immutable once committed)
+        to check it is Parquet with the dataset's column types. A junk or foreign file
+        dropped into a data folder is skipped with a logged warning instead of breaking
+        every view.
+        """
+        base = self.root / dataset
+        out: list[str] = []
+        try:
+            parts = [e for e in os.scandir(base) if _PARTITION_DIR.fullmatch(e.name)]
+        except OSError:
+            return []
+        for part in parts:
+            if not part.is_dir(follow_symlinks=False):
+                continue
+            try:
+                entries = list(os.scandir(part.path))
+            except OSError:
+                continue
+            for e in entries:
+                if not _DATA_FILE.fullmatch(e.name) or not e.is_file(follow_symlinks=False):
+                    if not e.name.startswith("."):
+                        _warn_once(e.path, "not a data file name or not a plain file")
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # replaced by a compaction meanwhile
+                key = (e.path, st.st_size, st.st_mtime_ns, st.st_ino)
+                ok = _VALID_CACHE.get(key)
+                if ok is None:
+                    ok = _readable_as(e.path, schema.DATASETS[dataset])
+                    if len(_VALID_CACHE) > 200_000:
+                        _VALID_CACHE.clear()
+                    _VALID_CACHE[key] = ok
+                if ok:
+                    out.append(e.path)
+        return sorted(out)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """A fresh in-memory DuckDB connection with views over the store.
+        """A fresh in-memory DuckDB connection with views over the store (trusted code).
 
         Views: ``events``, ``summaries``, ``quarantine``, ``alerts`` (latest version of
-        each alert), ``sessions`` (per-session figures from events, plus sessions known
-        only from summaries). Open one per query or per dashboard rerun: views list the
-        files that exist when the connection is made.
+        each alert), ``alerts_raw`` (every version), ``sessions`` (per-session figures
+        from events, plus sessions known only from summaries). Open one per query or per
+        dashboard rerun: views list the files that exist when the connection is made.
+
+        This connection reads files itself and is not locked down: it is for toolwatch's
+        own SQL (analyze, live). Analysts' SQL goes through :meth:`run_query`.
         """
         # Creating a view binds its file list; a compaction can delete a listed file
         # between listing and binding. Listing again is enough: the merged file is in place.
         for attempt in range(_RETRIES):
             con = duckdb.connect(config={"threads": 2})
             try:
-                self._create_views(con)
+                con.execute("SET TimeZone = 'UTC'")
+                for name in DATASETS:
+                    files = self.files(name)
+                    if files:
+                        src = (
+                            f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
+                            "hive_partitioning=true, union_by_name=true)"
+                        )
+                    else:
+                        con.register(f"_empty_{name}", schema.DATASETS[name].empty_table())
+                        src = f"SELECT * FROM _empty_{name}"
+                    _create_view(con, name, src)
+                _create_derived_views(con)
                 return con
             except duckdb.IOException:
                 con.close()
@@ -339,53 +505,275 @@ class Store:
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _create_views(self, con: duckdb.DuckDBPyConnection) -> None:
-        con.execute("SET TimeZone = 'UTC'")
-        for name in DATASETS:
-            files = self.files(name)
-            raw = f"{name}_raw" if name == "alerts" else name
-            if files:
-                con.execute(
-                    f"CREATE VIEW {raw} AS SELECT * EXCLUDE (date) FROM read_parquet("
-                    f"{_sql_list(files)}, hive_partitioning=true, union_by_name=true)"
-                )
-            else:
-                con.register(f"_empty_{name}", schema.DATASETS[name].empty_table())
-                con.execute(f"CREATE VIEW {raw} AS SELECT * FROM _empty_{name}")
-        con.execute(
-            "CREATE VIEW alerts AS SELECT * FROM alerts_raw "
-            "QUALIFY row_number() OVER (PARTITION BY alert_id ORDER BY detected_at DESC) = 1"
-        )
-        con.execute(_SESSIONS_VIEW)
+    def _query_connection(self, limits: QueryConfig) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+        """A locked-down connection for analysts' SQL, and the files its views read.
 
-    def query(self, sql: str, params: dict[str, Any] | list[Any] | None = None) -> pa.Table:
+        DuckDB may open exactly the data files the views name (``allowed_paths``) and
+        nothing else: ``enable_external_access`` is off with no allowed directory,
+        ``temp_directory`` is empty (no spilling, so no writable directory either),
+        extensions cannot be installed or autoloaded, Python replacement scans are off,
+        and the configuration is locked before any analyst SQL is seen. Writing to one of
+        those files would need a COPY, which the guard never lets through.
+
+        (Views over Arrow datasets registered from Python would need no file access at
+        all, but measured 5-15x slower on selective queries over 1M events — no late
+        materialization, no early stop on LIMIT — so DuckDB's own reader is kept.)
+        """
+        con = duckdb.connect(
+            config={
+                "threads": max(1, limits.threads),
+                "memory_limit": f"{max(16, limits.memory_limit_mb)}MiB",
+                "temp_directory": "",
+                "autoload_known_extensions": False,
+                "autoinstall_known_extensions": False,
+                "allow_community_extensions": False,
+            }
+        )
+        snapshot: list[str] = []
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            con.execute("SET python_enable_replacements = false")
+            for name in DATASETS:
+                files = self.files(name)
+                snapshot.extend(files)
+                if files:
+                    src = (
+                        f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
+                        "hive_partitioning=true, union_by_name=true)"
+                    )
+                else:
+                    con.register(f"_empty_{name}", schema.DATASETS[name].empty_table())
+                    src = f"SELECT * FROM _empty_{name}"
+                _create_view(con, name, src)
+            _create_derived_views(con)
+            con.execute(f"SET allowed_paths = {_sql_list(snapshot)}")
+            con.execute("SET allowed_directories = []")
+            con.execute("SET enable_external_access = false")
+            con.execute("SET lock_configuration = true")
+        except Exception:
+            con.close()
+            raise
+        return con, snapshot
+
+    def view_columns(self) -> pa.Table:
+        """Columns and types of the views analysts may query (view, column, type)."""
+        con, _ = self._query_connection(QueryConfig())
+        try:
+            return con.sql(
+                "SELECT table_name AS view, column_name AS column, data_type AS type "
+                "FROM information_schema.columns WHERE table_name IN "
+                f"({', '.join(repr(v) for v in VIEWS)}) ORDER BY table_name, ordinal_position"
+            ).to_arrow_table()
+        finally:
+            con.close()
+
+    def run_query(
+        self,
+        sql: str,
+        params: dict[str, Any] | list[Any] | None = None,
+        *,
+        limits: QueryConfig | None = None,
+    ) -> QueryResult:
+        """Run an analyst's SQL: one plain SELECT over the views, bounded in every way.
+
+        The SQL must pass :func:`toolwatch.query_guard.check_query` (checked by the
+        parser of the very connection that then runs it). It runs on the connection of
+        :meth:`_query_connection` with ``limits``: memory, threads, a timeout that
+        interrupts the query, and a row cap (the result says when it cut).
+        A Ctrl-C (``KeyboardInterrupt`` in the calling thread) interrupts the query
+        and is re-raised once DuckDB has stopped.
+
+        Raises
+        ------
+        QueryRefusedError
+            If the SQL is not a plain SELECT over the views.
+        QueryError
+            If it fails, runs out of memory or time.
+        """
+        limits = limits or QueryConfig()
+        started = time.monotonic()
+        for attempt in range(_RETRIES):
+            try:
+                con, snapshot = self._query_connection(limits)
+            except (duckdb.Error, pa.ArrowException, OSError) as exc:
+                raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
+            try:
+                check_query(sql, VIEWS, con=con)
+                tbl, truncated = _run_bounded(con, sql, params, limits)
+            except QueryError:
+                raise
+            except Exception as exc:  # every failure is one clear line
+                # A compaction replaced a file between listing and reading: list again.
+                if attempt < _RETRIES - 1 and any(not os.path.exists(f) for f in snapshot):
+                    continue
+                raise QueryError(_query_failure(exc, limits)) from exc
+            finally:
+                con.close()
+            return QueryResult(tbl, truncated, time.monotonic() - started)
+        raise QueryError("unreachable")  # pragma: no cover
+
+    def query(
+        self,
+        sql: str,
+        params: dict[str, Any] | list[Any] | None = None,
+        *,
+        limits: QueryConfig | None = None,
+    ) -> pa.Table:
         """Run a read-only query over the views and return an Arrow table.
+
+        :meth:`run_query` without a row cap unless ``limits`` sets one.
 
         Raises
         ------
         QueryError
-            If ``sql`` is not a single read-only statement, or fails.
+            If ``sql`` is not a single plain SELECT over the views, or fails.
         """
-        check_read_only(sql)
-        for attempt in range(_RETRIES):
-            try:
-                con = self.connect()
-            except duckdb.IOException as exc:
-                raise QueryError(str(exc).splitlines()[0]) from exc
-            try:
-                lock_down(con, self.root)
-                if params is not None:
-                    return con.sql(sql, params=params).to_arrow_table()
-                return con.sql(sql).to_arrow_table()
-            except duckdb.IOException as exc:
-                # A compaction replaced a file between binding and reading: list again.
-                if attempt == _RETRIES - 1:
-                    raise QueryError(str(exc).splitlines()[0]) from exc
-            except duckdb.Error as exc:
-                raise QueryError(str(exc).splitlines()[0]) from exc
-            finally:
-                con.close()
-        raise QueryError("unreachable")  # pragma: no cover
+        if limits is None:
+            limits = QueryConfig(max_rows=0)
+        return self.run_query(sql, params, limits=limits).table
+
+
+@dataclass
+class QueryResult:
+    """Outcome of :meth:`Store.run_query`."""
+
+    #: The rows (at most ``max_rows``).
+    table: pa.Table
+    #: True when the query had more rows than ``max_rows`` and was cut.
+    truncated: bool
+    #: Wall-clock seconds, connection setup included.
+    seconds: float
+
+
+def _create_view(con: duckdb.DuckDBPyConnection, name: str, src: str) -> None:
+    raw = f"{name}_raw" if name == "alerts" else name
+    con.execute(f"CREATE VIEW {raw} AS {src}")
+
+
+def _create_derived_views(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        "CREATE VIEW alerts AS SELECT * FROM alerts_raw "
+        "QUALIFY row_number() OVER (PARTITION BY alert_id ORDER BY detected_at DESC) = 1"
+    )
+    con.execute(_SESSIONS_VIEW)
+
+
+def _readable_as(path: str, want: pa.Schema) -> bool:
+    """Whether ``path`` is Parquet whose shared columns cast to the dataset's types."""
+    try:
+        got = pq.read_schema(path)
+        common = [n for n in got.names if n in want.names]
+        if not common:
+            raise ValueError("no column of the dataset")
+        for n in common:
+            src, dst = got.field(n).type, want.field(n).type
+            if src != dst:
+                pa.array([], type=src).cast(dst)
+    except Exception as exc:  # whatever is wrong, the file is not data
+        _warn_once(path, f"not readable as this dataset's Parquet ({_first_line(exc)})")
+        return False
+    return True
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(path: str, why: str) -> None:
+    if path not in _WARNED and len(_WARNED) < 10_000:
+        _WARNED.add(path)
+        log.warning("store: skipping %s: %s", path, why)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _query_failure(exc: BaseException, limits: QueryConfig) -> str:
+    """One line saying why a query failed (no traceback, limits named)."""
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return (
+            f"query ran out of memory (query.memory_limit_mb = {limits.memory_limit_mb}): "
+            f"{_first_line(exc)}"
+        )
+    if isinstance(exc, MemoryError):
+        return "query ran out of memory while collecting its result (lower query.max_rows)"
+    return _first_line(exc)
+
+
+def _run_bounded(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: dict[str, Any] | list[Any] | None,
+    limits: QueryConfig,
+) -> tuple[pa.Table, bool]:
+    """Execute on a worker thread; interrupt it on timeout or Ctrl-C; cap the rows.
+
+    The calling thread only waits, in short slices: that is what lets a SIGINT reach
+    Python (a thread blocked inside DuckDB never runs signal handlers) and what makes the
+    timeout fire on time. ``con.interrupt()`` is repeated until DuckDB gives up, since
+    an interrupt sent before execution started is not kept.
+    """
+    max_rows = limits.max_rows if limits.max_rows > 0 else None
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
+            batch = 65_536 if max_rows is None else max(1, min(max_rows + 1, 65_536))
+            reader = rel.to_arrow_reader(batch)
+            batches: list[pa.RecordBatch] = []
+            n = 0
+            for b in reader:
+                batches.append(b)
+                n += b.num_rows
+                if max_rows is not None and n > max_rows:
+                    break
+            tbl = pa.Table.from_batches(batches, schema=reader.schema)
+            box["result"] = (
+                (tbl.slice(0, max_rows), True)
+                if max_rows is not None and tbl.num_rows > max_rows
+                else (tbl, False)
+            )
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name="toolwatch-query", daemon=True)
+    deadline = time.monotonic() + limits.timeout_seconds
+    worker.start()
+    why = ""
+    try:
+        while not done.wait(max(0.0, min(0.1, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                why = "timeout"
+                _stop(con, done)
+                break
+    except KeyboardInterrupt:
+        _stop(con, done)
+        raise
+    if why == "timeout":
+        raise QueryError(
+            f"query interrupted: it ran longer than {limits.timeout_seconds:g} s "
+            "(query.timeout_seconds)"
+        )
+    if "error" in box:
+        exc = box["error"]
+        if isinstance(exc, duckdb.InterruptException):
+            raise QueryError("query interrupted") from exc
+        raise exc
+    return box["result"]
+
+
+def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:
+    """Interrupt the running query until its worker has finished (bounded wait)."""
+    for _ in range(200):  # ~20 s: DuckDB checks for interrupts between vectors
+        con.interrupt()
+        if done.wait(0.1):
+            return
+    log.error("query did not stop after interrupt; abandoning its thread")
 
 
 _SESSIONS_VIEW = """
@@ -425,8 +813,12 @@ SELECT
   coalesce(e.caller_id, s.s_caller) AS caller_id,
   coalesce(e.client_ip, s.s_ip) AS client_ip,
   coalesce(e.server, s.s_server) AS server,
+  -- A summary's duration is logged data: one absurd value (1e300 ms) must give a NULL
+  -- start for that session, not an overflow error for every query on the view.
   coalesce(e.first_seen,
-           s.s_ts - to_microseconds(CAST(coalesce(s.s_duration_ms, 0) * 1000 AS BIGINT)))
+           s.s_ts - to_microseconds(CASE WHEN s.s_duration_ms BETWEEN 0 AND 1e12
+                                         THEN CAST(s.s_duration_ms * 1000 AS BIGINT) END),
+           s.s_ts)
     AS first_seen,
   coalesce(e.last_seen, s.s_last) AS last_seen,
   greatest(coalesce(e.calls, 0), coalesce(s.s_calls, 0)) AS calls,
@@ -476,35 +868,14 @@ def _split_by_day(tbl: pa.Table, col: str) -> Iterator[tuple[str, pa.Table]]:
         yield (str(d) if d.is_valid else "unknown"), tbl.filter(mask)
 
 
-_ALLOWED_STATEMENTS = {"SELECT", "EXPLAIN"}
-
-
 def check_read_only(sql: str) -> None:
-    """Reject anything but one SELECT (or EXPLAIN) statement.
+    """Refuse anything but one plain SELECT over the store's views.
+
+    Kept for callers of the old API; see :func:`toolwatch.query_guard.check_query`.
 
     Raises
     ------
-    QueryError
-        For writes, ATTACH, COPY, PRAGMA, SET, multiple statements, or unparseable SQL.
+    QueryRefusedError
+        Naming the construct that is not allowed.
     """
-    try:
-        stmts = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryError(f"cannot parse SQL: {str(exc).splitlines()[0]}") from exc
-    if len(stmts) != 1:
-        raise QueryError(f"exactly one statement expected, got {len(stmts)}")
-    kind = stmts[0].type.name
-    if kind not in _ALLOWED_STATEMENTS:
-        raise QueryError(f"only read-only SELECT queries are allowed, got {kind}")
-
-
-def lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
-    """Forbid file access outside the store and further configuration changes.
-
-    Defence in depth behind :func:`check_read_only`: even a SELECT cannot call
-    ``read_csv('/etc/passwd')`` or write with table functions.
-    """
-    store = str(root.resolve()).replace("'", "''")
-    con.execute(f"SET allowed_directories = ['{store}/']")
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
+    check_query(sql, VIEWS)

@@ -1,0 +1,549 @@
+"""Whitelist guard for forensic SQL: one plain SELECT over the store's views, nothing else.
+
+Why a whitelist: a statement-type check (``SELECT``/``EXPLAIN`` allowed) let
+``EXPLAIN ANALYZE COPY (…) TO '<store>/…'`` run its COPY, and a SELECT can call table
+functions that read any file. So the guard parses the SQL with DuckDB's own parser
+(``json_serialize_sql``: the parse tree of SELECT statements as JSON; anything that is
+not a SELECT — EXPLAIN, COPY, PRAGMA, SET, ATTACH, INSTALL/LOAD, CALL, DDL, DML — does
+not serialize and is refused) and walks the whole tree:
+
+* every object in the tree must have a shape the guard knows: its kind (expression
+  ``class``, node ``type``) and its keys must be in the tables below, or the query is
+  refused (fail closed: a DuckDB upgrade that adds a node type or a key refuses queries
+  using it until the guard is reviewed, it never lets them through unseen);
+* a table reference must name one of the store's views, or a CTE in scope; no
+  catalog/schema qualification (``information_schema``, ``system.main``, another
+  database), no time travel (``AT (…)``), no file name (``FROM 'x.parquet'``);
+* a table function must be one of :data:`ALLOWED_TABLE_FUNCTIONS` (pure generators);
+* a scalar, aggregate or window function must be a built-in of this DuckDB build
+  (snapshot of ``duckdb_functions()`` with extension autoloading off, so an unknown name
+  can never pull an extension in) and not in :data:`DENIED_FUNCTIONS` (functions that
+  read configuration or session state, sleep, parse or plan SQL, or rebuild internal
+  binary states from bytes);
+* no PIVOT (it runs a hidden pre-query and creates a type), no DESCRIBE/SUMMARIZE.
+
+The guard is the first wall. The second is the connection the query runs on
+(:meth:`toolwatch.store.Store.run_query`): no file system access at all, no writable
+directory, configuration locked, bounded memory, threads, time and rows.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import duckdb
+import orjson
+
+from toolwatch.errors import QueryRefusedError
+
+#: Table functions a query may call: pure generators that touch nothing outside the query.
+#: Everything else (read_*, glob, query/query_table, duckdb_*(), parquet_*, arrow_scan,
+#: which would dereference a pointer given as an argument, …) is refused.
+ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+
+#: Built-in functions refused although they touch no file: they reveal or change session
+#: state and configuration (paths included), sleep uninterruptibly, parse/plan SQL text
+#: (``json_serialize_plan`` binds a statement, which opens the files it names), write to
+#: DuckDB's log, use sequences, or turn bytes into internal states (``finalize`` of a
+#: forged aggregate state).
+DENIED_FUNCTIONS = frozenset(
+    {
+        "current_setting",
+        "getvariable",
+        "current_query",
+        "current_query_id",
+        "current_connection_id",
+        "current_transaction_id",
+        "txid_current",
+        "sleep_ms",
+        "pg_sleep",
+        "setseed",
+        "nextval",
+        "currval",
+        "setval",
+        "write_log",
+        "parse_duckdb_log_message",
+        "json_serialize_sql",
+        "json_deserialize_sql",
+        "json_serialize_plan",
+        "json_execute_serialized_sql",
+        "finalize",
+        "combine",
+        "combine_aggr",
+        "to_aggregate_state",
+        "variant_bytes_to_variant",
+        "variant_to_parquet_variant",
+        "get_block_size",
+        "pg_postmaster_start_time",
+        "pg_conf_load_time",
+        "inet_client_addr",
+        "inet_client_port",
+        "inet_server_addr",
+        "inet_server_port",
+    }
+)
+
+_EXPR_BASE = frozenset({"class", "type", "alias", "query_location", "query_location_length"})
+#: Expression classes and their keys (beyond :data:`_EXPR_BASE`).
+_EXPRESSIONS: dict[str, frozenset[str]] = {
+    k: frozenset(v) | _EXPR_BASE
+    for k, v in {
+        "CONSTANT": {"literal"},
+        "COLUMN_REF": {"column_names"},
+        "PARAMETER": {"identifier"},
+        "POSITIONAL_REFERENCE": {"index"},
+        "BETWEEN": {"input", "lower", "upper"},
+        "CASE": {"case_checks", "else_expr"},
+        "CAST": {"child", "try_cast", "type_expr"},
+        "COLLATE": {"child", "collation"},
+        "COMPARISON": {"left", "right"},
+        "CONJUNCTION": {"children"},
+        "OPERATOR": {"children"},
+        "LAMBDA": {"expr", "lhs", "syntax_type"},
+        "SUBQUERY": {"child", "comparison_type", "subquery", "subquery_type"},
+        "STAR": {
+            "columns",
+            "exclude_list",
+            "expr",
+            "qualified_exclude_list",
+            "relation_name",
+            "rename_list",
+            "replace_list",
+        },
+        "TYPE": {"catalog", "schema", "type_name", "children", "qualified_name"},
+        "FUNCTION": {
+            "arguments",
+            "catalog",
+            "schema",
+            "distinct",
+            "export_state",
+            "filter",
+            "function_name",
+            "is_operator",
+            "order_bys",
+            "qualified_name",
+        },
+        "WINDOW": {
+            "arg_orders",
+            "arguments",
+            "catalog",
+            "schema",
+            "default_expr",
+            "distinct",
+            "end",
+            "end_expr",
+            "exclude_clause",
+            "filter_expr",
+            "function_name",
+            "has_ignore_nulls",
+            "ignore_nulls",
+            "offset_expr",
+            "orders",
+            "partitions",
+            "qualified_name",
+            "start",
+            "start_expr",
+        },
+    }.items()
+}
+
+_QUERY_NODE_KEYS = {
+    "SELECT_NODE": {
+        "aggregate_handling",
+        "cte_map",
+        "from_table",
+        "group_expressions",
+        "group_sets",
+        "having",
+        "modifiers",
+        "qualify",
+        "sample",
+        "select_list",
+        "where_clause",
+    },
+    "SET_OPERATION_NODE": {
+        "children",
+        "cte_map",
+        "left",
+        "modifiers",
+        "right",
+        "setop_all",
+        "setop_type",
+    },
+    "RECURSIVE_CTE_NODE": {
+        "aliases",
+        "cte_map",
+        "cte_name",
+        "key_targets",
+        "left",
+        "modifiers",
+        "right",
+        "union_all",
+    },
+}
+_REF_BASE = {"alias", "query_location", "query_location_length", "sample"}
+#: Non-expression objects with a string ``type``: query nodes, table refs, modifiers, orders.
+_NODES: dict[str, frozenset[str]] = {
+    k: frozenset(v) | {"type"}
+    for k, v in {
+        **_QUERY_NODE_KEYS,
+        "BASE_TABLE": _REF_BASE
+        | {
+            "at_clause",
+            "catalog_name",
+            "column_name_alias",
+            "qualified_name",
+            "schema_name",
+            "table_name",
+        },
+        "EMPTY": _REF_BASE,
+        "EXPRESSION_LIST": _REF_BASE | {"expected_names", "expected_types", "values"},
+        "JOIN": _REF_BASE
+        | {
+            "condition",
+            "delim_flipped",
+            "duplicate_eliminated_columns",
+            "is_implicit",
+            "join_type",
+            "left",
+            "nearest_approx",
+            "nearest_count",
+            "nearest_order_type",
+            "ranking_expression",
+            "ref_type",
+            "right",
+            "using_columns",
+        },
+        "SUBQUERY": _REF_BASE | {"column_name_alias", "subquery"},
+        "TABLE_FUNCTION": _REF_BASE | {"column_name_alias", "function", "with_ordinality"},
+        "DISTINCT_MODIFIER": {"distinct_on_targets"},
+        "LIMIT_MODIFIER": {"limit", "limit_type", "offset"},
+        "LIMIT_PERCENT_MODIFIER": {"limit", "offset"},
+        "ORDER_MODIFIER": {"orders"},
+        "ASCENDING": {"expression", "null_order"},
+        "DESCENDING": {"expression", "null_order"},
+        "ORDER_DEFAULT": {"expression", "null_order"},
+    }.items()
+}
+#: Objects without a kind, recognised by their exact key sets (CTE map and entries,
+#: function arguments, literals, names, samples, typed values, CASE arms, ...).
+_PLAIN: frozenset[frozenset[str]] = frozenset(
+    frozenset(s)
+    for s in (
+        {"statements", "error"},
+        {"node", "named_param_map"},
+        {"map"},
+        {"key", "value"},
+        {"aliases", "key_targets", "materialized", "payload_aggregates", "query_node"},
+        {"name", "expression"},
+        {"kind", "text"},
+        {"path"},
+        {"then_expr", "when_expr"},
+        {"is_percentage", "method", "repeatable", "sample_rate", "sample_size", "seed"},
+        {"is_null", "type", "value"},
+        {"id", "type_info"},
+    )
+)
+
+
+@functools.cache
+def builtin_functions() -> frozenset[str]:
+    """Names of the scalar, aggregate, window and macro functions built into this DuckDB.
+
+    Taken once from a fresh connection with extension autoloading off; lower-cased.
+    """
+    con = duckdb.connect(
+        config={"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+    )
+    try:
+        rows = con.execute(
+            "SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+            "WHERE function_type IN ('scalar', 'aggregate', 'window', 'macro')"
+        ).fetchall()
+    finally:
+        con.close()
+    return frozenset(r[0] for r in rows)
+
+
+def allowed_functions() -> frozenset[str]:
+    """Built-in functions minus :data:`DENIED_FUNCTIONS` and DuckDB's ``__internal`` ones."""
+    return _allowed()
+
+
+@functools.cache
+def _allowed() -> frozenset[str]:
+    return frozenset(
+        f for f in builtin_functions() if f not in DENIED_FUNCTIONS and not f.startswith("__")
+    )
+
+
+def parse(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
+    """The parse tree of ``sql`` as DuckDB's parser sees it (``json_serialize_sql``).
+
+    Raises
+    ------
+    QueryRefusedError
+        If ``sql`` does not parse, or is not made of SELECT statements only.
+    """
+    if not isinstance(sql, str):
+        raise QueryRefusedError("the query must be text")
+    own = con is None
+    con = con or duckdb.connect(
+        config={"autoload_known_extensions": False, "autoinstall_known_extensions": False}
+    )
+    try:
+        # fetchall: a result left unfinished would block the connection's next query.
+        ((text,),) = con.execute("SELECT json_serialize_sql($q)", {"q": sql}).fetchall()
+    except duckdb.Error as exc:
+        raise QueryRefusedError(f"cannot parse SQL: {_first_line(exc)}") from exc
+    finally:
+        if own:
+            con.close()
+    try:
+        tree = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:  # nesting deeper than orjson's limit
+        raise QueryRefusedError("query refused: nested too deeply") from exc
+    if not isinstance(tree, dict) or tree.get("error") is not False:
+        raise QueryRefusedError(_not_select_message(sql, tree))
+    return tree
+
+
+def _not_select_message(sql: str, tree: Any) -> str:
+    msg = str(tree.get("error_message", "")) if isinstance(tree, dict) else ""
+    if "Only SELECT" not in msg:
+        return f"cannot parse SQL: {msg.splitlines()[0] if msg else 'unknown error'}"
+    try:
+        kinds = [s.type.name for s in duckdb.extract_statements(sql)]
+    except duckdb.Error:
+        kinds = []
+    kind = next((k for k in kinds if k != "SELECT"), "a non-SELECT statement")
+    return f"query refused: only a plain SELECT is allowed, got {kind}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def check_query(
+    sql: str, views: Iterable[str], *, con: duckdb.DuckDBPyConnection | None = None
+) -> dict[str, Any]:
+    """Accept exactly one plain SELECT over ``views``; return its parse tree.
+
+    Parameters
+    ----------
+    sql
+        The query text, as the analyst typed it.
+    views
+        Names the query may read from (case-insensitive), besides its own CTEs.
+    con
+        Connection whose parser to use (the one that will run the query, so what is
+        checked is what runs); a fresh one if omitted.
+
+    Raises
+    ------
+    QueryRefusedError
+        Naming the first construct that is not allowed.
+    """
+    tree = parse(sql, con)
+    stmts = tree.get("statements")
+    if set(tree) != {"statements", "error"} or not isinstance(stmts, list):
+        raise QueryRefusedError("query refused: unexpected parse tree")
+    if len(stmts) != 1:
+        raise QueryRefusedError(f"query refused: exactly one statement expected, got {len(stmts)}")
+    # Second opinion on the count: the statement splitter must agree with the serializer.
+    try:
+        n = len(duckdb.extract_statements(sql))
+    except duckdb.Error as exc:
+        raise QueryRefusedError(f"cannot parse SQL: {_first_line(exc)}") from exc
+    if n != 1:
+        raise QueryRefusedError(f"query refused: exactly one statement expected, got {n}")
+    _walk(tree, frozenset(v.lower() for v in views), allowed_functions())
+    return tree
+
+
+def _kind(obj: dict[str, Any]) -> tuple[str, str | None]:
+    cls = obj.get("class")
+    if cls is not None:
+        return "expr", cls if isinstance(cls, str) else None
+    typ = obj.get("type")
+    if isinstance(typ, str):
+        return "node", typ
+    return "plain", None
+
+
+def _walk(tree: dict[str, Any], views: frozenset[str], functions: frozenset[str]) -> None:
+    """Iterative walk (no recursion limit to hit) with the CTE names visible at each point."""
+    stack: list[tuple[Any, frozenset[str]]] = [(tree, frozenset())]
+    while stack:
+        obj, scope = stack.pop()
+        if isinstance(obj, list):
+            stack.extend((v, scope) for v in obj)
+            continue
+        if obj is None or isinstance(obj, str | bool | int | float):
+            continue
+        if not isinstance(obj, dict):
+            raise QueryRefusedError(f"query refused: unknown value {type(obj).__name__}")
+        family, kind = _kind(obj)
+        keys = frozenset(obj)
+        if family == "expr":
+            allowed = _EXPRESSIONS.get(kind or "")
+            if allowed is None:
+                raise QueryRefusedError(f"query refused: {kind} expressions are not allowed")
+        elif family == "node":
+            allowed = _NODES.get(kind or "")
+            if allowed is None:
+                raise QueryRefusedError(f"query refused: {_node_name(kind)} is not allowed")
+        else:
+            allowed = keys if keys in _PLAIN else None
+            if allowed is None:
+                raise QueryRefusedError(
+                    f"query refused: unknown parse-tree object with keys {sorted(keys)}"
+                )
+        extra = keys - allowed
+        if extra:
+            raise QueryRefusedError(
+                f"query refused: unknown field(s) {sorted(extra)} in {kind or 'object'}"
+            )
+        children: dict[str, Any] = obj
+        if family == "node" and kind in _QUERY_NODE_KEYS:
+            scope, children = _enter_ctes(obj, scope, stack)
+        elif family == "node" and kind == "BASE_TABLE":
+            _check_table(obj, views, scope)
+        elif family == "node" and kind == "TABLE_FUNCTION":
+            children = _check_table_function(obj)
+        elif family == "expr" and kind in ("FUNCTION", "WINDOW"):
+            _check_function(obj, functions)
+        elif family == "expr" and kind == "TYPE":
+            _check_qualified(obj, "type_name", "catalog", "schema", "type")
+        for value in children.values():
+            if isinstance(value, dict | list):
+                stack.append((value, scope))
+
+
+def _node_name(kind: str | None) -> str:
+    return {
+        "SHOW_REF": "DESCRIBE/SUMMARIZE/SHOW",
+        "PIVOT": "PIVOT/UNPIVOT",
+    }.get(kind or "", f"{kind}")
+
+
+def _enter_ctes(
+    node: dict[str, Any], scope: frozenset[str], stack: list[tuple[Any, frozenset[str]]]
+) -> tuple[frozenset[str], dict[str, Any]]:
+    """Push the CTE bodies with the names each may see; return the node's own scope.
+
+    CTE *i* sees the enclosing scope and CTEs 0..i (itself, for WITH RECURSIVE); the rest
+    of the node sees all of them. A name outside its scope would fall back to DuckDB's
+    replacement scans (files, Python variables), so scoping is exact.
+    """
+    cte_map = node.get("cte_map")
+    rest = {k: v for k, v in node.items() if k != "cte_map"}
+    if cte_map is None:
+        return scope, rest
+    if (
+        not isinstance(cte_map, dict)
+        or set(cte_map) != {"map"}
+        or not isinstance(cte_map["map"], list)
+    ):
+        raise QueryRefusedError("query refused: malformed WITH clause")
+    inner = scope
+    for entry in cte_map["map"]:
+        if not isinstance(entry, dict) or set(entry) != {"key", "value"}:
+            raise QueryRefusedError("query refused: malformed WITH clause")
+        name, value = entry["key"], entry["value"]
+        if not isinstance(name, str) or not isinstance(value, dict):
+            raise QueryRefusedError("query refused: malformed WITH clause")
+        inner = inner | {name.lower()}
+        stack.append((value, inner))  # checked as a plain object, its query_node in `inner`
+    if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
+        inner = inner | {node["cte_name"].lower()}
+    return inner, rest
+
+
+def _check_table(ref: dict[str, Any], views: frozenset[str], scope: frozenset[str]) -> None:
+    name = ref.get("table_name")
+    if not isinstance(name, str):
+        raise QueryRefusedError("query refused: malformed table reference")
+    if ref.get("catalog_name") or ref.get("schema_name"):
+        raise QueryRefusedError(
+            f"query refused: qualified table names are not allowed ({_short(name)}); "
+            f"use one of the views: {', '.join(sorted(views))}"
+        )
+    if ref.get("at_clause") is not None:
+        raise QueryRefusedError("query refused: AT (time travel) is not allowed")
+    _check_qualified(ref, "table_name", "catalog_name", "schema_name", "table")
+    if name.lower() not in views and name.lower() not in scope:
+        raise QueryRefusedError(
+            f"query refused: unknown table {_short(name)!r}; "
+            f"queries read only the views {', '.join(sorted(views))}"
+        )
+
+
+def _check_table_function(ref: dict[str, Any]) -> dict[str, Any]:
+    fn = ref.get("function")
+    if not isinstance(fn, dict) or fn.get("class") != "FUNCTION":
+        raise QueryRefusedError("query refused: malformed table function")
+    name = fn.get("function_name")
+    if (
+        not isinstance(name, str)
+        or name.lower() not in ALLOWED_TABLE_FUNCTIONS
+        or fn.get("catalog")
+        or fn.get("schema")
+    ):
+        raise QueryRefusedError(
+            f"query refused: table function {_short(str(name))}() is not allowed "
+            f"(allowed: {', '.join(sorted(ALLOWED_TABLE_FUNCTIONS))}); "
+            "read the store through its views"
+        )
+    extra = frozenset(fn) - _EXPRESSIONS["FUNCTION"]
+    if extra:
+        raise QueryRefusedError(f"query refused: unknown field(s) {sorted(extra)} in FUNCTION")
+    if fn.get("export_state"):
+        raise QueryRefusedError("query refused: EXPORT_STATE is not allowed")
+    _check_qualified(fn, "function_name", "catalog", "schema", "function")
+    # The function object itself is checked here; its arguments etc. are walked as usual.
+    return {k: v for k, v in ref.items() if k != "function"} | {
+        "_fn_" + k: v for k, v in fn.items() if isinstance(v, dict | list)
+    }
+
+
+def _check_function(fn: dict[str, Any], functions: frozenset[str]) -> None:
+    name = fn.get("function_name")
+    if not isinstance(name, str):
+        raise QueryRefusedError("query refused: malformed function call")
+    if fn.get("catalog") or fn.get("schema"):
+        raise QueryRefusedError(
+            f"query refused: qualified function names are not allowed ({_short(name)})"
+        )
+    if name.lower() not in functions:
+        why = "is not allowed" if name.lower() in DENIED_FUNCTIONS else "is not a built-in"
+        raise QueryRefusedError(f"query refused: function {_short(name)}() {why}")
+    if fn.get("export_state"):
+        raise QueryRefusedError("query refused: EXPORT_STATE is not allowed")
+    _check_qualified(fn, "function_name", "catalog", "schema", "function")
+
+
+def _check_qualified(obj: dict[str, Any], name_key: str, cat: str, sch: str, what: str) -> None:
+    """``qualified_name.path`` must be just the plain name (the binder may read either)."""
+    if obj.get(cat) or obj.get(sch):
+        raise QueryRefusedError(f"query refused: qualified {what} names are not allowed")
+    q = obj.get("qualified_name")
+    if q is None:
+        return
+    path = q.get("path") if isinstance(q, dict) else None
+    name = obj.get(name_key)
+    if (
+        not isinstance(path, list)
+        or len(path) != 1
+        or not isinstance(path[0], str)
+        or not isinstance(name, str)
+        or path[0].lower() != name.lower()
+    ):
+        raise QueryRefusedError(f"query refused: qualified {what} names are not allowed")
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n] + "…"

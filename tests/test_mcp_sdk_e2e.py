@@ -92,7 +92,8 @@ def test_sdk_sessions_wrapped_stored_once_and_attacks_alerted(
     assert per == {sid: len(_scenario(kind)) for sid, kind in sessions.items()}
     # the JSON-RPC id is logged by the middleware; no (session, call) twice
     assert ev["event_id"].n_unique() == ev.height
-    assert ev.filter(ev["session_id"] == "enum-1")["status"].to_list().count("not_found") == 70
+    enum_status = ev.filter(ev["session_id"] == "enum-1")["status"].to_list()
+    assert sum(st != "ok" for st in enum_status) == 70  # 70 of the 80 guessed ids missing
     al = stored_alerts(data)
     flagged = set(al["session_id"].drop_nulls().to_list())
     assert {"scrape-1", "enum-1"} & flagged == {"scrape-1", "enum-1"}, al.select(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from detectors.features import US_PER_DAY, group_agg
+from detectors.features import SEED, US_PER_DAY, group_agg
 
 MAD_SCALE = 1.4826
 
@@ -60,15 +60,15 @@ class Baseline:
             mad = float((vals["v"] - med).abs().median())  # type: ignore[arg-type]
             self.pop_[c] = (med, mad, vals.height)
         if self.keys and frame.height:
-            own = frame.filter(
-                pl.all_horizontal([pl.col(k).is_not_null() for k in self.keys])
-            ).select(
+            # Only entities with enough observations can be established: drop the rest
+            # before anything per entity is computed. With many distinct callers (most
+            # seen once) this keeps the per-entity state to the few that can matter; the
+            # count runs on a 64-bit hash of the key, not on the strings.
+            own = established_rows(frame, self.keys, self.min_rows).select(
                 *self.keys,
                 (pl.col(t_col) // US_PER_DAY).alias("_day"),
                 *[log1p(c).alias(f"_l_{c}") for c in self.cols],
             )
-            # Only entities with enough observations can be established: skip the rest.
-            own = own.filter(pl.len().over(self.keys) >= self.min_rows)
             aggs: list[pl.Expr] = [pl.len().alias("_n"), pl.col("_day").n_unique().alias("_days")]
             for c in self.cols:
                 lc = pl.col(f"_l_{c}")
@@ -127,6 +127,23 @@ class Baseline:
         return out.with_columns(exprs).drop(drop)
 
 
+def key_hash(keys: list[str]) -> pl.Expr:
+    """A 64-bit hash of the key columns (cheaper to count and group by than strings)."""
+    if len(keys) == 1:
+        return pl.col(keys[0]).hash(SEED)
+    return pl.struct(keys).hash(SEED)
+
+
+def established_rows(frame: pl.DataFrame, keys: list[str], min_rows: int) -> pl.DataFrame:
+    """Rows of ``frame`` whose key columns are all set and whose key has at least
+    ``min_rows`` rows (a hash collision can only keep a few rows too many, which the
+    callers' own ``_n >= min_rows`` checks then reject)."""
+    own = frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys]))
+    if min_rows <= 1 or own.height == 0:
+        return own
+    return own.filter(pl.len().over(key_hash(keys)) >= min_rows)
+
+
 def habits(
     frame: pl.DataFrame,
     raw_col: str,
@@ -151,7 +168,9 @@ def habits(
     if frame.height == 0:
         empty = frame.select(keys).clear()
         return empty.with_columns(pl.lit(None, pl.Float64).alias("habit_score"))
-    own = frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys]))
+    # Entities with fewer rows are filtered out below anyway: drop them first, so the
+    # group-by only holds state for the entities that can be established.
+    own = established_rows(frame, keys, min_rows)
     return (
         group_agg(
             own, keys,

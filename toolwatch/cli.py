@@ -114,28 +114,94 @@ def query(
     sql: Annotated[
         str,
         typer.Argument(
-            help="One read-only SELECT over events, sessions, alerts, quarantine, summaries."
+            help="One plain SELECT over events, sessions, alerts, alerts_raw, quarantine, "
+            "summaries (see docs/query.md)."
         ),
     ],
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
+    max_rows: Annotated[
+        int | None,
+        typer.Option("--max-rows", help="Row cap (default: query.max_rows; 0 = none)."),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            help="Seconds before the query is interrupted (default: query.timeout_seconds).",
+        ),
+    ] = None,
 ) -> None:
-    """Forensic SQL over the store (read-only).
+    """Forensic SQL over the store (read-only, bounded; Ctrl-C stops it).
+
+    Exit codes: 0 ok, 1 the query failed (error, timeout, memory), 2 refused or bad
+    option, 130 interrupted with Ctrl-C.
 
     Example: toolwatch query "SELECT tool, count(*) FROM events GROUP BY 1 ORDER BY 2 DESC"
     """
+    import dataclasses
+
+    from toolwatch.errors import QueryRefusedError
     from toolwatch.output import write_rows
     from toolwatch.store import Store
 
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
+    if (max_rows is not None and max_rows < 0) or (timeout is not None and timeout <= 0):
+        raise fail(ValueError("--max-rows must be >= 0 and --timeout > 0"), 2)
     try:
         cfg = config_for(config, data_dir)
-        tbl = Store(cfg.data_dir).query(sql)
+        limits = dataclasses.replace(
+            cfg.query,
+            **({"max_rows": max_rows} if max_rows is not None else {}),
+            **({"timeout_seconds": timeout} if timeout is not None else {}),
+        )
+        res = Store(cfg.data_dir).run_query(sql, limits=limits)
+    except QueryRefusedError as exc:
+        raise fail(exc, 2) from None
     except ToolwatchError as exc:
         raise fail(exc) from None
-    write_rows(tbl, fmt)
+    except KeyboardInterrupt:
+        raise fail(RuntimeError("query cancelled (Ctrl-C)"), 130) from None
+    try:
+        _write_query_rows(res.table, fmt, write_rows)
+    except KeyboardInterrupt:
+        raise fail(RuntimeError("output cancelled (Ctrl-C)"), 130) from None
+    except BrokenPipeError:
+        raise typer.Exit(0) from None
+    if res.truncated:
+        err.print(
+            f"note: result cut at {limits.max_rows:,} rows (--max-rows / query.max_rows)",
+            highlight=False,
+            markup=False,
+        )
+
+
+def _write_query_rows(tbl: object, fmt: str, write_rows: object) -> None:
+    """Render a result; a value the renderer cannot show makes the columns text, then an
+    error line — never a traceback (polars panics derive from BaseException)."""
+    import io
+
+    from toolwatch.store import as_text, beyond_python_dates
+
+    # A date Python cannot hold makes polars panic (and print a Rust backtrace): go
+    # straight to text for those.
+    first_try = None if beyond_python_dates(tbl) else tbl  # type: ignore[arg-type]
+    for attempt in (first_try, None):
+        buf = io.StringIO()
+        try:
+            table = attempt if attempt is not None else as_text(tbl)  # type: ignore[arg-type]
+            write_rows(table, fmt, buf)  # type: ignore[operator]
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # includes pyo3's PanicException
+            if attempt is None:
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise fail(RuntimeError(f"cannot render the result: {first}")) from None
+            continue
+        sys.stdout.write(buf.getvalue())
+        return
 
 
 @app.command()

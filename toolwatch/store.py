@@ -721,6 +721,7 @@ def _run_bounded(
     def work() -> None:
         try:
             rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
+            rel = _renderable(rel)
             batch = 65_536 if max_rows is None else max(1, min(max_rows + 1, 65_536))
             reader = rel.to_arrow_reader(batch)
             batches: list[pa.RecordBatch] = []
@@ -765,6 +766,76 @@ def _run_bounded(
             raise QueryError("query interrupted") from exc
         raise exc
     return box["result"]
+
+
+#: DuckDB types that Arrow/polars/Python cannot carry faithfully (INTERVAL has no polars
+#: type, HUGEINT/UHUGEINT overflow DECIMAL(38), UNION/UUID/BIT/TIMETZ/VARIANT have no
+#: polars or JSON form): shown as DuckDB's own text for them.
+_TEXT_TYPES = re.compile(
+    r"\b(INTERVAL|HUGEINT|UHUGEINT|UUID|BIT|UNION|VARIANT|TIME WITH TIME ZONE)\b"
+)
+
+
+def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    """``rel`` with columns of :data:`_TEXT_TYPES` cast to VARCHAR (by expression objects:
+    column names are the analyst's, never pasted into SQL)."""
+    types = [str(t) for t in rel.dtypes]
+    if not any(_TEXT_TYPES.search(t) for t in types):
+        return rel
+    try:
+        exprs = [
+            duckdb.ColumnExpression(c).cast(duckdb.sqltype("VARCHAR")).alias(c)
+            if _TEXT_TYPES.search(t)
+            else duckdb.ColumnExpression(c)
+            for c, t in zip(rel.columns, types, strict=True)
+        ]
+        return rel.select(*exprs)
+    except duckdb.Error:
+        return rel  # e.g. duplicate column names: leave the types as they are
+
+
+def beyond_python_dates(tbl: pa.Table) -> bool:
+    """Whether a top-level date/timestamp column holds a value outside years 1-9999."""
+    lo_days, hi_days = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31 from 1970-01-01
+    per_day = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+    for col, field in zip(tbl.columns, tbl.schema, strict=True):
+        t = field.type
+        if pa.types.is_timestamp(t):
+            scale = per_day[t.unit]
+        elif pa.types.is_date32(t):
+            scale = 1
+        elif pa.types.is_date64(t):
+            scale = per_day["ms"]
+        else:
+            continue
+        if col.null_count == len(col):
+            continue
+        mm = pc.min_max(col.cast(pa.int64()))
+        if mm["min"].as_py() < lo_days * scale or mm["max"].as_py() > hi_days * scale:
+            return True
+    return False
+
+
+def as_text(tbl: pa.Table) -> pa.Table:
+    """``tbl`` with every column that is not a plain number, boolean or string as DuckDB's
+    text for it: the fallback when a value has no Python/polars form (a timestamp in the
+    year 294247, a blob in CSV)."""
+    con = duckdb.connect(config={"enable_external_access": False})
+    try:
+        rel = con.from_arrow(tbl)
+        keep = re.compile(
+            r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|U?TINYINT|USMALLINT|"
+            r"UINTEGER|UBIGINT|FLOAT|DOUBLE|VARCHAR)$"
+        )
+        exprs = [
+            duckdb.ColumnExpression(c)
+            if keep.match(str(t))
+            else duckdb.ColumnExpression(c).cast(duckdb.sqltype("VARCHAR")).alias(c)
+            for c, t in zip(rel.columns, rel.dtypes, strict=True)
+        ]
+        return rel.select(*exprs).to_arrow_table()
+    finally:
+        con.close()
 
 
 def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:

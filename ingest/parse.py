@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import queue
+import re
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,16 +37,73 @@ from ingest.records import RawBatch
 from toolwatch.config import Config, IngestConfig
 from toolwatch.secrets import SecretHasher, load_or_create_key
 
+#: Epoch numbers: magnitude decides the unit. Anything that is not a finite number below
+#: 1e20 (ns for ~year 5138) is no time at all: ``to_timestamp`` raises on NaN, infinities
+#: and values past year 294247, which once stopped a whole batch.
 _EPOCH_SQL = r"""
 CREATE OR REPLACE MACRO tw_epoch(n) AS CASE
-    WHEN n IS NULL THEN NULL
+    WHEN n IS NULL OR NOT isfinite(n) OR abs(n) >= 1e20 THEN NULL
     WHEN abs(n) >= 1e17 THEN to_timestamp(n / 1e9)
     WHEN abs(n) >= 1e14 THEN to_timestamp(n / 1e6)
     WHEN abs(n) >= 1e11 THEN to_timestamp(n / 1e3)
     ELSE to_timestamp(n) END;
-"""
+CREATE OR REPLACE MACRO tw_count(d) AS
+    CASE WHEN d >= 0 AND d < 9007199254740992.0 THEN CAST(d AS BIGINT) END;
+CREATE OR REPLACE MACRO tw_bad(d) AS
+    d IS NOT NULL AND NOT (d >= 0 AND d < 9007199254740992.0);
+CREATE OR REPLACE MACRO tw_baddur(d) AS
+    d IS NOT NULL AND NOT (isfinite(d) AND d >= 0 AND d <= {max_dur});
+""".replace("{max_dur}", repr(float(intervals.MAX_DURATION_MS)))
+#: Counts, sizes and durations are stored only inside ``[0, 2**53)`` (exact in a double,
+#: so every reader agrees, and far inside BIGINT); outside it, or NaN/infinite, the value
+#: is null and the row's ``flags`` say ``out_of_range:<column>``.
+MAX_COUNT = 2**53
+
+#: Timestamps whose UTC offset exceeds this are rejected (real zones span -12:00..+14:00).
+MAX_TZ_OFFSET_S = 14 * 3600
+
+#: The UTF-8 byte order mark, stripped from the start of any line.
+BOM = b"\xef\xbb\xbf"
+
+#: ``args`` of a line nested deeper than ``max_depth`` are stored as this object, holding
+#: the first ``_TRUNCATED_CHARS`` characters of their JSON text (flag ``too_deep``).
+TRUNCATED_KEY = "_truncated"
+_TRUNCATED_CHARS = 1024
+
+#: Default nesting limit (levels of objects/arrays in a line, the line's own object
+#: included); config ``ingest.max_depth`` overrides it when present.
+DEFAULT_MAX_DEPTH = 32
 #: Argument keys that name a resource (a full match on a top-level key of the arguments).
 RESOURCE_KEY_PATTERN = r"[A-Za-z0-9_]*(?:Id|_id|ID)|id|path|uri|url"
+
+
+#: A JSON escaped backslash, a surrogate pair escape, or a lone surrogate escape.
+_SURROGATE = re.compile(
+    rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+    rb"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+#: A JSON string (quotes and escapes included); brackets inside one do not nest.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _fix_surrogates(m: re.Match[bytes]) -> bytes:
+    """Keep escaped backslashes and surrogate pairs; a lone surrogate becomes U+FFFD."""
+    tok = m.group(0)
+    return tok if len(tok) in (2, 12) else b"\\ufffd"
+
+
+def _depth(raw: bytes) -> int:
+    """How deep objects/arrays nest in the JSON text ``raw`` (the outer object is 1).
+
+    Strings are blanked first; the nesting is then a running sum of opening minus
+    closing brackets (vectorized: a line nested 100,000 deep costs microseconds and no
+    recursion).
+    """
+    a = np.frombuffer(_JSON_STRING.sub(b"", raw), dtype=np.uint8)
+    if not len(a):
+        return 0
+    step = ((a == 123) | (a == 91)).astype(np.int32) - ((a == 125) | (a == 93))
+    return int(np.cumsum(step).max())
 
 
 def _sql_str(text: str) -> str:
@@ -66,6 +124,7 @@ class ParseCounters:
     redacted: int = 0
     invalid_utf8: int = 0
     too_long: int = 0
+    fallbacks: int = 0
 
 
 def _sparse(n: int, values: dict[int, str | None]) -> pa.Array:
@@ -86,6 +145,7 @@ _INPUT = pa.schema(
         ("fp", pa.string()),
         ("line", pa.large_string()),
         ("pre_reason", pa.string()),
+        ("pre_flags", pa.string()),
         ("cred", pa.string()),
     ]
 )
@@ -206,6 +266,12 @@ class Parser:
         self._con.execute(_EPOCH_SQL)
         self._con.execute(intervals.MACROS_SQL)
         self._sql = self._build_sql(merged_aliases(config.field_aliases), config.ts_marks)
+        self.max_depth = int(getattr(config, "max_depth", DEFAULT_MAX_DEPTH))
+        # Lines that need the Python path (see _prepare): the hasher's candidates, a
+        # BOM anywhere, or more opening brackets than the nesting limit allows.
+        self._scan_pattern = (
+            f"{hasher.candidate_pattern}|\ufeff|(?:[^\\[{{]*[\\[{{]){{{self.max_depth + 1}}}"
+        )
         # Binding and optimizing the statement costs ~20 ms, more than parsing a small
         # live micro-batch: it is prepared once, over a holder that hands DuckDB whichever
         # batch is current each time the statement runs.
@@ -262,7 +328,7 @@ class Parser:
         wrapped_expr = f"coalesce({wrapped})" if wrapped else "CAST(NULL AS VARCHAR)"
         return f"""
 WITH b AS (
-  SELECT ord, line, pre_reason, cred, "offset", line_no, fp,
+  SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp,
          CASE WHEN pre_reason IS NULL THEN json_valid(line) END AS valid,
          left(ltrim(line), 1) = '{{' AS is_obj
   FROM batch
@@ -270,7 +336,7 @@ WITH b AS (
   SELECT *, CASE WHEN valid AND is_obj THEN json_transform(line, {structure}) END AS s{nested}
   FROM b
 ), f AS (
-  SELECT ord, line, pre_reason, cred, "offset", line_no, fp, valid, is_obj,
+  SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp, valid, is_obj,
     {first("ts")} AS ts_s,
     {first("session_id")} AS session_id,
     {first("caller_id")} AS caller_id,
@@ -298,7 +364,14 @@ WITH b AS (
     CASE WHEN rpc IS NOT NULL THEN json_extract_string(rpc, ['$.method', '$.id', '$.params.name',
       '$.params.arguments', '$.result', '$.error', '$.result.isError', '$.error.message',
       '$.error.code', '$.result.content[0].text']) END AS rp,
-    coalesce(tw_epoch(try_cast(ts_s AS DOUBLE)), try_cast(ts_s AS TIMESTAMPTZ)) AS ts_parsed
+    coalesce(tw_epoch(try_cast(ts_s AS DOUBLE)), try_cast(ts_s AS TIMESTAMPTZ)) AS ts_parsed,
+    try_cast(bytes_s AS DOUBLE) AS bytes_d,
+    try_cast(rows_s AS DOUBLE) AS rows_d,
+    try_cast(duration_s AS DOUBLE) AS duration_d,
+    try_cast(call_count_s AS DOUBLE) AS call_count_d,
+    try_cast(unique_resources_s AS DOUBLE) AS unique_resources_d,
+    try_cast(total_bytes_s AS DOUBLE) AS total_bytes_d,
+    try_cast(auth_failures_s AS DOUBLE) AS auth_failures_d
   FROM f
 ), g AS (
   SELECT *,
@@ -320,6 +393,11 @@ WITH b AS (
       WHEN ts_s IS NULL THEN 'missing_timestamp'
       WHEN ts_parsed IS NULL OR ts_parsed < TIMESTAMPTZ '2000-01-01'
            OR ts_parsed > TIMESTAMPTZ '2100-01-01' THEN 'bad_timestamp'
+      -- A zone offset beyond +-14:00 ('+25:00') parses, to a shifted time: the text's
+      -- wall clock read without its offset tells how far. Only text times need it.
+      WHEN try_cast(ts_s AS DOUBLE) IS NULL
+           AND abs(epoch(try_cast(ts_s AS TIMESTAMP)) - epoch(ts_parsed)) > {MAX_TZ_OFFSET_S}
+        THEN 'bad_timestamp'
       WHEN rpc IS NOT NULL THEN NULL
       WHEN event_v IN ('SESSION_END', 'SESSION_ANOMALY') AND session_id IS NULL
         THEN 'missing_session'
@@ -352,6 +430,7 @@ SELECT
   fp || ':' || CAST("offset" AS VARCHAR) AS event_id,
   "offset", line_no,
   CASE
+    WHEN reason = 'unprocessable' THEN pre_flags
     WHEN reason = 'invalid_json' THEN 'not parseable as JSON'
     WHEN reason = 'not_object' THEN 'JSON value is not an object'
     WHEN reason = 'bad_timestamp' THEN 'unparseable or implausible time ' || left(ts_s, 80)
@@ -360,7 +439,9 @@ SELECT
   ts_parsed AS ts,
   session_id, caller_id, client_ip, server,
   tool_n AS tool,
-  args_o AS args,
+  CASE WHEN contains(pre_flags, 'too_deep') AND args_o IS NOT NULL
+       THEN json_object('{TRUNCATED_KEY}', left(args_o, {_TRUNCATED_CHARS}))
+       ELSE args_o END AS args,
   ak[res_i] AS resource_key,
   coalesce(resource_id_v,
            CASE WHEN res_i IS NOT NULL THEN json_extract_string(args_o, '$.*')[res_i] END)
@@ -373,18 +454,31 @@ SELECT
   CASE WHEN rpc IS NULL THEN try_cast(is_error_s AS BOOLEAN)
        WHEN rp[6] IS NOT NULL THEN true
        ELSE coalesce(try_cast(rp[7] AS BOOLEAN), false) END AS is_error_b,
-  CAST(CASE WHEN rpc IS NULL THEN try_cast(bytes_s AS DOUBLE) ELSE strlen(rp[5]) END AS BIGINT)
-    AS bytes,
-  CAST(try_cast(rows_s AS DOUBLE) AS BIGINT) AS rows,
+  CASE WHEN rpc IS NULL THEN tw_count(bytes_d) ELSE strlen(rp[5]) END AS bytes,
+  tw_count(rows_d) AS rows,
   {intervals.output_columns(ts_marks)}
   cred AS credential_hash,
   CASE WHEN rpc IS NULL THEN 'call' ELSE 'jsonrpc' END AS format,
   rp[2] AS rpc_id,
   event_v AS summary_kind,
-  CAST(try_cast(call_count_s AS DOUBLE) AS BIGINT) AS call_count,
-  CAST(try_cast(unique_resources_s AS DOUBLE) AS BIGINT) AS unique_resources,
-  CAST(try_cast(total_bytes_s AS DOUBLE) AS BIGINT) AS total_bytes,
-  CAST(try_cast(auth_failures_s AS DOUBLE) AS BIGINT) AS auth_failures
+  tw_count(call_count_d) AS call_count,
+  tw_count(unique_resources_d) AS unique_resources,
+  tw_count(total_bytes_d) AS total_bytes,
+  tw_count(auth_failures_d) AS auth_failures,
+  -- What was changed on the way in (null for nearly every row): out-of-range numbers
+  -- nulled, too-deep arguments truncated, bytes repaired (from the byte checks).
+  CASE WHEN pre_flags IS NOT NULL OR tw_bad(bytes_d) OR tw_bad(rows_d)
+         OR tw_baddur(duration_d) OR tw_bad(call_count_d) OR tw_bad(unique_resources_d)
+         OR tw_bad(total_bytes_d) OR tw_bad(auth_failures_d)
+       THEN nullif(concat_ws(',', pre_flags,
+         CASE WHEN tw_bad(bytes_d) AND rpc IS NULL THEN 'out_of_range:bytes' END,
+         CASE WHEN tw_bad(rows_d) THEN 'out_of_range:rows' END,
+         CASE WHEN tw_baddur(duration_d) THEN 'out_of_range:duration_ms' END,
+         CASE WHEN tw_bad(call_count_d) THEN 'out_of_range:call_count' END,
+         CASE WHEN tw_bad(unique_resources_d) THEN 'out_of_range:unique_resources' END,
+         CASE WHEN tw_bad(total_bytes_d) THEN 'out_of_range:total_bytes' END,
+         CASE WHEN tw_bad(auth_failures_d) THEN 'out_of_range:auth_failures' END), '')
+  END AS flags
 FROM res
 """
 
@@ -393,13 +487,15 @@ FROM res
         """Byte-level checks and redaction; returns the table DuckDB parses.
 
         Lines that must change — invalid UTF-8 (escaped), secrets (hashed), over-long
-        lines (cut to a prefix) — are collected first and spliced into the batch's text
-        in one copy; every other line keeps its bytes.
+        lines (cut to a prefix), a leading byte order mark (stripped), lone surrogate
+        escapes (replaced) — are collected first and spliced into the batch's text in one
+        copy; every other line keeps its bytes.
         """
         lines = batch.lines
         n = len(lines)
         self.counters.lines += n
         pre_reason: dict[int, str] = {}
+        pre_flags: dict[int, str | None] = {}
         repl: dict[int, bytes] = {}
         offsets_buf = _line_offsets(lines)
         lengths = np.diff(offsets_buf)
@@ -425,31 +521,35 @@ FROM res
 
         cred: dict[int, str | None] = {}
         if n:
-            # One regex pass over the bytes finds lines that may carry a secret; only
-            # those take the exact (parsing) path. A JSON key can spell a secret name with
-            # \u escapes (e.g. "api\u004bey"), so lines with escapes match too, and so
-            # does every repaired line (its bytes were not what the regex saw).
-            maybe = pc.match_substring_regex(
-                lines, self.hasher.candidate_pattern, ignore_case=True
-            )
+            # One regex pass over the bytes finds the lines that need Python: a possible
+            # secret; a key spelled with \u escapes (e.g. "api\u004bey") or a lone
+            # surrogate escape; at least max_depth + 1 opening brackets (maybe nested too
+            # deep); a byte order mark. Every repaired line goes too (its bytes were not
+            # what the regex saw). The extra alternatives cost nothing measurable: RE2
+            # runs one DFA pass either way.
+            maybe = pc.match_substring_regex(lines, self._scan_pattern, ignore_case=True)
             idx = set(arrays.to_numpy(pc.indices_nonzero(maybe)).tolist())
             for i in sorted(idx.union(repl)):
                 if pre_reason.get(i) == "line_too_long":
                     continue
                 raw = repl.get(i, lines[i].as_py()).rstrip(b"\r\n")
-                red, h = self.hasher.redact_line(raw)
-                if red != raw:
-                    self.counters.redacted += 1
+                fixed, flags = self._repair(raw)
+                if flags:
+                    pre_flags[i] = flags
+                try:
+                    red, h = self.hasher.redact_line(fixed)
+                except Exception as exc:  # one line must not stop a batch
+                    # Never store what could not be redacted: quarantine a textual scrub.
+                    pre_reason.setdefault(i, "unprocessable")
+                    red, h = self._scrub_or_drop(fixed), None
+                    pre_flags[i] = f"redaction failed: {type(exc).__name__}"
+                self.counters.redacted += red != fixed
                 repl[i] = red
                 cred[i] = h
         # Over-long lines are never parsed: keep only a prefix for quarantine.
         keep = self.config.quarantine_raw_chars
         for i in too_long:
-            repl[i] = (
-                self.hasher.scrub_text(lines[i].as_py()[:keep])
-                .decode("utf-8", "backslashreplace")
-                .encode()
-            )
+            repl[i] = self._scrub_or_drop(lines[i].as_py()[:keep])
         return pa.table(
             {
                 "ord": arrays.from_numpy(np.arange(n, dtype=np.int64)),
@@ -460,22 +560,86 @@ FROM res
                 "fp": arrays.repeat(batch.source_fp, n),
                 "line": _splice_text(lines, offsets_buf, repl),
                 "pre_reason": _sparse(n, pre_reason),
+                "pre_flags": _sparse(n, pre_flags),
                 "cred": _sparse(n, cred),
             },
             schema=_INPUT,
         )
 
-    def parse(self, batch: RawBatch) -> pa.Table:
-        """Classify and normalize every line of ``batch``; one output row per input line."""
-        tbl = self._prepare(batch)
+    def _scrub_or_drop(self, raw: bytes) -> bytes:
+        """``raw`` scrubbed of secrets as text (valid UTF-8), or a marker if that fails."""
+        try:
+            return self.hasher.scrub_text(raw).decode("utf-8", "backslashreplace").encode()
+        except Exception as exc:  # never keep what was not scrubbed
+            return f"<not kept: scrubbing failed ({type(exc).__name__})>".encode()
+
+    def _repair(self, raw: bytes) -> tuple[bytes, str | None]:
+        """Strip a leading BOM, replace lone surrogate escapes, flag too-deep nesting.
+
+        Returns the line to parse and its flags (comma-separated) or ``None``.
+        """
+        flags: list[str] = []
+        if raw.startswith(BOM):
+            raw = raw[len(BOM) :]
+        if b"\\u" in raw:
+            # DuckDB's reader rejects a lone surrogate escape ("\ud800") and fails the
+            # whole batch, though json_valid accepts it: as U+FFFD the line stays a call.
+            fixed = _SURROGATE.sub(_fix_surrogates, raw)
+            if fixed != raw:
+                raw = fixed
+                flags.append("repaired:surrogate")
+        if raw.count(b"{") + raw.count(b"[") > self.max_depth and (
+            _depth(raw) > self.max_depth
+        ):
+            flags.append("too_deep")
+        return raw, ",".join(flags) or None
+
+    def _run_sql(self, tbl: pa.Table) -> pa.Table:
+        """The prepared statement over ``tbl`` (one output row per input row)."""
         self._current.table = tbl
         try:
             if not self._prepared:
                 self._con.execute("PREPARE tw_parse AS " + self._sql)
                 self._prepared = True
-            out = self._con.sql("EXECUTE tw_parse").to_arrow_table()
+            return self._con.sql("EXECUTE tw_parse").to_arrow_table()
         finally:
             self._current.table = pa.Table.from_batches([], _INPUT)
+
+    def _run_sql_safely(self, tbl: pa.Table) -> pa.Table:
+        """:meth:`_run_sql`, falling back to halves when a line makes DuckDB raise.
+
+        The statement is written not to raise on any input, but a failure must cost
+        only the offending line: the batch is split in halves until the failing line is
+        alone, which is then quarantined (``unprocessable``, with DuckDB's message) and
+        parsed again as such — a quarantined line reaches no JSON function. k bad lines
+        in n cost O(k log n) small queries; the normal path pays nothing.
+        """
+        try:
+            return self._run_sql(tbl)
+        except (duckdb.Error, pa.ArrowException) as exc:
+            if tbl.num_rows <= 1:
+                if tbl.num_rows == 0:
+                    raise
+                self.counters.fallbacks += 1
+                detail = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                tbl = tbl.set_column(
+                    tbl.schema.get_field_index("pre_reason"), "pre_reason",
+                    arrays.strings(["unprocessable"]),
+                ).set_column(
+                    tbl.schema.get_field_index("pre_flags"), "pre_flags",
+                    arrays.strings([detail]),
+                )
+                return self._run_sql(tbl)
+            half = tbl.num_rows // 2
+            return pa.concat_tables(
+                [self._run_sql_safely(tbl.slice(0, half)),
+                 self._run_sql_safely(tbl.slice(half))]
+            )
+
+    def parse(self, batch: RawBatch) -> pa.Table:
+        """Classify and normalize every line of ``batch``; one output row per input line."""
+        tbl = self._prepare(batch)
+        out = self._run_sql_safely(tbl)
         # The raw line is attached here rather than selected in SQL: DuckDB would copy
         # every line's text once more (~30% of the query's cost). That pairs output row i
         # with input line i, so the output is put back in input order when DuckDB did not

@@ -6,7 +6,10 @@ CLI prints them at the end of a run and live mode exposes them in ``toolwatch st
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import itertools
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +28,8 @@ from ingest.sessionize import Sessionizer
 from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.store import Checkpoint, Store
+
+log = logging.getLogger(__name__)
 
 #: Outcomes that do not make a call an error when the log has no error flag.
 _NOT_ERRORS = arrays.strings(["ok", "unknown"])
@@ -106,6 +111,24 @@ def _rows_between(tbl: pa.Table, kind: pa.ChunkedArray, k: str) -> pa.Table:
     return pa.concat_tables(parts) if parts else tbl.slice(0, 0)
 
 
+def _slice(batch: RawBatch, start: int, stop: int) -> RawBatch:
+    """Lines ``start:stop`` of ``batch`` as a batch of their own.
+
+    A part that is not the batch's end resumes at the next part's first line and is not
+    final; the last part keeps the batch's end offset and ``final`` flag.
+    """
+    last = stop >= len(batch)
+    return dataclasses.replace(
+        batch,
+        lines=batch.lines.slice(start, stop - start),
+        offsets=batch.offsets[start:stop],
+        line_nos=None if batch.line_nos is None else batch.line_nos[start:stop],
+        sizes=None if batch.sizes is None else batch.sizes[start:stop],
+        end_offset=batch.end_offset if last else int(batch.offsets[stop]),
+        final=batch.final and last,
+    )
+
+
 class Pipeline:
     """Parse/normalize/pair/sessionize batches and write them to the store.
 
@@ -127,15 +150,117 @@ class Pipeline:
         self.counters = Counters()
 
     def transform(self, batch: RawBatch, parsed_tbl: pa.Table | None = None) -> BatchOutput:
-        """Run every transform over one batch (no I/O).
+        """Run every transform over one batch (no I/O); never raises because of a line.
 
         ``parsed_tbl`` is ``self.parser.parse(batch)`` when the caller already ran it
         (``ingest`` parses the next batches on worker threads while this one is
         transformed); the stateful transforms (pairing, sessionizing) always run here, in
         batch order.
+
+        Should a transform raise on some row, the state it may have half-updated is put
+        back and the batch is done again in halves, down to the offending line, which is
+        quarantined as ``unprocessable``: one line never costs its neighbours, and the
+        checkpoint still moves past it.
         """
+        if parsed_tbl is None:
+            parsed_tbl = self.parser.parse(batch)
+        saved = self._save_state()
+        try:
+            return self._transform(batch, parsed_tbl)
+        except Exception as exc:  # narrowed to the offending line below
+            self._restore_state(saved)
+            log.warning("batch of %s fell back to halves: %s", batch.source, exc)
+            return self._transform_split(batch, parsed_tbl, exc)
+
+    # ------------------------------------------------------------------ fallback
+    def _save_state(self) -> tuple[Any, ...]:
+        """What :meth:`_transform` may change: counters, sessionizer and pairer state.
+
+        Shallow copies with their containers copied (frames are immutable): cheap, and
+        only containers the transforms mutate in place need their own copy.
+        """
+        def snap(obj: Any) -> Any:
+            c = copy.copy(obj)
+            for k, v in vars(c).items():
+                if isinstance(v, (dict, list, set, Counter)) or dataclasses.is_dataclass(v):
+                    setattr(c, k, copy.copy(v))
+            return c
+
+        return (
+            snap(self.counters),
+            snap(self.sessionizer),
+            {fp: snap(p) for fp, p in self.pairers.items()},
+        )
+
+    def _restore_state(self, saved: tuple[Any, ...]) -> None:
+        self.counters, self.sessionizer, self.pairers = saved
+
+    def _transform_split(
+        self, batch: RawBatch, parsed: pa.Table, exc: BaseException
+    ) -> BatchOutput:
+        """Transform ``batch`` in two halves (recursively); a lone failing line is
+        quarantined with the error as its detail."""
+        n = len(batch)
+        if n <= 1:
+            return self._unprocessable(batch, parsed, exc)
+        half = n // 2
+        outs = []
+        for sub, rows in ((_slice(batch, 0, half), parsed.slice(0, half)),
+                          (_slice(batch, half, n), parsed.slice(half))):
+            saved = self._save_state()
+            try:
+                outs.append(self._transform(sub, rows))
+            except Exception as sub_exc:  # see transform
+                self._restore_state(saved)
+                outs.append(self._transform_split(sub, rows, sub_exc))
+        return BatchOutput(
+            events=pa.concat_tables([o.events for o in outs]),
+            summaries=pa.concat_tables([o.summaries for o in outs]),
+            quarantine=pa.concat_tables([o.quarantine for o in outs]),
+            checkpoint=outs[-1].checkpoint,
+        )
+
+    def _unprocessable(self, batch: RawBatch, parsed: pa.Table, exc: BaseException) -> BatchOutput:
+        """One line (or an empty final batch) that a transform could not take."""
         now = datetime.now(UTC)
-        tbl = self.parser.parse(batch) if parsed_tbl is None else parsed_tbl
+        n = len(batch)
+        self.counters.lines_read += n
+        if n:
+            self.counters.quarantined["unprocessable"] += n
+        detail = f"transform failed: {type(exc).__name__}: {str(exc)[:300]}"
+        keep = self.config.ingest.quarantine_raw_chars
+        raw = parsed.column("raw") if "raw" in parsed.column_names else pa.nulls(n, pa.string())
+        cols = {
+            "event_id": pc.binary_join_element_wise(
+                arrays.repeat(batch.source_fp, n),
+                pc.cast(arrays.from_numpy(np.asarray(batch.offsets, dtype=np.int64)), pa.string()),
+                ":",
+            ),
+            "reason": arrays.repeat("unprocessable", n),
+            "detail": arrays.repeat(detail, n),
+            "source": arrays.repeat(batch.source, n),
+            "source_fp": arrays.repeat(batch.source_fp, n),
+            "offset": arrays.from_numpy(np.asarray(batch.offsets, dtype=np.int64)),
+            "line_no": arrays.from_numpy(np.asarray(batch.line_nos, dtype=np.int64))
+            if batch.line_nos is not None else pa.nulls(n, pa.int64()),
+            "raw": pc.utf8_slice_codeunits(raw.cast(pa.string()), 0, keep),
+            "raw_bytes": parsed.column("raw_bytes") if "raw_bytes" in parsed.column_names
+            else pa.nulls(n, pa.int64()),
+            "ingested_at": arrays.from_numpy(np.full(n, _epoch_us(now)), schema.TS),
+        }
+        q = pa.table([cols[c] for c in schema.QUARANTINE.names], names=schema.QUARANTINE.names)
+        if batch.final:
+            self.pairers.pop(batch.source_fp, None)
+        return BatchOutput(
+            events=arrays.empty(schema.EVENTS),
+            summaries=arrays.empty(schema.SUMMARIES),
+            quarantine=q.cast(schema.QUARANTINE),
+            checkpoint=Checkpoint(batch.source_fp, batch.source, batch.end_offset),
+        )
+
+    def _transform(self, batch: RawBatch, tbl: pa.Table) -> BatchOutput:
+        """:meth:`transform` without the fallback."""
+        now = datetime.now(UTC)
         self.counters.lines_read += len(batch)
         self.counters.secrets_redacted = self.parser.counters.redacted
         # Plain calls — nearly every row — stay in Arrow from parse to Parquet; only the

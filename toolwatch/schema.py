@@ -47,6 +47,9 @@ EVENTS = pa.schema(
         ("line_no", pa.int64()),  # 1-based line number when known
         ("raw", pa.string()),  # the whole original object, secrets hashed: nothing dropped
         ("ingested_at", TS),
+        # What ingest changed, comma-separated (null for nearly every row):
+        # out_of_range:<column> (value nulled), too_deep (args truncated), repaired:...
+        ("flags", pa.string()),
     ]
 )
 
@@ -70,6 +73,7 @@ SUMMARIES = pa.schema(
         ("line_no", pa.int64()),
         ("raw", pa.string()),
         ("ingested_at", TS),
+        ("flags", pa.string()),  # as in EVENTS
     ]
 )
 
@@ -130,6 +134,8 @@ QUARANTINE_REASONS = {
     "orphan_response": "JSON-RPC response whose request was never seen",
     "missing_session": "session summary without a session id",
     "server_text": "non-JSON line on a wrapped server's stderr (toolwatch run): kept, no failure",
+    "unprocessable": "a line that made parsing or a transform fail (detail says how); the "
+    "rest of its batch is stored",
 }
 
 DATASETS = {"events": EVENTS, "summaries": SUMMARIES, "quarantine": QUARANTINE, "alerts": ALERTS}

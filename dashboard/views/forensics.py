@@ -1,8 +1,12 @@
 """Forensics: read-only SQL over the store's views, with saved parameterized queries.
 
-Queries run through :func:`dashboard.data.run_forensic_sql`: one SELECT/EXPLAIN only, no
-file access outside the store, configuration locked, results capped, runaway queries
-interrupted. Saved queries bind their inputs as parameters (never pasted into SQL).
+Queries run through :func:`dashboard.data.run_forensic_sql`: the whitelist guard (one
+plain SELECT over the views; see docs/query.md), a locked connection with no file access
+beyond the views' own files, bounded memory/threads (``[query]`` config), results capped,
+runaway queries interrupted. Saved queries bind their inputs as parameters (never pasted
+into SQL). Errors quote the SQL and logged values, so they are shown as plain text
+(``st.text``), never as Markdown (``st.error`` renders Markdown: an image link in a caller
+id would make the browser fetch it).
 """
 
 from __future__ import annotations
@@ -10,12 +14,23 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import data, ui
-from toolwatch.errors import QueryError
+from toolwatch.config import QueryConfig, load_config
+from toolwatch.errors import QueryError, QueryRefusedError, ToolwatchError
+
+
+def _limits() -> QueryConfig:
+    """The ``[query]`` bounds (memory, threads, timeout) from the configuration."""
+    try:
+        return load_config().query
+    except ToolwatchError:  # a bad config file is reported by the CLI; defaults here
+        return QueryConfig()
+
 
 st.title("Forensics")
 st.caption(
-    "Read-only DuckDB SQL over the views events, sessions, alerts, summaries and quarantine. "
-    "Writes, ATTACH, COPY, PRAGMA/SET and file access outside the store are refused. "
+    "One plain DuckDB SELECT over the views events, sessions, alerts, alerts_raw, summaries "
+    "and quarantine. EXPLAIN, COPY, PRAGMA/SET, ATTACH, table functions reading files and "
+    "anything but a SELECT are refused. "
     f"Times shown in {ui.timezone()}; downloads keep UTC."
 )
 
@@ -46,10 +61,20 @@ max_rows = st.number_input(
 if st.button("Run", type="primary", key="fx_run"):
     try:
         bound = data.coerce_params(saved, params) if saved is not None else None
-        res = data.run_forensic_sql(ui.store(), sql, bound, max_rows=int(max_rows))
+        lim = _limits()
+        res = data.run_forensic_sql(
+            ui.store(),
+            sql,
+            bound,
+            max_rows=int(max_rows),
+            timeout_s=lim.timeout_seconds,
+            limits=lim,
+        )
     except (QueryError, ValueError) as exc:
         st.session_state.pop("fx_result", None)
-        st.error(f"Query refused or failed: {exc}")
+        # Plain text only: the message can quote logged values (see module docstring).
+        what = "Query refused" if isinstance(exc, QueryRefusedError) else "Query failed"
+        st.text(f"{what}: {exc}")
     else:
         st.session_state["fx_result"] = res
 

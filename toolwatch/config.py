@@ -86,22 +86,16 @@ class IngestConfig:
         factory=dict,
     )
     secret_keys: list[str] = doc(
-        "Argument keys (case-insensitive substrings) whose values are replaced by a keyed "
-        "hash before storage.",
-        factory=lambda: [
-            "apikey",
-            "api_key",
-            "api-key",
-            "password",
-            "passwd",
-            "token",
-            "secret",
-            "authorization",
-            "credential",
-            "private_key",
-            "access_key",
-            "cookie",
-        ],
+        "Extra secret key names, beyond the built-in vocabulary (docs/log-format.md, "
+        "Secrets): a key whose name, lower-cased with separators removed, contains one of "
+        "these (normalized the same way) has its value replaced by a keyed hash.",
+        factory=list,
+    )
+    secret_key_exceptions: list[str] = doc(
+        "Key names never treated as secret although they contain a secret word (compared "
+        "lower-cased with separators removed, e.g. 'token_budget'); added to the built-in "
+        "exceptions (authFailures, max_tokens and other token counters).",
+        factory=list,
     )
 
 

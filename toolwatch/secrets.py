@@ -1,18 +1,39 @@
-"""Keyed hashing of secrets found in tool arguments.
+"""Keyed hashing of secrets found in log lines, by structure and by shape.
 
-Argument values under secret-looking keys (``apiKey``, ``password``, ``token`` …) are
-never stored in clear. They are replaced by ``hmac:<32 hex>``, an HMAC-SHA256 under a key
-kept *outside* the store: equal secrets still hash equal, so detectors can count distinct
-credentials, but someone holding only the store cannot recover or brute-force them.
+Nothing secret is stored in clear. Three rules, applied to every line that may carry a
+secret (a one-pass RE2 prefilter, :attr:`SecretHasher.candidate_pattern`, picks those out
+of a batch, so lines without one cost nearly nothing):
+
+1. **By key.** The value under a secret-like key (``apiKey``, ``password``, ``pwd``,
+   ``privateKey``, ``credentials`` … see :data:`WORD_NEEDLES` / :data:`LONG_NEEDLES`) is
+   replaced *whole* — string, number, boolean, list or object — by one ``hmac:<32 hex>``
+   digest of its canonical serialization, so neither the secret nor its structure is kept.
+   Key names are normalized (camelCase, snake_case, kebab-case, dotted, any case) first.
+2. **By shape.** In any string: URL credentials (``scheme://user:pass@``), query and
+   ``name=value`` parameters (``?token=``, ``api_key=``, ``sig=``), ``Bearer``/``Basic``
+   credentials, and well-known token formats (JWT, ``sk-``, ``ghp_``, ``xoxb-``,
+   ``AKIA…``, PEM private keys) are hashed in place; JSON embedded in a string is
+   scanned too.
+3. **Without structure.** A line that does not parse (truncated, over-long, nested
+   beyond the JSON library's limit) is scrubbed by :meth:`SecretHasher.scrub_text`, a
+   scanner that needs no closing quote or bracket: from a secret-like key everything up
+   to the end of its value *or the end of the available text* is hashed.
+
+A digest is an HMAC-SHA256 under a key kept *outside* the store: equal secrets still hash
+equal, so detectors can count distinct credentials, but someone holding only the store
+cannot recover or brute-force them. Redaction is iterative and never raises, whatever
+the input's depth or content.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import os
 import re
 import secrets as _stdlib_secrets
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +42,6 @@ import orjson
 from toolwatch.errors import ConfigError
 
 HASH_PREFIX = "hmac:"
-
 
 def load_or_create_key(key_file: str | Path, data_dir: str | Path | None = None) -> bytes:
     """Return the HMAC key: ``$TOOLWATCH_HMAC_KEY`` (hex), else the key file, else a new one.
@@ -66,125 +86,682 @@ def load_or_create_key(key_file: str | Path, data_dir: str | Path | None = None)
         raise ConfigError("HMAC key file is not hex", path=str(path)) from exc
 
 
+
+# --------------------------------------------------------------------------- vocabulary
+#: Secret words matched as a *whole word* of the normalized key (``userPin``, ``PIN``,
+#: ``pin_code`` match ``pin``; ``mapping``, ``spinner`` do not). Short or ambiguous words.
+WORD_NEEDLES: tuple[str, ...] = (
+    "pwd", "pw", "pass", "pin", "otp", "totp", "auth", "oauth", "ssn", "cvv", "cvc",
+    "token", "tokens",
+)
+#: Secret names matched as a substring of the key with separators and case removed
+#: (``x-api-key`` → ``xapikey`` ∋ ``apikey``; ``client_secret``, ``setCookie`` …).
+LONG_NEEDLES: tuple[str, ...] = (
+    "password", "passwd", "passphrase", "passcode", "pincode", "secret", "apikey",
+    "privatekey", "privkey", "accesskey", "signingkey", "encryptionkey", "credential",
+    "cookie", "authorization", "bearer", "accesstoken", "refreshtoken", "idtoken",
+    "sessiontoken", "authtoken", "apitoken", "csrftoken", "xsrftoken", "cardnumber",
+    "creditcard", "ccnumber", "connectionstring",
+)
+#: Normalized key names that contain a secret word but hold none: the ``authFailures``
+#: count of session summaries and LLM token counters stay readable.
+DEFAULT_EXCEPTIONS: tuple[str, ...] = (
+    "authfailures", "maxtokens", "maxnewtokens", "maxoutputtokens", "maxcompletiontokens",
+    "prompttokens", "completiontokens", "totaltokens", "inputtokens", "outputtokens",
+    "numtokens", "tokencount", "tokensused", "cachedtokens", "reasoningtokens", "tokenlimit",
+)
+#: Parameter names hashed only in ``?name=value`` / ``&name=value`` form (signed URLs,
+#: ``?key=`` API keys); too common as JSON keys to hash there.
+QUERY_NEEDLES: tuple[str, ...] = ("sig", "signature", "key", "x-amz-signature")
+
+_WORD_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_NON_ALNUM = re.compile(r"[^A-Za-z0-9]+")
+
+
+def key_words(key: str) -> list[str]:
+    """Lower-case words of a key name: ``"userAPIKey_v2"`` → ``["user", "api", "key", "v", "2"]``.
+
+    Splits on every non-ASCII-alphanumeric character, on lower→upper case changes and on
+    letter/digit changes; an upper-case run followed by a capitalized word ends before it
+    (``APIKey`` → ``api``, ``key``).
+    """
+    return [w.lower() for w in _WORD_RE.findall(key)]
+
+
+def normalize_key(key: str) -> str:
+    """A key with separators and case removed: ``"X-Api-Key"`` → ``"xapikey"``."""
+    return _NON_ALNUM.sub("", key).lower()
+
+
+# --------------------------------------------------------------------------- shapes
+_B64U = r"[A-Za-z0-9_\-]"
+#: Well-known credential formats, hashed wherever they appear (whole match), each with
+#: the literals one of which it must contain. Each pattern starts with a literal and
+#: checks the character before it with a look-behind placed after it: Python's ``re``
+#: scans for a leading literal quickly, not for a leading look-behind.
+_TOKEN_SHAPES: tuple[tuple[tuple[str, ...], str], ...] = (
+    # up to its END line, else to the end of the JSON string (raw text) or of the text
+    (("-----BEGIN",),
+     r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^\"\\]|\\.)*?"
+     r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|(?=\")|\Z)"),
+    (("eyJ",), rf"eyJ(?<![A-Za-z0-9_\-]eyJ){_B64U}{{6,}}(?:\.{_B64U}*){{0,2}}"),
+    (("sk-",), rf"sk-(?<![A-Za-z0-9]sk-){_B64U}{{8,}}"),
+    (("k_live_", "k_test_"),
+     r"[rsp]k_(?:live|test)_(?<![A-Za-z0-9][rsp]k_[a-z]{4}_)[A-Za-z0-9]{8,}"),
+    (("hp_", "ho_", "hu_", "hs_", "hr_", "github_pat_"),
+     r"gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)[A-Za-z0-9]{8,}"
+     r"|github_pat_(?<![A-Za-z0-9]github_pat_)[A-Za-z0-9_]{8,}"),
+    (("xox",), r"xox[abposre]-(?<![A-Za-z0-9]xox[abposre]-)[A-Za-z0-9\-]{8,}"),
+    (("AKIA", "ASIA", "ABIA", "ACCA"),
+     r"(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4})[A-Z0-9]{12,}"),
+    (("AIza",), r"AIza(?<![A-Za-z0-9]AIza)[A-Za-z0-9_\-]{20,}"),
+)
+_SHAPES = tuple((lits, re.compile(p, re.S)) for lits, p in _TOKEN_SHAPES)
+_SHAPES_B = tuple(
+    (tuple(x.encode() for x in lits), re.compile(p.encode(), re.S)) for lits, p in _TOKEN_SHAPES
+)
+_SHAPE_LITERALS = tuple(x for lits, _ in _TOKEN_SHAPES for x in lits)
+_SHAPE_LITERALS_B = tuple(x.encode() for x in _SHAPE_LITERALS)
+#: A token format's prefix cut short by the end of the text (a truncated line): hashed
+#: by :meth:`SecretHasher.scrub_text` so no piece of a cut secret survives.
+_SHAPE_TAIL_RE = re.compile(
+    r"(?:-----BEGIN[ A-Z0-9]*PRIV|(?<![A-Za-z0-9_\-])eyJ|(?<![A-Za-z0-9])(?:sk-|[rsp]k_|"
+    r"gh[pousr]_|github_pat_|xox[abposre]-|AIza)|(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA))"
+    r"[A-Za-z0-9_.=+/\-]*\Z"
+)
+#: ``name:`` outside JSON syntax (a JSON key's colon follows a quote, a time's a digit).
+#: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
+_NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-]:)|:(?<=[A-Za-z_.\-]\s:)")
+_STRINGS_GATE_B = (b"=", b"\\", b":/", b"earer", b"EARER", b"asic")
+
+
+def _strings_may_hold_shape(line: bytes) -> bool:
+    """Raw-line test for the per-string rules other than token formats: ``=``, ``:/``
+    (a URL), an escape, Bearer/Basic, ``name:`` outside JSON syntax. Lines without any
+    (most lines with a secret key) only have their keys checked."""
+    for x in _STRINGS_GATE_B:
+        if x in line:
+            return True
+    return _NAME_COLON_B_RE.search(line) is not None
+
+
+#: ``Bearer <token>`` / ``Basic <base64>`` (group 1 is hashed). Basic needs a character
+#: that prose lacks (digit, upper case after the first letter, ``+/=``).
+_SCHEME_RE = re.compile(
+    r"\b(?:[Bb]earer|BEARER)\s+([A-Za-z0-9._~+/=\-]{4,})"
+    r"|\b[Bb]asic\s+((?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{6,}={0,2}"
+    r"|[A-Za-z0-9+/]*[A-Z][A-Za-z0-9+/]*[a-z0-9+/][A-Za-z0-9+/]{4,}={0,2})"
+)
+#: ``scheme://userinfo@``: group 2 is the userinfo, up to the last ``@`` before a path.
+_URL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2})([^\s/\"'<>]*)@")
+#: ``scheme://user:pass`` cut by the end of the text before its ``@``: the tail after the
+#: colon may be a password.
+_URL_TAIL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2}[^\s/\"'<>@:]*:)([^\s/\"'<>@]+)\Z")
+#: ``name=value`` / ``name: value`` in free text (query strings, headers, DSNs): the name
+#: and separator only; the value is measured from there (:data:`_KV_VALUE_RE`), so a
+#: non-secret pair never swallows the next one (``https://h/?token=…``).
+_KV_RE = re.compile(r"([A-Za-z][A-Za-z0-9_.\-]{0,63})(=|\s?:\s*|\s+=\s*)")
+_KV_VALUE_RE = re.compile(
+    r"(?i:(?:bearer|basic|digest|token|negotiate|ntlm)\s+)?((?:[^\s&;,\"'<>\\]|\\.)+)"
+)
+_GATE_LITERALS = ("=", ":", '"', "earer", "EARER", "asic", *_SHAPE_LITERALS)
+
+
+def _may_hold_shape(text: str) -> bool:
+    """Cheap test that a string may hold a shape: every rule of ``scrub_str`` needs one
+    of these substrings (strings without any are left alone without running the rules).
+    Plain substring tests: an alternation regex costs several µs per string in ``re``."""
+    for x in _GATE_LITERALS:  # noqa: SIM110 - a plain loop is faster than any()
+        if x in text:
+            return True
+    return False
+
+
+#: JSON strings, in order; a missing closing quote (end of text) is allowed.
+_STR_RE = re.compile(r'"((?:[^"\\]|\\.)*)("?)', re.S)
+_COLON_RE = re.compile(r"\s*:\s*")
+_BRACKET_RE = re.compile(r'[\[\]{}"]')
+_SCALAR_RE = re.compile(r"[^,}\]\s]*")
+_ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
+_SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+#: Nesting of JSON-in-a-string scanned by :meth:`SecretHasher.scrub_str`; deeper
+#: candidate strings are hashed whole.
+MAX_EMBED_DEPTH = 4
+
+
+def _loose_unescape(content: str) -> str:
+    """JSON string content to text without failing (cut escapes, lone surrogates)."""
+    try:
+        out = orjson.loads('"' + content + '"')
+        assert isinstance(out, str)
+        return out
+    except (orjson.JSONDecodeError, TypeError, AssertionError):
+        pass
+
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        if e[0] == "u":
+            return chr(int(e[1:], 16))
+        return _SIMPLE_ESCAPES.get(e, e)
+
+    return _ESCAPE_RE.sub(one, content)
+
+
+def _json_str(text: str) -> str:
+    """``text`` as a JSON string literal (never raises: lone surrogates are escaped)."""
+    try:
+        return orjson.dumps(text).decode()
+    except TypeError:
+        return json.dumps(text)
+
+
+def _canonical(value: Any) -> bytes:
+    """Canonical JSON (sorted keys, compact) of any JSON-like value, at any depth.
+
+    orjson does it in one call up to 255 levels and 64-bit integers; beyond that an
+    explicit stack does it (recursion would overflow on hostile nesting).
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        pass
+    out: list[str] = []
+    stack: list[tuple[bool, Any]] = [(False, value)]  # (is literal text, item)
+    while stack:
+        literal, item = stack.pop()
+        if literal:
+            out.append(item)
+        elif isinstance(item, dict):
+            pairs = sorted(item.items(), key=lambda kv: str(kv[0]))
+            stack.append((True, "}"))
+            for i in range(len(pairs) - 1, -1, -1):
+                k, v = pairs[i]
+                stack.append((False, v))
+                stack.append((True, ("," if i else "") + _json_str(str(k)) + ":"))
+            out.append("{")
+        elif isinstance(item, list | tuple):
+            stack.append((True, "]"))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((False, item[i]))
+                if i:
+                    stack.append((True, ","))
+            out.append("[")
+        elif isinstance(item, str):
+            out.append(_json_str(item))
+        elif type(item) is int:
+            out.append(str(item))
+        else:
+            try:
+                out.append(orjson.dumps(item).decode())
+            except TypeError:
+                out.append(_json_str(repr(item)))
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def _word_forms_re2(word: str) -> str:
+    """RE2 (and Python) pattern of ``word`` as a whole word of a key, in any style.
+
+    The superset of where :func:`key_words` yields ``word``: lower case not preceded by a
+    letter, Capitalized anywhere, UPPER not preceded by an upper-case letter; none
+    followed by a lower-case letter. Case-sensitive inside a case-insensitive pattern.
+    """
+    low, cap, up = word, word.capitalize(), word.upper()
+    return (
+        rf"(?-i:(?:^|[^A-Za-z]|\\[bfnrt]){low}(?:[^a-z]|$)|{cap}(?:[^a-z]|$)"
+        rf"|(?:^|[^A-Z]){up}(?:[^a-z]|$))"
+    )
+
+
+def _joined_re2(needle: str) -> str:
+    """RE2 (and Python) pattern of a normalized name spelled with any separators."""
+    sep = r"(?:[^A-Za-z0-9\\]|\\[^u])*"
+    return sep.join(re.escape(c) for c in needle)
+
+
 class SecretHasher:
-    """Replace secret argument values with keyed hashes.
+    """Replace secrets in log lines with keyed hashes.
 
     Parameters
     ----------
     key
         HMAC key bytes.
     secret_keys
-        Case-insensitive substrings; a JSON object key containing any of them is secret.
+        Extra secret names, beyond the built-in vocabulary (:data:`WORD_NEEDLES`,
+        :data:`LONG_NEEDLES`): a key whose normalized form (:func:`normalize_key`)
+        contains one of them (normalized too) is secret.
+    exceptions
+        Extra normalized key names that are never secret, beyond
+        :data:`DEFAULT_EXCEPTIONS` (e.g. ``"tokenizer"``).
     """
 
-    def __init__(self, key: bytes, secret_keys: list[str]):
+    def __init__(
+        self, key: bytes, secret_keys: Iterable[str] = (), exceptions: Iterable[str] = ()
+    ):
         self._key = key
-        self._needles = tuple(k.lower() for k in secret_keys)
+        extra = {normalize_key(k) for k in secret_keys} - {""}
+        self._words = frozenset(WORD_NEEDLES)
+        self._needles = tuple(sorted(set(LONG_NEEDLES) | extra))
+        self._exceptions = frozenset(DEFAULT_EXCEPTIONS) | {normalize_key(e) for e in exceptions}
         self._key_cache: dict[str, bool] = {}
+        shape_prefixes = (
+            r"(?-i:(?:^|[^A-Za-z0-9_\-])eyJ|(?:^|[^A-Za-z0-9])(?:sk-|[rsp]k_(?:live|test)_|"
+            r"gh[pousr]_|github_pat_|xox[abposre]-|AIza)|(?:^|[^A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)"
+            r"|-----BEGIN[ A-Z0-9]*PRIV|[Bb]asic\s)"
+        )
+        parts = [
+            *(_word_forms_re2(w) for w in sorted(self._words)),
+            *(_joined_re2(n) for n in self._needles),
+            shape_prefixes,
+            r":(?:\\?/){2}[^/\s\"]*@",  # URL userinfo
+            r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
+        ]
+        self._text_pattern = "|".join(parts)
 
+    # ------------------------------------------------------------------ matching
     @property
     def candidate_pattern(self) -> str:
-        """RE2 pattern (case-insensitive) matching lines that may carry a secret.
+        """RE2 pattern (run case-insensitively) matching lines that may carry a secret.
 
-        Used vectorized over a whole batch (``pyarrow.compute.match_substring_regex``):
-        one DFA pass, ~20 ms per 16 MiB, so the exact JSON-walking path runs only for
-        the few lines that need it.
+        Used vectorized over a whole batch (``pyarrow.compute.match_substring_regex``,
+        ``ignore_case=True``): one DFA pass, so the exact path runs only for the few
+        lines that need it. It is a superset of what the exact path changes: every
+        secret key spelling, token shape, URL userinfo and query secret, and every line
+        holding a ``\\u`` escape.
         """
-        return "|".join(re.escape(n) for n in self._needles) + r"|\\u"
-
-    def digest(self, value: Any) -> str:
-        """Keyed hash of one secret value, as stored."""
-        if isinstance(value, str):
-            raw = value
-        elif type(value) is int:  # its JSON text; orjson refuses ints beyond 64 bits
-            raw = str(value)
-        else:
-            raw = orjson.dumps(value).decode()
-        mac = hmac.new(self._key, raw.encode("utf-8", "surrogatepass"), hashlib.sha256)
-        return HASH_PREFIX + mac.hexdigest()[:32]
+        return self._text_pattern + r"|\\u"
 
     def is_secret_key(self, key: str) -> bool:
-        """Whether values under ``key`` must be hashed."""
+        """Whether values under ``key`` must be hashed (any case or separator style)."""
         # Logs repeat a small vocabulary of keys: memoize (bounded, keys are attacker data).
         hit = self._key_cache.get(key)
         if hit is None:
-            low = key.lower()
-            hit = any(n in low for n in self._needles)
+            joined = normalize_key(key)
+            hit = joined not in self._exceptions and (
+                any(w in self._words for w in key_words(key))
+                or any(n in joined for n in self._needles)
+            )
             if len(self._key_cache) < 65_536:
                 self._key_cache[key] = hit
         return hit
 
-    def redact(self, obj: Any, found: list[str]) -> Any:
-        """Return ``obj`` with every secret value hashed; append the hashes to ``found``.
+    def _is_query_secret(self, name: str) -> bool:
+        return name.lower() in QUERY_NEEDLES or self.is_secret_key(name)
 
-        Containers holding no secret are returned as they are (not copied): a log line
-        is mostly scalars under ordinary keys, and this runs for every line that may
-        carry a secret.
+    # ------------------------------------------------------------------ digests
+    def digest(self, value: Any) -> str:
+        """Keyed hash of one secret value, as stored.
+
+        A string hashes its text; any other value its canonical JSON (sorted keys,
+        compact), so a list or object is one digest and equal values hash equal.
         """
-        if isinstance(obj, dict):
-            out: dict[str, Any] | None = None
-            for k, v in obj.items():
-                if isinstance(v, dict | list):
-                    new = self.redact(v, found)
-                    if new is v:
+        if isinstance(value, str):
+            raw = value.encode("utf-8", "surrogatepass")
+        elif type(value) is int:  # its JSON text; orjson refuses ints beyond 64 bits
+            raw = str(value).encode()
+        elif isinstance(value, dict | list):
+            raw = _canonical(value)
+        else:
+            try:
+                raw = orjson.dumps(value)
+            except TypeError:
+                raw = _canonical(value)
+        return HASH_PREFIX + hmac.new(self._key, raw, hashlib.sha256).hexdigest()[:32]
+
+    def _hash_value(self, value: Any, found: list[str]) -> Any:
+        """The stored form of a value under a secret key (``None`` stays ``None``)."""
+        if value is None:
+            return None
+        if isinstance(value, str) and value.startswith(HASH_PREFIX):
+            return value
+        h = self.digest(value)
+        found.append(h)
+        return h
+
+    # ------------------------------------------------------------------ structures
+    def redact(self, obj: Any, found: list[str]) -> Any:
+        """Return ``obj`` with every secret hashed; append the hashes to ``found``.
+
+        Walks with an explicit stack (any depth, never a ``RecursionError``), in
+        document order (the first hash becomes the event's ``credential_hash``).
+        Containers holding no secret are returned as they are (not copied): a log line
+        is mostly scalars under ordinary keys. ``obj`` itself is never modified.
+        """
+        return self._walk(obj, found, strings=True)
+
+    def _walk(self, obj: Any, found: list[str], *, strings: bool) -> Any:
+        """:meth:`redact`; ``strings=False`` checks keys only (the caller knows no string
+        can hold a shape)."""
+        if isinstance(obj, str):
+            return self.scrub_str(obj, found) if strings and _may_hold_shape(obj) else obj
+        if not isinstance(obj, dict | list):
+            return obj
+        gate = _may_hold_shape
+        cache = self._key_cache
+        # frame: [container, iterator, copy-or-None, parent frame, key in parent]
+        stack: list[list[Any]] = [[obj, _items(obj), None, None, None]]
+        while stack:
+            f = stack[-1]
+            is_dict = type(f[0]) is dict
+            descended = False
+            for k, v in f[1]:
+                new_k = k
+                if is_dict:
+                    secret = cache.get(k)
+                    if secret is None:
+                        secret = self.is_secret_key(k)
+                    if secret:
+                        new = self._hash_value(v, found)
+                        if new is not v:
+                            _set(f, k, k, new)
                         continue
-                elif v is None or isinstance(v, bool) or not self.is_secret_key(k):
-                    continue
-                else:
-                    new = v if isinstance(v, str) and v.startswith(HASH_PREFIX) else self.digest(v)
-                    found.append(new)
-                if out is None:
-                    out = dict(obj)
-                out[k] = new
-            return obj if out is None else out
-        if isinstance(obj, list):
-            items: list[Any] | None = None
-            for i, v in enumerate(obj):
-                if isinstance(v, dict | list):
-                    new = self.redact(v, found)
-                    if new is not v:
-                        if items is None:
-                            items = list(obj)
-                        items[i] = new
-            return obj if items is None else items
-        return obj
+                    if strings and gate(k):
+                        new_k = self.scrub_str(k, found)
+                tv = type(v)
+                if tv is dict or tv is list:
+                    if new_k is not k:
+                        _set(f, k, new_k, v)
+                    stack.append([v, _items(v), None, f, k])
+                    descended = True
+                    break
+                if strings and tv is str and gate(v):
+                    new = self.scrub_str(v, found)
+                    if new is not v or new_k is not k:
+                        _set(f, k, new_k, new)
+                elif new_k is not k:
+                    _set(f, k, new_k, v)
+            if descended:
+                continue
+            stack.pop()
+            result = f[0] if f[2] is None else _build(f)
+            if f[3] is None:
+                return result
+            if result is not f[0]:
+                _set(f[3], f[4], f[4], result)
+        return obj  # pragma: no cover - the loop returns at the root
 
     def redact_line(self, line: bytes) -> tuple[bytes, str | None]:
-        """Redact one JSON line.
+        """Redact one JSON line; never raises.
 
         Returns
         -------
         (line, credential_hash)
-            The re-serialized line (unchanged if it is not valid JSON: the parser will
-            quarantine it, and quarantine stores it only after :meth:`scrub_text`) and the
-            first secret hash found, if any.
+            The re-serialized line (the same bytes if nothing was secret) and the first
+            secret hash found, if any. A line the JSON library cannot take (not JSON,
+            truncated, nested too deep, numbers out of range) is scrubbed by
+            :meth:`scrub_text` instead, which needs no structure.
         """
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            return self.scrub_text(line), None
         found: list[str] = []
-        red = self.redact(obj, found)
+        src = line
+        for x in _SHAPE_LITERALS_B:
+            if x in line:
+                # Token formats hold no JSON-escaped character: replaced in the raw
+                # text before parsing (one pass over the line, not one per string).
+                for lits, rx in _SHAPES_B:
+                    if any(x in src for x in lits):
+                        src = rx.sub(lambda m: self._hash_bytes(m.group(0), found), src)
+                break
+        try:
+            obj = orjson.loads(src)
+        except orjson.JSONDecodeError:
+            return self._scrub_bytes(line)
+        # (the gate reads the line as logged: a digest put in by the token pass has a colon)
+        red = self._walk(obj, found, strings=_strings_may_hold_shape(line))
         if not found:
             return line, None
-        return orjson.dumps(red), found[0]
+        if red is obj:
+            return src, found[0]
+        try:
+            return orjson.dumps(red), found[0]
+        except TypeError:  # deeper than orjson writes (255): fall back to the text scan
+            return self._scrub_bytes(line)
 
-    _TEXT_SECRET = re.compile(
-        rb'(?i)("[^"\\]*(?:key|password|passwd|token|secret|authorization|credential|cookie)'
-        rb'[^"\\]*"\s*:\s*")((?:[^"\\]|\\.)*)(")'
-    )
+    def _hash_bytes(self, secret: bytes, found: list[str]) -> bytes:
+        return self._hash_match(secret.decode("utf-8", "surrogateescape"), found).encode()
 
+    # ------------------------------------------------------------------ text
     def scrub_text(self, line: bytes) -> bytes:
-        """Best-effort redaction of a line that is not valid JSON (e.g. truncated).
+        """Redact bytes that may not be valid or complete JSON (never raises).
 
-        Quarantine keeps raw lines for forensics; a truncated line can still carry an API
-        key in clear, so string values under secret-looking keys are hashed textually.
+        For quarantined, truncated and over-long lines (their raw prefix is stored for
+        forensics): every rule of :meth:`scrub_str`, plus a token format's prefix cut
+        short by the end of the text.
         """
-        return self._TEXT_SECRET.sub(
-            lambda m: (
-                m.group(1)
-                + self.digest(m.group(2).decode("utf-8", "replace")).encode()
-                + m.group(3)
-            ),
-            line,
-        )
+        return self._scrub_bytes(line)[0]
+
+    def _scrub_bytes(self, line: bytes) -> tuple[bytes, str | None]:
+        found: list[str] = []
+        text = line.decode("utf-8", "surrogateescape")
+        out = self.scrub_str(text, found, tail=True)
+        if out is text:
+            return line, None
+        return out.encode("utf-8", "surrogateescape"), (found[0] if found else None)
+
+    def scrub_str(
+        self, text: str, found: list[str] | None = None, *, tail: bool = False, _depth: int = 0
+    ) -> str:
+        """Hash every secret *shape* in one string (never raises).
+
+        Token formats, ``Bearer``/``Basic`` credentials, URL userinfo, ``name=value``
+        and ``name: value`` pairs with a secret name, and JSON text (complete or not,
+        escaped inside a string or not) with values under secret keys. Returns ``text``
+        itself when nothing changed.
+
+        Parameters
+        ----------
+        text
+            Any string.
+        found
+            Digests are appended here.
+        tail
+            Also hash a token format's prefix at the very end (the text may be cut).
+        """
+        if found is None:
+            found = []
+        out = text
+        for lits, rx in _SHAPES:
+            if any(x in out for x in lits):
+                out = rx.sub(lambda m: self._hash_match(m.group(0), found), out)
+        if tail:
+            out = _SHAPE_TAIL_RE.sub(lambda m: self._hash_match(m.group(0), found), out)
+        if "earer" in out or "EARER" in out or "asic" in out:
+            out = _SCHEME_RE.sub(lambda m: self._hash_group(m, found), out)
+        if ":" in out:
+            if "@" in out and (":/" in out or ":\\/" in out):
+                out = _URL_RE.sub(lambda m: self._hash_userinfo(m, found), out)
+            if tail:
+                out = _URL_TAIL_RE.sub(
+                    lambda m: m.group(1) + self._hash_match(m.group(2), found), out
+                )
+        if "=" in out or ":" in out:
+            out = self._scan_kv(out, found)
+        if '"' in out:
+            out = self._scan_json_text(out, found, _depth)
+        return text if out == text else out
+
+    def _hash_match(self, secret: str, found: list[str]) -> str:
+        if secret.startswith(HASH_PREFIX):
+            return secret
+        h = self.digest(secret)
+        found.append(h)
+        return h
+
+    def _hash_group(self, m: re.Match[str], found: list[str]) -> str:
+        g = 1 if m.group(1) is not None else 2
+        s, e = m.span(g)
+        base = m.start()
+        whole = m.group(0)
+        return whole[: s - base] + self._hash_match(m.group(g), found) + whole[e - base :]
+
+    def _hash_userinfo(self, m: re.Match[str], found: list[str]) -> str:
+        info = m.group(2)
+        if ":" in info:
+            user, pw = info.split(":", 1)
+            if not pw or pw.startswith(HASH_PREFIX):
+                return m.group(0)
+            return f"{m.group(1)}{user}:{self._hash_match(pw, found)}@"
+        if len(info) >= 20:  # a token used as the user name (https://<token>@host)
+            return f"{m.group(1)}{self._hash_match(info, found)}@"
+        return m.group(0)
+
+    def _scan_kv(self, text: str, found: list[str]) -> str:
+        """Hash the values of ``name=value`` / ``name: value`` pairs with a secret name."""
+        pieces: list[str] = []
+        last = pos = 0
+        while True:
+            m = _KV_RE.search(text, pos)
+            if m is None:
+                break
+            pos = m.end()
+            name, sep = m.group(1), m.group(2)
+            if sep != "=" and name[-1].isdigit():  # "T10:00" is a time, not a pair
+                continue
+            # a query-only name (sig, key) counts only as a query parameter: "key: value"
+            # in prose is not one
+            if not (
+                self.is_secret_key(name)
+                or (sep == "=" and name.lower() in QUERY_NEEDLES and m.start() > 0
+                    and text[m.start() - 1] in "?&;#")
+            ):
+                continue
+            v = _KV_VALUE_RE.match(text, pos)
+            if v is None:
+                continue
+            value = v.group(1)
+            if not value.startswith(HASH_PREFIX):
+                pieces.append(text[last : v.start(1)])
+                pieces.append(self._hash_match(value, found))
+                last = v.end(1)
+            pos = max(v.end(), pos)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _scan_json_text(self, text: str, found: list[str], depth: int) -> str:
+        """Hash values under secret keys in JSON text that may be cut anywhere.
+
+        Strings are tokenized in order (between JSON strings there are no quotes, so
+        this stays aligned); a string followed by ``:`` is a key. The value after a
+        secret key is hashed up to its end — a string's closing quote, a container's
+        matching bracket, a scalar's delimiter — or to the end of the text.
+        """
+        pieces: list[str] = []
+        last = pos = 0
+        n = len(text)
+        while pos < n:
+            m = _STR_RE.search(text, pos)
+            if m is None:
+                break
+            end = m.end()
+            closed = bool(m.group(2))
+            c = _COLON_RE.match(text, end) if closed else None
+            if c is None:  # a value string (or a cut one): JSON may be escaped inside it
+                content = m.group(1)
+                if "\\" in content or depth:
+                    inner = _loose_unescape(content)
+                    if inner != content and _may_hold_shape(inner):
+                        if depth >= MAX_EMBED_DEPTH:
+                            new = self._hash_match(inner, found)
+                        else:
+                            new = self.scrub_str(inner, found, tail=not closed, _depth=depth + 1)
+                        if new is not inner:
+                            lit = _json_str(new)
+                            pieces.append(text[last : m.start()])
+                            pieces.append(lit if closed else lit[:-1])
+                            last = end
+                pos = end if end > m.start() else m.start() + 1
+                continue
+            vstart = c.end()
+            pos = vstart
+            if not self.is_secret_key(_loose_unescape(m.group(1))) or vstart >= n:
+                continue
+            vend, rep = self._value_at(text, vstart, found)
+            if rep is not None:
+                pieces.append(text[last:vstart])
+                pieces.append(rep)
+                last = vend
+            pos = max(vend, vstart)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _value_at(self, text: str, start: int, found: list[str]) -> tuple[int, str | None]:
+        """End of the JSON value starting at ``start`` and its replacement (or None)."""
+        ch = text[start]
+        if ch == '"':
+            m = _STR_RE.match(text, start)
+            assert m is not None
+            value = _loose_unescape(m.group(1))
+            if value.startswith(HASH_PREFIX):
+                return m.end(), None
+            close = '"' if m.group(2) else ""
+            return m.end(), '"' + self._hash_match(value, found) + close
+        if ch in "[{":
+            depth, p, end = 0, start, len(text)
+            while True:
+                b = _BRACKET_RE.search(text, p)
+                if b is None:
+                    break
+                c = b.group(0)
+                if c == '"':
+                    s = _STR_RE.match(text, b.start())
+                    assert s is not None
+                    if not s.group(2):
+                        break
+                    p = s.end()
+                    continue
+                depth += 1 if c in "[{" else -1
+                p = b.end()
+                if depth == 0:
+                    end = p
+                    break
+            raw = text[start:end]
+            try:
+                h = self._hash_match_value(orjson.loads(raw), found)
+            except (orjson.JSONDecodeError, TypeError):
+                h = self._hash_match(raw, found)
+            return end, '"' + h + '"'
+        m = _SCALAR_RE.match(text, start)
+        assert m is not None
+        raw = m.group(0)
+        if raw in ("", "null"):
+            return m.end(), None
+        try:
+            h = self._hash_match_value(orjson.loads(raw), found)
+        except (orjson.JSONDecodeError, TypeError):
+            h = self._hash_match(raw, found)
+        return m.end(), '"' + h + '"'
+
+    def _hash_match_value(self, value: Any, found: list[str]) -> str:
+        h = self.digest(value)
+        found.append(h)
+        return h
+
+
+def _items(container: dict[str, Any] | list[Any]) -> Any:
+    """(key, value) iterator of a dict, (index, value) of a list."""
+    return iter(container.items()) if isinstance(container, dict) else enumerate(container)
+
+
+def _set(frame: list[Any], key: Any, new_key: Any, value: Any) -> None:
+    """Record a changed entry in a walk frame (copying its container on first change)."""
+    container = frame[0]
+    if frame[2] is None:
+        frame[2] = dict(container) if isinstance(container, dict) else list(container)
+        if isinstance(container, dict):
+            frame.append({})  # renamed keys: old -> new
+    copy = frame[2]
+    copy[key] = value
+    if new_key is not key:
+        frame[5][key] = new_key
+
+
+def _build(frame: list[Any]) -> Any:
+    """The frame's copy, with renamed keys applied in place (order kept)."""
+    copy = frame[2]
+    if isinstance(copy, dict) and len(frame) > 5 and frame[5]:
+        renames = frame[5]
+        return {renames.get(k, k): v for k, v in copy.items()}
+    return copy

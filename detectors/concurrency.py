@@ -92,12 +92,14 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
     """
     if iv.height == 0:
         return pl.DataFrame(schema={key: iv.schema[key], "peak": pl.Int64, "peak_t": pl.Int64})
+    # Ends sort before starts at the same instant (half-open intervals): the tie-break is
+    # folded into the time (2x + 1 for a start) so the sort has two keys, not three.
     pts = pl.concat(
         [
-            iv.select(key, pl.col("s").alias("x"), pl.lit(1, pl.Int64).alias("d")),
-            iv.select(key, pl.col("e").alias("x"), pl.lit(-1, pl.Int64).alias("d")),
+            iv.select(key, (pl.col("s") * 2 + 1).alias("x2"), pl.lit(1, pl.Int64).alias("d")),
+            iv.select(key, (pl.col("e") * 2).alias("x2"), pl.lit(-1, pl.Int64).alias("d")),
         ]
-    ).sort([key, "x", "d"])
+    ).sort([key, "x2"]).with_columns((pl.col("x2") // 2).alias("x"))
     # Each group's deltas sum to zero, so a global running sum restarts at 0 per group.
     pts = pts.with_columns(pl.col("d").cum_sum().alias("f"))
     return pts.group_by(key).agg(

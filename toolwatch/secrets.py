@@ -354,6 +354,7 @@ class SecretHasher:
             *(_joined_re2(n) for n in self._needles),
             shape_prefixes,
             r":(?:\\?/){2}[^/\s\"]*@",  # URL userinfo
+            r":(?:\\?/){2}[^/\s\"@]*:[^/\s\"@]*\s*$",  # ... cut before its "@"
             r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
         ]
         self._text_pattern = "|".join(parts)

@@ -61,9 +61,18 @@ def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, 
 
     Returns the aggregated windows and the exploded session rows behind them.
     """
+    # Only the sessions that walked a listing themselves (pages_lo distinct pages or more)
+    # feed the sweep's volume floor: on a shared address (a corporate NAT), one caller's
+    # small crawl plus other callers' ordinary reads is not a sweep that returned data —
+    # the crawl is a scraping loop, the reads are nobody's extraction.
+    swept = pl.col("max_pages").fill_null(0) >= config.bulk_extraction.pages_lo
     narrow = sessions.select("first_t", "last_t", "sh", "ceh", "ieh", "calls", "total_bytes",
                              "max_bytes", "total_rows", "max_rows", "max_pages",
-                             "beyond_bytes", "beyond_rows")
+                             "beyond_bytes", "beyond_rows",
+                             pl.when(swept).then(pl.col("total_bytes")).otherwise(0)
+                             .alias("sweep_bytes"),
+                             pl.when(swept).then(pl.col("total_rows")).otherwise(0)
+                             .alias("sweep_rows"))
     ee = explode_entities(narrow, config, t_col="first_t")
     agg = group_agg(
         ee, KEYS,
@@ -78,6 +87,8 @@ def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, 
         # session's largest response adds up.
         pl.col("beyond_bytes").sum(),
         pl.col("beyond_rows").sum(),
+        pl.col("sweep_bytes").sum(),
+        pl.col("sweep_rows").sum(),
         pl.col("first_t").min(),
         pl.col("last_t").max(),
         *IDENTITY_AGGS,
@@ -136,9 +147,13 @@ class BulkExtractionDetector(Detector):
             pl.col("beyond_bytes").fill_null(0) / b.min_bytes,
             pl.col("beyond_rows").fill_null(0) / b.min_rows,
         )
+        # A session's sweep floor is its own volume; an entity window's is the volume of
+        # its sweeping sessions only (see _entity_windows).
+        sb, sr = ("sweep_bytes", "sweep_rows") if "sweep_bytes" in df.columns else (
+            "total_bytes", "total_rows")
         sweep_floor = pl.max_horizontal(
-            pl.col("total_bytes").fill_null(0) / b.sweep_min_bytes,
-            pl.col("total_rows").fill_null(0) / b.min_rows,
+            pl.col(sb).fill_null(0) / b.sweep_min_bytes,
+            pl.col(sr).fill_null(0) / b.min_rows,
         )
 
         # With an established own baseline, population and own z-scores are two lines of

@@ -314,6 +314,12 @@ class ToolLoopConfig:
         "streak must be made of at most this many distinct calls.",
         4,
     )
+    self_z: float = doc(
+        "When the caller loops habitually (its typical session over several days already "
+        "scores at alert level: a scheduled health probe, a status poller), a session must "
+        "also have a streak this many robust z-scores above the caller's own median.",
+        3.0,
+    )
 
 
 @dataclass

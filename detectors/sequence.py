@@ -40,9 +40,10 @@ import orjson
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, session_frame
+from detectors.baseline import Baseline, habits, habitual_gate
 from detectors.config import DetectorsConfig, WorkflowRule
 from detectors.features import SEED
-from detectors.scoring import any_of, band
+from detectors.scoring import all_of, any_of, band
 from detectors.text import clean, num, size
 from detectors.tools import _extract, _words, annotated
 
@@ -137,15 +138,56 @@ class ToolLoopDetector(_SequenceDetector):
 
     _extra: ClassVar[list[str]] = ["streak", "cycle", "loop_tool", "loop_span_s", "calls", "chain"]
 
-    def score(self, features: FeatureSet) -> pl.DataFrame:
-        """One row per session; score from the longest repeating streak."""
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn which callers loop habitually (a scheduled probe) and their usual streak."""
+        cfg = self.config
+        found = self._find(history)
+        # Batch mode fits on the very sessions it then scores: keep the streaks for score().
+        self._found_cache = (history.sessions, found)
+        per = self._per_session(history.sessions, found)
+        self.caller_baseline_ = Baseline(
+            ["streak"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
+            min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
+        ).fit(per)
+        self.habit_ = habits(per, "_raw", ["caller_id"], min_rows=cfg.baseline_min_sessions,
+                             min_days=cfg.baseline_min_days)
+        self.fitted_ = True
+        return self
+
+    def _raw(self) -> pl.Expr:
         s = self.settings
-        found = self._find(features)
-        found = found.with_columns(
-            pl.when(pl.col("cycle") <= s.max_cycle)
-            .then(band(pl.col("streak"), s.streak_lo, s.streak_hi)).otherwise(0.0).alias("_s")
-        )
-        return _frame(features, found, self._extra)
+        return pl.when(pl.col("cycle") <= s.max_cycle).then(
+            band(pl.col("streak"), s.streak_lo, s.streak_hi)).otherwise(0.0)
+
+    def _per_session(self, sessions: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
+        """Every session's caller, start, streak (0 without one) and raw score."""
+        return sessions.select("sh", "caller_id", "first_t").join(
+            found.select("sh", "streak", "cycle"), on="sh", how="left"
+        ).with_columns(pl.col("streak").fill_null(0), pl.col("cycle").fill_null(0)).with_columns(
+            self._raw().alias("_raw"))
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session; score from the longest repeating streak, unless the caller
+        loops like this habitually and this streak is not far beyond its own."""
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        cached, self._found_cache = getattr(self, "_found_cache", None), None
+        found = (cached[1] if cached is not None and cached[0] is features.sessions
+                 else self._find(features))
+        found = found.with_columns(self._raw().alias("_raw"))
+        if self.habit_.height and found.height:
+            callers = features.sessions.select("sh", "caller_id")
+            found = self.caller_baseline_.with_own(found.join(callers, on="sh", how="left"))
+            found = habitual_gate(found, self.habit_, ["caller_id"], self.threshold,
+                                  pl.col("own_z_streak"), self.settings.self_z)
+        else:
+            found = found.with_columns(pl.lit(False).alias("habitual"),
+                                       pl.lit(None, pl.Float64).alias("habit_score"),
+                                       pl.lit(1.0).alias("p_own"))
+        found = found.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_s"))
+        return _frame(features, found.select(
+            "sh", "_s", *[c for c in self._extra if c in found.columns], "habitual",
+            "habit_score"), [*self._extra, "habitual", "habit_score"])
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
@@ -191,6 +233,9 @@ class ToolLoopDetector(_SequenceDetector):
             f"The session made {num(row.get('calls'))} calls in all; polling and retries "
             f"repeat a handful of times (alert from {self.settings.streak_lo}).",
         ]
+        if row.get("habitual"):
+            reasons.append("This caller loops habitually, but this streak is far beyond its "
+                           "own usual one.")
         return reasons, self._evidence(row, {
             "repeating_streak": row.get("streak"), "cycle_length": cyc,
             "loop_tool": row.get("loop_tool"), "loop_span_s": row.get("loop_span_s"),
@@ -303,21 +348,25 @@ def _matches(spec: str) -> pl.Expr:
 def _rules_table(declared: list[WorkflowRule], learned: list[dict[str, Any]],
                  declared_score: float, learned_score: float) -> list[dict[str, Any]]:
     rules = [{"id": i, "step": r.step, "requires": list(r.requires), "key": r.key or None,
-              "score": declared_score, "source": "declared"}
+              "server": None, "score": declared_score, "source": "declared"}
              for i, r in enumerate(declared) if r.step and r.requires]
     for r in learned:
         rules.append({"id": len(rules), "step": r["step"], "requires": list(r["requires"]),
-                      "key": None, "score": learned_score, "source": "learned"})
+                      "key": None, "server": r.get("server"), "score": learned_score,
+                      "source": "learned"})
     return rules
 
 
 def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[str, Any]]:
     """Prerequisites learned from history: transitions that never happen without one.
 
-    For every mutating tool B seen with a business key at least ``min_support`` times (first
-    call per caller and key), every tool A that preceded it — successfully, for the same
-    key and caller — at least ``min_confidence`` of the time is a learned prerequisite of
-    B. Steps a declared rule already names are left to the declared rule.
+    For every mutating tool B *of one server* seen with a business key at least
+    ``min_support`` times (first call per caller and key), every tool A that preceded it —
+    successfully, for the same key and caller — at least ``min_confidence`` of the time is
+    a learned prerequisite of B on that server. Workflows are a server's business logic:
+    a shop's ``createOrder`` → ``chargePayment`` says nothing about a ``chargePayment`` on
+    a travel server whose workflow was never observed. Steps a declared rule already names
+    are left to the declared rule.
 
     Parameters
     ----------
@@ -327,36 +376,40 @@ def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[
     Returns
     -------
     list of dict
-        ``{"step", "requires": [tool], "support", "confidence"}`` per learned rule.
+        ``{"step", "server", "requires": [tool], "support", "confidence"}`` per learned
+        rule (``server``: the server whose ``step`` it constrains).
     """
     s = config.step_skip
     if events.height == 0:
         return []
     ev = events.filter(pl.col("bkh").is_not_null() & pl.col("ok")).with_columns(
         pl.coalesce(pl.col("ceh"), pl.col("sh")).alias("ck"))
-    firsts = ev.group_by("ck", "bkh", "tool").agg(
+    firsts = ev.group_by("ck", "bkh", "server", "tool").agg(
         pl.col("t").min(), pl.col("mutates").first())
     steps = firsts.filter(pl.col("mutates"))
-    support = steps.group_by("tool").agg(pl.len().alias("support")).filter(
+    support = steps.group_by("server", "tool").agg(pl.len().alias("support")).filter(
         pl.col("support") >= s.min_support)
     if support.height == 0:
         return []
-    steps = steps.join(support, on="tool", how="semi")
+    steps = steps.join(support, on=["server", "tool"], how="semi")
+    # A prerequisite is one tool (on whichever server) first done for the key and caller.
     pre = firsts.join(steps.select("ck", "bkh").unique(), on=["ck", "bkh"], how="semi")
+    pre = pre.group_by("ck", "bkh", "tool").agg(pl.col("t").min())
     pairs = steps.join(pre, on=["ck", "bkh"], suffix="_a").filter(
         (pl.col("tool_a") != pl.col("tool")) & (pl.col("t_a") < pl.col("t")))
-    conf = pairs.group_by("tool", "tool_a").agg(pl.len().alias("n")).join(
-        support, on="tool").with_columns((pl.col("n") / pl.col("support")).alias("confidence"))
+    conf = pairs.group_by("server", "tool", "tool_a").agg(pl.len().alias("n")).join(
+        support, on=["server", "tool"]).with_columns(
+        (pl.col("n") / pl.col("support")).alias("confidence"))
     conf = conf.filter(pl.col("confidence") >= s.min_confidence)
     declared_tools = {r.step for r in s.workflows if not r.step.startswith("verb:")}
     declared_verbs = {r.step[5:].lower() for r in s.workflows if r.step.startswith("verb:")}
     out = []
-    for step, grp in conf.sort("tool", "tool_a").group_by("tool", maintain_order=True):
-        name = step[0]
+    for (server, name), grp in conf.sort("server", "tool", "tool_a").group_by(
+            "server", "tool", maintain_order=True):
         if name in declared_tools or ((_words(name) or [""])[0] in declared_verbs):
             continue
         out.append({
-            "step": name, "requires": grp["tool_a"].to_list(),
+            "step": name, "server": server, "requires": grp["tool_a"].to_list(),
             "support": int(grp["support"][0]),
             "confidence": round(float(grp["confidence"].min()), 4),
         })
@@ -380,7 +433,10 @@ def load_workflows(path: Path) -> list[dict[str, Any]] | None:
     try:
         doc = orjson.loads(path.read_bytes())
         rules = doc["rules"]
-        return [{"step": str(r["step"]), "requires": [str(x) for x in r["requires"]],
+        # "server" is absent from models saved before rules were per server: any server.
+        return [{"step": str(r["step"]),
+                 "server": None if r.get("server") is None else str(r["server"]),
+                 "requires": [str(x) for x in r["requires"]],
                  "support": int(r.get("support", 0)),
                  "confidence": float(r.get("confidence", 0.0))} for r in rules]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -431,17 +487,22 @@ class StepSkipDetector(_SequenceDetector):
             pr = tools.filter(pl.any_horizontal([_matches(x) for x in r["requires"]]))
             if st.height == 0:
                 continue
-            step_rows.append(st.select("tool", pl.lit(r["id"]).alias("rule")))
+            # A learned rule constrains its step on the server it was learned on only.
+            step_rows.append(st.select("tool", pl.lit(r["id"]).alias("rule"),
+                                       pl.lit(r["server"], pl.String).alias("rule_server")))
             if pr.height:
-                pre_rows.append(pr.select("tool", pl.lit(r["id"]).alias("rule")))
-        schema = {"tool": pl.String, "rule": pl.Int32}
+                pre_rows.append(pr.select("tool", pl.lit(r["id"]).alias("rule"),
+                                          pl.lit(None, pl.String).alias("rule_server")))
+        schema = {"tool": pl.String, "rule": pl.Int32, "rule_server": pl.String}
         cast = [pl.col("rule").cast(pl.Int32)]
         st = pl.concat(step_rows).with_columns(cast) if step_rows else pl.DataFrame(schema=schema)
         pr = pl.concat(pre_rows).with_columns(cast) if pre_rows else pl.DataFrame(schema=schema)
         return st, pr
 
     def _keyed(self, ev: pl.DataFrame, which: pl.DataFrame) -> pl.DataFrame:
-        rows = ev.join(which, on="tool")
+        rows = ev.join(which, on="tool").filter(
+            pl.col("rule_server").is_null() | (pl.col("rule_server") == pl.col("server"))
+        ).drop("rule_server")
         keys = {r["id"]: r["key"] for r in self.rules_ if r["key"]}
         if keys and rows.height:
             own = pl.coalesce([pl.when(pl.col("rule") == i).then(_extract(pl.col("args"), k))

@@ -372,17 +372,49 @@ def build(demo: Any) -> None:
         add(q.cross_server(start(), i))
 
 
+#: Idempotency-key arguments (the detectors' defaults) and the verbs of non-idempotent
+#: tools the generated races use (a second read of a booking duplicates nothing).
+_IDEM_ARGS = frozenset({"idempotencyKey", "idempotency_key", "Idempotency-Key", "requestId"})
+_NON_IDEMPOTENT = ("charge", "refund", "apply", "redeem", "transfer", "pay")
+
+
 def mark_also(sessions: list[Any]) -> dict[int, list[str]]:
     """Second categories a labelled session legitimately earns (by ``id(session)``).
 
     A bulk extraction that pages through a listing is also a scraping loop (walking a
     listing page by page): an alert of either category names it correctly.
+
+    The bulk read of a ``bulk_then_upload`` flow may also count as bulk extraction.
+
+    A race that *won* — the same irreversible call on one business key succeeding twice or
+    more (in one session or across the caller's sessions), with no idempotency key — is
+    also a duplicate execution (issue 11: a double charge, a coupon applied twice). The
+    race alert says how it happened (the calls overlapped in time), the duplicate alert
+    what it did (it ran twice): both are true of those calls, and duplicate_execution
+    still catches the double charge when the server logs no durations.
     """
     out: dict[int, list[str]] = {}
+    races: dict[tuple[Any, ...], list[Any]] = {}
     for s in sessions:
         if s.label == "bulk_extraction" and s.summary is None:
             pages = {(c.tool, str(c.args.get("page") or c.args.get("cursor")))
                      for c in s.calls if "page" in c.args or "cursor" in c.args}
             if len(pages) >= 25:
                 out[id(s)] = ["scraping_loop"]
+        if s.variant == "bulk_then_upload" and any(c.tool == "exportReport" for c in s.calls):
+            # Its read half exports 1.2-2 MB of CRM contacts/accounts (~18k rows) in three
+            # calls: modest next to a real extraction, but past the row floor — a low bulk
+            # alert on it is fair, though the chain is what matters.
+            out[id(s)] = ["bulk_extraction"]
+        if s.label == "race_condition" and s.summary is None:
+            for c in s.calls:
+                if (c.resource and c.status == "ok" and c.tool.startswith(_NON_IDEMPOTENT)
+                        and not (_IDEM_ARGS & set(c.args))):
+                    races.setdefault((s.caller_id, s.server, c.tool, c.resource), []).append(s)
+    for group in races.values():
+        if len(group) >= 2:  # executions (a session listed once per successful call)
+            for s in group:
+                out.setdefault(id(s), [])
+                if "duplicate_execution" not in out[id(s)]:
+                    out[id(s)].append("duplicate_execution")
     return out

@@ -256,12 +256,39 @@ def test_bulk_extraction_by_a_light_user() -> None:
     assert "beyond the largest response" in text and "Unusual for this caller too" in text
 
 
-def test_pagination_sweep_is_bulk_not_scraping() -> None:
+def test_pagination_sweep_returning_data_is_both_bulk_and_scraping() -> None:
+    """Walking a listing by page is scraping whatever the volume; 200 pages of ~8 kB
+    (1.6 MB, past the sweep floor) is also extraction: a session doing both gets both."""
     tr = base()
     tr.scraping("sweep", T0 + timedelta(hours=2), pages=200)
     res = run(tr)
-    assert [a["category"] for a in alerts_for(res, "sweep")] == ["bulk_extraction"]
-    assert "200 distinct pages" in " ".join(alerts_for(res, "sweep")[0]["reasons"])
+    assert sorted(a["category"] for a in alerts_for(res, "sweep")) == [
+        "bulk_extraction", "scraping_loop"]
+    assert "200 distinct pages" in " ".join(alerts_for(res, "sweep", "bulk_extraction")[0]
+                                            ["reasons"])
+
+
+def test_small_crawl_behind_a_shared_address_is_not_bulk_for_the_address() -> None:
+    """A corporate NAT: one caller's small crawl (scraping, little data) plus two dozen
+    colleagues' ordinary reads. Their sum is nobody's extraction: no bulk alert on the
+    address (the sweep's volume floor counts only the sessions that walked a listing)."""
+    tr = base()
+    nat = "203.0.113.77"
+    for k in range(24):
+        tr.normal_session(f"nat-{k}", T0 + timedelta(hours=1 + k * 0.4), caller=f"colleague-{k}",
+                          ip=nat, calls=14)
+        tr.call(f"nat-{k}", T0 + timedelta(hours=1.2 + k * 0.4), "exportReport",
+                caller=f"colleague-{k}", ip=nat, nbytes=90_000, rows=400)
+    t = T0 + timedelta(hours=3)
+    for p in range(1, 141):  # 140 pages of 1.5 kB: 210 kB, a crawl, not a dump
+        tr.call("crawl", t, "listDocuments", caller="crawler", ip=nat, args={"page": p},
+                nbytes=1_500)
+        t += timedelta(seconds=2)
+    res = run(tr)
+    assert not alerts_for(res, nat, "bulk_extraction")
+    assert not alerts_for(res, "crawl", "bulk_extraction")
+    assert alerts_for(res, "crawl", "scraping_loop")
+    assert_quiet(res, *[f"nat-{k}" for k in range(24)])
 
 
 def test_bulk_hard_negatives() -> None:
@@ -280,12 +307,15 @@ def test_bulk_hard_negatives() -> None:
 
 
 # --------------------------------------------------------------------------- scraping
-def test_stuck_loop() -> None:
+def test_stuck_loop_is_a_tool_loop_not_scraping() -> None:
+    """Repetition without progress is tool_loop (issue 11), not scraping_loop."""
     tr = base()
     tr.stuck_loop("loop", T0 + timedelta(hours=2), calls=150)
-    hit = alerts_for(run(tr), "loop", "scraping_loop")
+    res = run(tr)
+    hit = alerts_for(res, "loop", "tool_loop")
     assert len(hit) == 1
-    assert any("repeat an earlier call with identical arguments" in r for r in hit[0]["reasons"])
+    assert not alerts_for(res, "loop", "scraping_loop")
+    assert hit[0]["reasons"]
 
 
 def test_scraping_hard_negatives() -> None:

@@ -141,16 +141,29 @@ def test_train_saves_learned_workflows(tmp_path: Path) -> None:
     info = detectors.train(tr.events(), tr.summaries(), DetectorsConfig(), model)
     learned = load_workflows(tmp_path / "models" / WORKFLOWS_FILE)
     assert info["workflow_rules"] == len(learned)
-    assert {"step": "finalizeInvoice", "requires": ["draftInvoice"], "support": 25,
-            "confidence": 1.0} in learned
-    # A later skip of the learned step alerts at the learned (lower) score.
+    assert {"step": "finalizeInvoice", "server": "docs-server", "requires": ["draftInvoice"],
+            "support": 25, "confidence": 1.0} in learned
+    # A later skip of the learned step alerts at the learned (lower) score — on the server
+    # the workflow was learned on only: another server's finalizeInvoice, whose workflow
+    # was never observed, is not held to it.
     bad = Traffic(seed=9)
     bad.call("skipper", T, "finalizeInvoice", caller="x", resource_key="invoiceId",
              resource_id="inv-999")
+    bad.call("elsewhere", T, "finalizeInvoice", caller="y", server="billing-server",
+             resource_key="invoiceId", resource_id="inv-998")
     res = detectors.detect(bad.events(), None, DetectorsConfig(), model_path=model)
     a = cats(res, "skipper")["step_skip"]
     assert evidence(a)["rule_source"] == "learned"
     assert a["score"] == pytest.approx(DetectorsConfig().step_skip.learned_score)
+    assert "step_skip" not in cats(res, "elsewhere")
+    # A model saved before rules were per server (no "server") holds on every server.
+    path = tmp_path / "models" / WORKFLOWS_FILE
+    doc = orjson.loads(path.read_bytes())
+    for r in doc["rules"]:
+        r.pop("server")
+    path.write_bytes(orjson.dumps(doc))
+    res = detectors.detect(bad.events(), None, DetectorsConfig(), model_path=model)
+    assert "step_skip" in cats(res, "elsewhere")
 
 
 def test_live_matches_batch() -> None:
@@ -190,3 +203,17 @@ def test_annotate_survives_hostile_tools_and_args(rows: list[tuple[str, str]]) -
         {"tools": {"business_keys": {r[0]: "k\"ey" for r in rows[:3]}}}))
     assert out.height == ev.height
     assert out["tool"].to_list() == ev["tool"].to_list()
+
+
+def test_habitual_probe_loop_is_quiet_but_not_a_far_longer_one() -> None:
+    """A scheduled health probe repeating one call every day is that caller's normal; the
+    same caller stuck ten times longer than it ever loops is still a tool loop."""
+    tr = base()
+    for d in range(3):
+        tr.ci_bot(f"probe-{d}", T0 + timedelta(days=d, hours=6), calls=60 + d)
+    tr.ci_bot("probe-stuck", T0 + timedelta(days=2, hours=12), calls=900)
+    res = run(tr)
+    for d in range(3):
+        assert "tool_loop" not in cats(res, f"probe-{d}")
+    a = cats(res, "probe-stuck")["tool_loop"]
+    assert "habitually" in " ".join(a["reasons"])

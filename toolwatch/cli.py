@@ -305,7 +305,8 @@ def workflows(
     out.print(safe_text(f"learned (score {dcfg.step_skip.learned_score:.2f}, {path}):"),
               highlight=False)
     for r in learned:
-        out.print(safe_text(f"  {r['step']} requires {' or '.join(r['requires'])} "
+        on = f" on {r['server']}" if r.get("server") else ""
+        out.print(safe_text(f"  {r['step']}{on} requires {' or '.join(r['requires'])} "
                             f"(support {r['support']}, confidence {r['confidence']:.2f})"),
                   highlight=False)
 

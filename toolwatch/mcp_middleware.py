@@ -8,10 +8,15 @@ Two lines in a server (``pip install toolwatch[mcp]``)::
 Each ``tools/call`` becomes one JSON line on stderr in toolwatch's per-call log contract
 (docs/log-format.md): ``ts``, ``session_id``, ``caller_id``, ``client_ip`` (when known),
 ``client``, ``server``, ``tool``, ``args`` (values under secret-looking keys hashed),
-``status`` (``ok`` / ``error``), ``isError``, ``bytes`` (of the result), ``rows`` (when the
+``status`` (``ok`` / ``not_found`` / ``denied`` / ``error``), ``isError``, ``bytes`` (of the result), ``rows`` (when the
 result says), ``duration_ms``, ``request_id`` (the JSON-RPC id). When the process ends, a
 ``SESSION_END`` summary line follows (calls, distinct resources, bytes, errors, duration).
 Run the server under ``toolwatch run`` (or point ``toolwatch tail`` at its stderr).
+
+The status of a failed call comes from the ``isError`` result's text (a ``ToolError``'s
+message) or, for any other exception — whose text the SDK withholds from the result — from
+the exception itself (``KeyError``/``LookupError``/``FileNotFoundError`` → ``not_found``,
+``PermissionError`` → ``denied``, else its message), taken from the SDK's own log record.
 
 Over stdio one server process serves one client connection: the session id is generated
 per process (``TOOLWATCH_SESSION_ID`` overrides it). The caller is ``principal(ctx)`` when
@@ -30,6 +35,7 @@ import atexit
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import sys
@@ -37,6 +43,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -51,21 +58,88 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_NOT_FOUND = ("not found", "no such", "does not exist", "doesn't exist", "unknown tool",
+              "not exist")
+_DENIED = ("denied", "forbidden", "unauthorized", "unauthorised", "not allowed",
+           "not permitted", "permission")
+
+
+def _status_of_text(text: str) -> str:
+    """``not_found`` / ``denied`` / ``error`` from an error message (enumeration evidence)."""
+    text = text.lower()
+    if any(w in text for w in _NOT_FOUND):
+        return "not_found"
+    if any(w in text for w in _DENIED):
+        return "denied"
+    return "error"
+
+
+def _status_of_exception(exc: BaseException | None) -> str:
+    """Status from an exception and its ``__cause__`` / ``__context__`` chain.
+
+    The type decides first (``LookupError`` — ``KeyError``, ``IndexError`` — and
+    ``FileNotFoundError`` are a missing thing, ``PermissionError`` a refusal), then the text
+    of each exception in the chain.
+    """
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    while exc is not None and id(exc) not in seen and len(chain) < 16:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for e in chain:
+        if isinstance(e, PermissionError):
+            return "denied"
+        if isinstance(e, LookupError | FileNotFoundError | NotADirectoryError):
+            return "not_found"
+    for e in chain:
+        st = _status_of_text(str(e))
+        if st != "error":
+            return st
+    return "error"
+
+
 def _error_status(result: Any) -> str:
-    """``not_found`` / ``denied`` when the error text says so (enumeration evidence)."""
+    """``not_found`` / ``denied`` when the error result's text says so, else ``error``."""
     try:
         content = result.content if hasattr(result, "content") else result.get("content")
         text = " ".join(
             (c.get("text") if isinstance(c, dict) else getattr(c, "text", "")) or ""
             for c in content or []
-        ).lower()
+        )
     except (AttributeError, TypeError):
         return "error"
-    if "not found" in text or "no such" in text or "does not exist" in text:
-        return "not_found"
-    if "denied" in text or "forbidden" in text or "unauthorized" in text:
-        return "denied"
-    return "error"
+    return _status_of_text(text)
+
+
+# Why a logging filter: for an exception that is not a ``ToolError`` (a plain ``ValueError``,
+# ``KeyError``, ``PermissionError`` raised by the tool) the SDK returns ``isError`` with only
+# "Error executing tool <name>" — the original text is withheld from the client, and from
+# middleware, which sees just that result. The one place the original exception still
+# exists is the SDK's own ``logger.exception(...)`` call inside the handler, which runs in
+# the middleware's task; this filter hands that exception to the call being logged (through
+# a context variable, so concurrent calls do not mix) and never drops the record.
+_SDK_LOGGER = "mcp.server.mcpserver.server"
+_CALL_EXC: ContextVar[list[BaseException] | None] = ContextVar("toolwatch_call_exc", default=None)
+
+
+class _ToolExceptionCatcher(logging.Filter):
+    """Record the exception of the SDK's "tool raised" log record for the current call."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        box = _CALL_EXC.get()
+        if box is not None and record.exc_info and record.exc_info[1] is not None:
+            box.append(record.exc_info[1])
+        return True
+
+
+_CATCHER = _ToolExceptionCatcher()
+
+
+def _install_catcher() -> None:
+    lg = logging.getLogger(_SDK_LOGGER)
+    if _CATCHER not in lg.filters:
+        lg.addFilter(_CATCHER)
 
 
 class ToolwatchMiddleware:
@@ -112,6 +186,7 @@ class ToolwatchMiddleware:
         self._resources: set[str] = set()
         self._caller: str | None = None
         self._ended = False
+        _install_catcher()
         atexit.register(self.session_end)
 
     # ------------------------------------------------------------------ helpers
@@ -188,16 +263,24 @@ class ToolwatchMiddleware:
         params = dict(ctx.params or {})
         t0 = time.perf_counter()
         status, is_error, size, rows, detail = "ok", False, 0, None, None
+        box: list[BaseException] = []
+        token = _CALL_EXC.set(box)
         try:
             result = await call_next(ctx)
             size, is_error, rows = self._measure(result)
             if is_error:
+                # the result's text first (a ToolError's message reaches it); else the
+                # exception the SDK logged and withheld from the result
                 status = _error_status(result)
+                if status == "error" and box:
+                    status = _status_of_exception(box[-1])
             return result
         except BaseException as exc:
-            status, is_error, detail = "error", True, type(exc).__name__
+            # protocol errors (MCPError, ValidationError) reach middleware raised
+            status, is_error, detail = _status_of_exception(exc), True, type(exc).__name__
             raise
         finally:
+            _CALL_EXC.reset(token)
             caller, client, ip = self._who(ctx)
             args = self.redact(params.get("arguments") or {})
             rec: dict[str, Any] = {

@@ -1,0 +1,125 @@
+"""ToolwatchMiddleware inside a real SDK server (``mcp.Client`` in process, no subprocess).
+
+How the SDK reports a tool's failure to middleware decides the logged ``status``: a
+``ToolError``'s text reaches the ``isError`` result, but any other exception's text is
+withheld ("Error executing tool <name>") and only the SDK's own log record holds it. Both
+must come out as ``not_found`` / ``denied`` so enumeration detection works for SDK servers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("mcp")
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from toolwatch.mcp_middleware import ToolwatchMiddleware, _status_of_exception
+
+
+def _server(buf: io.StringIO) -> MCPServer:
+    mcp = MCPServer("t", middleware=[ToolwatchMiddleware("t", stream=buf, session_id="s1")])
+
+    @mcp.tool()
+    def crash_missing(x: str) -> str:
+        raise ValueError(f"record {x} not found")
+
+    @mcp.tool()
+    def tool_missing(x: str) -> str:
+        raise ToolError(f"record {x} does not exist")
+
+    @mcp.tool()
+    def key_missing(x: str) -> str:
+        return {"a": "b"}[x]
+
+    @mcp.tool()
+    def no_file(x: str) -> str:
+        return open(f"/nonexistent-dir/{x}").read()
+
+    @mcp.tool()
+    def perm(x: str) -> str:
+        raise PermissionError("read-only")
+
+    @mcp.tool()
+    def refused(x: str) -> str:
+        raise ToolError("access denied for this user")
+
+    @mcp.tool()
+    def boom(x: str) -> str:
+        raise RuntimeError("disk on fire")
+
+    @mcp.tool()
+    def fine(x: str, password: str = "") -> dict[str, Any]:
+        return {"rows": 3, "x": x}
+
+    return mcp
+
+
+def _run(calls: list[tuple[str, dict]]) -> list[dict]:
+    buf = io.StringIO()
+    mcp = _server(buf)
+
+    async def main() -> None:
+        async with Client(mcp) as cl:
+            for name, args in calls:
+                await cl.call_tool(name, args)
+
+    anyio.run(main)
+    return [json.loads(line) for line in buf.getvalue().splitlines()]
+
+
+def test_status_of_every_failure_shape() -> None:
+    calls = [("crash_missing", {"x": "1"}), ("tool_missing", {"x": "2"}),
+             ("key_missing", {"x": "zz"}), ("no_file", {"x": "f"}), ("perm", {"x": "p"}),
+             ("refused", {"x": "r"}), ("boom", {"x": "b"}), ("nosuchtool", {"x": "n"}),
+             ("fine", {"x": "ok", "password": "hunter2"})]
+    recs = _run(calls)
+    assert [r["tool"] for r in recs] == [c[0] for c in calls]  # one line per call, in order
+    assert [r["status"] for r in recs] == [
+        "not_found", "not_found", "not_found", "not_found", "denied", "denied", "error",
+        "not_found", "ok"]
+    assert [r["isError"] for r in recs] == [True] * 8 + [False]
+    assert recs[-1]["rows"] == 3
+    assert "hunter2" not in json.dumps(recs) and recs[-1]["args"]["password"].startswith("sha")
+    assert {r["session_id"] for r in recs} == {"s1"}
+    assert [r["request_id"] for r in recs] == sorted({r["request_id"] for r in recs})
+
+
+def test_concurrent_calls_do_not_mix_exceptions() -> None:
+    """Each call gets the exception of its own handler (a context variable per call)."""
+    buf = io.StringIO()
+    mcp = _server(buf)
+
+    async def main() -> None:
+        async with Client(mcp) as cl, anyio.create_task_group() as tg:
+            for i in range(30):
+                name = ("crash_missing", "perm", "boom")[i % 3]
+                tg.start_soon(cl.call_tool, name, {"x": str(i)})
+
+    anyio.run(main)
+    recs = [json.loads(line) for line in buf.getvalue().splitlines()]
+    want = {"crash_missing": "not_found", "perm": "denied", "boom": "error"}
+    assert len(recs) == 30
+    assert all(r["status"] == want[r["tool"]] for r in recs), recs
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_status_of_arbitrary_exception_text(text: str) -> None:
+    """Any message is classified without raising, into one of the three statuses."""
+    exc = RuntimeError(text)
+    try:
+        raise ValueError("wrapper") from exc
+    except ValueError as outer:
+        assert _status_of_exception(outer) in {"not_found", "denied", "error"}
+    cyc = RuntimeError(text)
+    cyc.__context__ = cyc  # a cycle must not loop
+    assert _status_of_exception(cyc) in {"not_found", "denied", "error"}

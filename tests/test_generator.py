@@ -54,6 +54,9 @@ PER_CALL_FILES = (
     "travel-server.jsonl",
     "integrations-server.jsonl.gz",
     "wiki-server.jsonl",
+    "files-server.jsonl",
+    "finance-server.jsonl",
+    "shop-server.jsonl",
 )
 ATTACK_VARIANTS = {
     ("enumeration", "fast"),
@@ -66,7 +69,26 @@ ATTACK_VARIANTS = {
     ("credential_stuffing", "distributed"),
     ("credential_stuffing", "summary_only"),
     ("scraping_loop", None),
+    ("tool_loop", "same_call"),
+    ("tool_loop", "cycle"),
+    ("privilege_chain", None),
+    ("step_skip", "fulfill_without_charge"),
+    ("step_skip", "approve_without_review"),
+    ("step_skip", "transfer_without_verify"),
+    ("duplicate_execution", "no_key"),
+    ("duplicate_execution", "different_keys"),
+    ("duplicate_execution", "coupon_twice"),
+    ("duplicate_execution", "double_refund"),
+    ("cross_server_flow", "bulk_then_upload"),
+    ("cross_server_flow", "sensitive_then_send"),
+    ("concurrency_abuse", "docs"),
+    ("concurrency_abuse", "travel"),
+    ("concurrency_abuse", "jsonrpc"),
+    ("race_condition", "session"),
+    ("race_condition", "multi_session"),
 }
+#: Classes whose examples are spread over several variants: >= 3 per class, not per variant.
+SPREAD_CATEGORIES = {"step_skip", "duplicate_execution"}
 BENIGN_ROLES = {
     "normal_user",
     "power_user",
@@ -75,6 +97,20 @@ BENIGN_ROLES = {
     "retry_client",
     "booking_customer",
     "ci_bot",
+    # hard negatives of the sequence classes (issue 11) and the concurrency ones (issue 12)
+    "job_poller",
+    "doc_editor",
+    "files_user",
+    "shop_customer",
+    "safe_replay_client",
+    "crm_round_trip",
+    "own_file_uploader",
+    "finance_clerk",
+    "parallel_agent",
+    "sequential_writer",
+    "parallel_reader",
+    "parallel_writes_distinct",
+    "batch_sync",
 }
 
 
@@ -110,8 +146,18 @@ def _events(
 
 
 @pytest.fixture(scope="module")
-def labels() -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (DEMO / "labels.ndjson").read_text().splitlines()]
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo set as the generator makes it now (seed 7, scale 1): the committed copy is
+    checked against it by test_committed_demo_is_reproducible, so the content tests below
+    hold for the committed demo once it is regenerated, and do not lag behind it."""
+    out = tmp_path_factory.mktemp("demo")
+    generate(out, seed=7, scale=1.0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def labels(demo: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (demo / "labels.ndjson").read_text().splitlines()]
 
 
 def test_deterministic_for_seed(tmp_path: Path) -> None:
@@ -133,13 +179,16 @@ def test_committed_demo_is_reproducible(tmp_path: Path) -> None:
             assert _read_lines(p) == _read_lines(tmp_path / p.name), p.name
 
 
-def test_demo_size_and_mix(labels: list[dict[str, Any]]) -> None:
-    total = sum(p.stat().st_size for p in DEMO.iterdir())
-    assert total <= 4.2e6
+def test_demo_size_and_mix(demo: Path, labels: list[dict[str, Any]]) -> None:
+    total = sum(p.stat().st_size for p in demo.iterdir())
+    # 3.5 MB with the four core classes; the five sequence classes, the two concurrency
+    # classes, their hard negatives and three more servers add ~1.2 MB (4.7 MB).
+    assert total <= 5.2e6
     sessions = [x for x in labels if x["kind"] == "session"]
     assert len(sessions) >= 150
     attacks = [x for x in sessions if x["label"] != "benign"]
-    assert 0 < len(attacks) / len(sessions) <= 0.10
+    # 11 attack classes with >= 3 examples each (a multi-session race counts each session).
+    assert 0 < len(attacks) / len(sessions) <= 0.13
     per_variant: dict[tuple[str, str | None], int] = defaultdict(int)
     for x in sessions:
         if x["label"] != "benign" and x["variant"] != "distributed":
@@ -148,19 +197,19 @@ def test_demo_size_and_mix(labels: list[dict[str, Any]]) -> None:
         if x["kind"] == "entity":
             per_variant[(x["label"], x["variant"])] += 1
     assert set(per_variant) == ATTACK_VARIANTS
-    # >= 3 examples of every attack variant; summary-only attacks: one per category
-    assert min(v for (_, var), v in per_variant.items() if var != "summary_only") >= 3, per_variant
+    # >= 3 examples of every attack variant (of every class, for the spread ones);
+    # summary-only attacks: one per category
+    assert min(v for (c, var), v in per_variant.items()
+               if var != "summary_only" and c not in SPREAD_CATEGORIES) >= 3, per_variant
+    for c in SPREAD_CATEGORIES:
+        assert sum(v for (cc, _), v in per_variant.items() if cc == c) >= 3, per_variant
     assert sum(v for (_, var), v in per_variant.items() if var == "summary_only") >= 3
 
 
 def test_labels_cover_categories_and_roles(labels: list[dict[str, Any]]) -> None:
-    assert {x["label"] for x in labels} == {
-        "benign",
-        "enumeration",
-        "bulk_extraction",
-        "credential_stuffing",
-        "scraping_loop",
-    }
+    from detectors.config import CATEGORIES
+
+    assert {x["label"] for x in labels} == {"benign", *CATEGORIES} - {"anomaly"}
     assert {x["role"] for x in labels if x["label"] == "benign"} >= BENIGN_ROLES
     for x in labels:
         assert x["kind"] in ("session", "entity")
@@ -169,14 +218,17 @@ def test_labels_cover_categories_and_roles(labels: list[dict[str, Any]]) -> None
                 assert k in x
             if x["session_id"] is None:
                 assert x["first_seen"] and x["last_seen"]
+            # second categories a session legitimately earns (honoured by evaluate)
+            assert set(x.get("also") or []) <= set(CATEGORIES) - {x["label"]}
         else:
             assert x["entity_type"] in ("client_ip", "caller_id")
-            assert x["variant"] == "distributed" and x["label"] == "credential_stuffing"
-            assert x["first_seen"] < x["last_seen"]
+            assert (x["label"], x["variant"]) in {
+                ("credential_stuffing", "distributed"), ("race_condition", "multi_session")}
+            assert x["first_seen"] <= x["last_seen"]
     assert any(x["session_id"] is None for x in labels)
 
 
-def test_per_call_lines_use_known_aliases() -> None:
+def test_per_call_lines_use_known_aliases(demo: Path) -> None:
     allowed = set(
         TIME
         + SESSION
@@ -196,7 +248,7 @@ def test_per_call_lines_use_known_aliases() -> None:
     seen: set[str] = set()
     n = 0
     for fname in PER_CALL_FILES:
-        for raw in _read_lines(DEMO / fname):
+        for raw in _read_lines(demo / fname):
             try:
                 d = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError):
@@ -219,10 +271,10 @@ def test_per_call_lines_use_known_aliases() -> None:
         assert set(group) <= seen, set(group) - seen
 
 
-def test_malformed_lines_present() -> None:
+def test_malformed_lines_present(demo: Path) -> None:
     kinds: set[str] = set()
     for fname in PER_CALL_FILES:
-        for raw in _read_lines(DEMO / fname):
+        for raw in _read_lines(demo / fname):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -240,14 +292,14 @@ def test_malformed_lines_present() -> None:
             elif isinstance(_first(d, BYTES), str) or isinstance(_first(d, ROWS), str):
                 kinds.add("number_as_string")
     assert {"non_utf8", "truncated", "json_array", "missing_ts", "number_as_string"} <= kinds
-    manifest = json.loads((DEMO / "manifest.json").read_text())
+    manifest = json.loads((demo / "manifest.json").read_text())
     assert len(manifest["malformed"]) >= 10
 
 
-def test_sessions_match_labels(labels: list[dict[str, Any]]) -> None:
+def test_sessions_match_labels(demo: Path, labels: list[dict[str, Any]]) -> None:
     by_sid: dict[str, list[dict[str, Any]]] = defaultdict(list)
     sessionless: dict[str, list[float]] = defaultdict(list)
-    for _fname, d in _events(DEMO):
+    for _fname, d in _events(demo):
         sid = _first(d, SESSION)
         if sid is None:
             key = _first(d, CALLER) or "ip:" + _first(d, IP)
@@ -266,31 +318,34 @@ def test_sessions_match_labels(labels: list[dict[str, Any]]) -> None:
         assert x["n_calls"] - 1 <= len(ev) <= x["n_calls"]
         assert {_first(e, CALLER) for e in ev} == {x["caller_id"]}
     assert not by_sid
-    # sessionless: caller (else ip) + 30 min inactivity gap reproduces the labelled sessions
-    got = set()
+    # sessionless: caller (else ip) + 30 min inactivity gap reproduces the labelled sessions.
+    # Lines carry each call's completion time (ingest's default ts_marks=end) while labels
+    # span the calls' start times: a line may come up to one call's duration later.
+    got: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for key, ts in sessionless.items():
         ts.sort()
         start = ts[0]
         for a, b in itertools.pairwise(ts):
             if b - a > 1800:
-                got.add((key, round(start, 2), round(a, 2)))
+                got[key].append((start, a))
                 start = b
-        got.add((key, round(start, 2), round(ts[-1], 2)))
-    want = {
-        (
-            x["caller_id"] or "ip:" + x["client_ip"],
-            round(_epoch(x["first_seen"]), 2),
-            round(_epoch(x["last_seen"]), 2),
-        )
-        for x in labels
-        if x["kind"] == "session" and x["session_id"] is None
-    }
-    assert got == want
+        got[key].append((start, ts[-1]))
+    want: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for x in labels:
+        if x["kind"] == "session" and x["session_id"] is None:
+            want[x["caller_id"] or "ip:" + x["client_ip"]].append(
+                (_epoch(x["first_seen"]), _epoch(x["last_seen"])))
+    assert set(got) == set(want)
+    max_duration = 120.0
+    for key, spans in want.items():
+        assert len(got[key]) == len(spans), key
+        for (g0, g1), (w0, w1) in zip(sorted(got[key]), sorted(spans), strict=True):
+            assert 0 <= g0 - w0 + 0.01 <= max_duration and 0 <= g1 - w1 + 0.01 <= max_duration
 
 
-def test_attack_shapes(labels: list[dict[str, Any]]) -> None:
+def test_attack_shapes(demo: Path, labels: list[dict[str, Any]]) -> None:
     by_sid: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for _fname, d in _events(DEMO):
+    for _fname, d in _events(demo):
         by_sid[_first(d, SESSION)].append(d)
     rows = [x for x in labels if x["kind"] == "session"]
     for x in rows:
@@ -306,16 +361,16 @@ def test_attack_shapes(labels: list[dict[str, Any]]) -> None:
             assert fails == 2
         if x["role"] == "power_user" and x["server"] != "billing-server":
             assert x["n_calls"] >= 100
-    for ent in (x for x in labels if x["kind"] == "entity"):
+    for ent in (x for x in labels if x["kind"] == "entity" and x["variant"] == "distributed"):
         key = "client_ip" if ent["entity_type"] == "client_ip" else "caller_id"
         members = [x for x in rows if x["variant"] == "distributed" and x[key] == ent["entity_id"]]
         assert 20 <= len(members) <= 40
 
 
-def test_transcript_requests_have_responses() -> None:
+def test_transcript_requests_have_responses(demo: Path) -> None:
     pending: dict[tuple[str, Any], str] = {}
     calls = 0
-    for raw in _read_lines(DEMO / "proxy-transcript.jsonl"):
+    for raw in _read_lines(demo / "proxy-transcript.jsonl"):
         d = json.loads(raw)
         msg = d["message"]
         assert msg["jsonrpc"] == "2.0"

@@ -217,3 +217,16 @@ def test_habitual_probe_loop_is_quiet_but_not_a_far_longer_one() -> None:
         assert "tool_loop" not in cats(res, f"probe-{d}")
     a = cats(res, "probe-stuck")["tool_loop"]
     assert "habitually" in " ".join(a["reasons"])
+
+
+def test_alert_schema_lists_every_category_and_detector() -> None:
+    """docs/alert.schema.json names exactly the categories of detectors/config.py and the
+    registered detectors (one definition: the schema follows it)."""
+    from detectors.config import CATEGORIES
+    from detectors.registry import REGISTRY
+
+    schema = orjson.loads((Path(__file__).resolve().parents[1] / "docs" / "alert.schema.json")
+                          .read_bytes())
+    assert schema["properties"]["category"]["enum"] == list(CATEGORIES)
+    names = [d.name for d in (REGISTRY.values() if isinstance(REGISTRY, dict) else REGISTRY)]
+    assert sorted(schema["properties"]["detector"]["enum"]) == sorted(names)

@@ -455,6 +455,7 @@ def run_wrapped(
 
     worker = threading.Thread(target=collect, name="run-collector", daemon=True)
     worker.start()
+    code: int | None = None
     try:
         while True:
             try:
@@ -474,7 +475,13 @@ def run_wrapped(
                     on_abandon(code)
                 break
     finally:
-        server.restore_signals()
+        # Once the server's code is known, a late SIGTERM (the client's, while we shut
+        # down) exits with that code at once instead of killing us with -15.
+        done_code = code
+        server.restore_signals(
+            None if on_abandon is None or done_code is None
+            else (lambda _s, _f: on_abandon(done_code))  # type: ignore[misc]
+        )
     if "error" in box:
         raise box["error"]
     if not box.get("collected") and sinks is not None:
@@ -496,8 +503,14 @@ def consume_kafka(
     idle_exit_s: float | None = None,
     max_seconds: float | None = None,
     verbose: bool = False,
+    on_flush: Callable[[FlushResult], None] | None = None,
+    on_start: Callable[[Any], None] | None = None,
 ) -> LivePipeline:
-    """Consume topics as a member of ``group_id`` until stopped."""
+    """Consume topics as a member of ``group_id`` until stopped.
+
+    ``on_flush`` runs after each store commit; ``on_start`` gets the
+    :class:`~ingest.sources.kafka.KafkaLiveSource` once it exists (benchmarks, tests).
+    """
     from ingest.sources.kafka import KafkaLiveSource
 
     stop = stop if stop is not None else StopFlag()
@@ -509,6 +522,10 @@ def consume_kafka(
             r.lp, r.store, bootstrap_servers=bootstrap_servers, topics=topics,
             group_id=group_id, consumer_options=consumer_options,
         )
+        if on_flush is not None:
+            r.lp.on_commit.append(on_flush)
+        if on_start is not None:
+            on_start(src)
 
         def status_extra() -> None:
             assert src is not None

@@ -47,11 +47,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
-from ingest.records import messages_to_batch
+from ingest.records import RawBatch
 from toolwatch.live import FlushResult, LivePipeline, StopFlag
 from toolwatch.store import Store
 
@@ -71,6 +73,65 @@ def _tp_of(fp: str) -> TopicPartition | None:
         return TopicPartition(topic, int(part))
     except ValueError:
         return None
+
+
+def consumer_settings(bootstrap_servers: str, group_id: str) -> dict[str, Any]:
+    """The :class:`kafka.KafkaConsumer` settings ``toolwatch kafka`` starts from.
+
+    Sized for throughput (see docs/kafka-notes.md, "Throughput"): a fetch returns up to
+    64 MiB (16 MiB per partition) and the broker waits up to 100 ms to fill at least
+    1 MiB, so a backlog arrives in few large responses; ``max_poll_records`` is large
+    because messages only get collected per poll, the work happens once per flush.
+    Auto-commit is always off (offsets are committed after the store commit).
+    """
+    return {
+        "bootstrap_servers": bootstrap_servers.split(","),
+        "group_id": group_id,
+        "client_id": f"toolwatch-{group_id}",
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_poll_records": 50_000,
+        "fetch_max_bytes": 64 << 20,
+        "max_partition_fetch_bytes": 16 << 20,
+        "fetch_min_bytes": 1 << 20,
+        "fetch_max_wait_ms": 100,
+        "receive_buffer_bytes": 4 << 20,
+    }
+
+
+def message_batch(tp: TopicPartition, msgs: list[Any], floor: int) -> RawBatch:
+    """One Arrow batch from the messages of one partition, skipping offsets below ``floor``.
+
+    The only per-message Python work is collecting each value and its offset; the values
+    are joined into ONE buffer and the offsets of the binary array are a cumulative sum
+    of their lengths, as the file source's batches share their read buffer. A tombstone
+    (null value) becomes an empty line (quarantined as such).
+    """
+    if msgs and msgs[0].offset < floor:
+        msgs = [m for m in msgs if m.offset >= floor]
+    fp = partition_fp(tp.topic, tp.partition)
+    source = f"kafka:{tp.topic}/{tp.partition}"
+    n = len(msgs)
+    if n == 0:
+        return RawBatch(source, fp, pa.array([], pa.large_binary()),  # type: ignore[arg-type]
+                        np.empty(0, np.int64), None, floor)
+    values = [m.value for m in msgs]
+    try:
+        buf = b"".join(values)
+    except TypeError:  # a null value somewhere
+        values = [v if v is not None else b"" for v in values]
+        buf = b"".join(values)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=n), out=starts[1:])
+    first, last = msgs[0].offset, msgs[-1].offset
+    if last - first == n - 1:  # contiguous (no compaction gaps, no txn markers)
+        offsets = np.arange(first, last + 1, dtype=np.int64)
+    else:
+        offsets = np.fromiter((m.offset for m in msgs), dtype=np.int64, count=n)
+    lines = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(buf)]
+    )
+    return RawBatch(source, fp, lines, offsets, None, last + 1)
 
 
 class _Listener(AsyncConsumerRebalanceListener):
@@ -125,28 +186,23 @@ class KafkaLiveSource:
         topics: list[str],
         group_id: str,
         consumer_options: dict[str, Any] | None = None,
-        max_poll_records: int = 10_000,
+        max_poll_records: int | None = None,
     ):
         self.lp = lp
         self.store = store
         self.topics = topics
         self.group_id = group_id
-        self.max_poll_records = max_poll_records
-        opts: dict[str, Any] = {
-            "bootstrap_servers": bootstrap_servers.split(","),
-            "group_id": group_id,
-            "client_id": f"toolwatch-{group_id}",
-            "enable_auto_commit": False,
-            "auto_offset_reset": "earliest",
-            "max_poll_records": max_poll_records,
-            "fetch_max_bytes": 52_428_800,
-            "max_partition_fetch_bytes": 8_388_608,
-        }
+        opts = consumer_settings(bootstrap_servers, group_id)
         opts.update(consumer_options or {})
+        if max_poll_records is not None:
+            opts["max_poll_records"] = max_poll_records
         opts["enable_auto_commit"] = False
+        self.max_poll_records = int(opts["max_poll_records"])
         self.consumer = KafkaConsumer(**opts)
         self.lock = threading.RLock()
         self.stored: dict[str, int] = {}  # fp -> offset the store holds up to
+        self._noted: dict[str, int] = {}  # fp -> stored offset not yet committed to Kafka
+        self._noted_lock = threading.Lock()  # stored/_noted: the commit thread writes them
         self.assigned: set[TopicPartition] = set()
         self._to_warm: set[str] = set()
         self.counters: dict[str, int] = {
@@ -162,18 +218,41 @@ class KafkaLiveSource:
         self.lp.on_commit.append(self._after_store_commit)
         self.consumer.subscribe(topics=topics, listener=_Listener(self))
         self.on_poll: Callable[[], None] | None = None
+        #: ``time.perf_counter()`` when the first message arrived (benchmarks).
+        self.first_message_at_perf: float | None = None
 
     # ------------------------------------------------------------------ callbacks
-    def _after_store_commit(self, res: FlushResult) -> list[Any]:
-        """Advance in-memory stored offsets and commit them to Kafka (asynchronously)."""
-        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for c in res.checkpoints:
-            tp = _tp_of(c.source_fp)
-            if tp is None:
-                continue
-            self.stored[c.source_fp] = max(self.stored.get(c.source_fp, 0), c.end_offset)
-            if tp in self.assigned:
-                offsets[tp] = OffsetAndMetadata(c.end_offset, "", -1)
+    def _after_store_commit(self, res: FlushResult) -> None:
+        """Note the offsets a store commit covers (runs on the pipeline's commit thread).
+
+        ``KafkaConsumer`` is not thread-safe, so nothing is sent from here: the poll
+        thread commits what is noted (:meth:`_commit_noted`) after its next poll, or the
+        revoke listener does before giving partitions up.
+        """
+        with self._noted_lock:
+            for c in res.checkpoints:
+                if _tp_of(c.source_fp) is None:
+                    continue
+                self.stored[c.source_fp] = max(self.stored.get(c.source_fp, 0), c.end_offset)
+                self._noted[c.source_fp] = max(self._noted.get(c.source_fp, 0), c.end_offset)
+
+    def _commit_noted(self, only: set[TopicPartition] | None = None) -> list[Any]:
+        """Commit (asynchronously) the offsets the store holds and Kafka does not yet.
+
+        One commit per store commit at most, whatever the number of messages: the Kafka
+        offsets trail the store, which stays the source of truth.
+        """
+        with self._noted_lock:
+            if not self._noted:
+                return []
+            offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+            for fp in list(self._noted):
+                tp = _tp_of(fp)
+                if tp is None or (only is not None and tp not in only):
+                    continue
+                end = self._noted.pop(fp)
+                if tp in self.assigned:
+                    offsets[tp] = OffsetAndMetadata(end, "", -1)
         if not offsets:
             return []
         try:
@@ -199,27 +278,18 @@ class KafkaLiveSource:
             log.info("offset commit failed (%s); the store holds the data", exc)
 
     def handle_revoked(self, revoked: set[TopicPartition]) -> list[Any]:
-        """Flush everything read so far, commit it, drop the revoked partitions' state."""
+        """Flush everything read so far, commit it, drop the revoked partitions' state.
+
+        Runs inside ``poll()`` on the poll thread: the flush waits for the commit thread
+        (every queued micro-batch reaches the store) before the partitions are released,
+        so the next owner's seek to the store checkpoint sees all of it.
+        """
         with self.lock:
             self.counters["revocations"] += 1
-            futures: list[Any] = []
-            hook_results: list[list[Any]] = []
-
-            def capture(res: FlushResult) -> None:
-                hook_results.append(self._after_store_commit(res))
-
-            # Run the flush with a capturing hook so the listener can await the commit.
-            self.lp.on_commit.remove(self._after_store_commit)
-            self.lp.on_commit.append(capture)
-            try:
-                fps = [partition_fp(tp.topic, tp.partition) for tp in revoked]
-                self.lp.finalize_streams(fps)
-                self.lp.flush()
-            finally:
-                self.lp.on_commit.remove(capture)
-                self.lp.on_commit.append(self._after_store_commit)
-            for r in hook_results:
-                futures.extend(r)
+            fps = [partition_fp(tp.topic, tp.partition) for tp in revoked]
+            self.lp.finalize_streams(fps)
+            self.lp.flush(wait=True)
+            futures = self._commit_noted()
             self._drop(revoked)
             return futures
 
@@ -227,15 +297,21 @@ class KafkaLiveSource:
         """Forced eviction: discard unflushed lines and state of the lost partitions."""
         with self.lock:
             self.counters["lost"] += 1
+            # Micro-batches already handed to the commit thread were read before the
+            # eviction (a synchronous flush would have stored them before this poll).
+            self.lp.drain()
             self.lp.drop_pending(partition_fp(tp.topic, tp.partition) for tp in lost)
             self._drop(lost)
 
     def _drop(self, tps: set[TopicPartition]) -> None:
         fps = [partition_fp(tp.topic, tp.partition) for tp in tps]
         self.lp.window.drop_streams(fps)
+        with self._noted_lock:
+            for fp in fps:
+                self.stored.pop(fp, None)
+                self._noted.pop(fp, None)
         for fp in fps:
             self.lp.pipe.pairers.pop(fp, None)
-            self.stored.pop(fp, None)
             self._to_warm.discard(fp)
             self.lp.forget_stream(fp)
         self.assigned -= tps
@@ -257,19 +333,14 @@ class KafkaLiveSource:
     # ------------------------------------------------------------------ loop
     def _add(self, tp: TopicPartition, msgs: list[Any]) -> int:
         fp = partition_fp(tp.topic, tp.partition)
-        floor = self.stored.get(fp, 0)
-        fresh = [m for m in msgs if m.offset >= floor]
-        self.counters["redelivered_skipped"] += len(msgs) - len(fresh)
-        if not fresh:
+        batch = message_batch(tp, msgs, self.stored.get(fp, 0))
+        n = len(batch)
+        self.counters["redelivered_skipped"] += len(msgs) - n
+        if not n:
             return 0
-        payloads = [m.value if m.value is not None else b"" for m in fresh]
-        offsets = [m.offset for m in fresh]
-        batch = messages_to_batch(
-            f"kafka:{tp.topic}/{tp.partition}", fp, payloads, offsets, offsets[-1] + 1
-        )
         self.lp.add(batch)
-        self.counters["messages"] += len(fresh)
-        return len(fresh)
+        self.counters["messages"] += n
+        return n
 
     def lag(self) -> dict[str, int]:
         """Messages behind the high watermark, per partition and in total."""
@@ -288,6 +359,12 @@ class KafkaLiveSource:
     def run(self, stop: StopFlag, *, idle_exit_s: float | None = None,
             max_seconds: float | None = None, poll_timeout_ms: int = 200) -> None:
         """Poll, buffer and flush until ``stop`` is set (then flush and leave the group).
+
+        Each poll's messages become one Arrow batch per partition; batches wait in the
+        pipeline until a flush is due (``live.flush_interval_s`` / ``flush_events``),
+        are transformed on this thread, then detected and stored on the commit thread
+        while this one keeps polling. Kafka offsets are committed after the store
+        commit that covers them, once per flush.
 
         Parameters
         ----------
@@ -314,6 +391,8 @@ class KafkaLiveSource:
                 except (CommitFailedError, RebalanceInProgressError) as exc:
                     self.note_commit_error(exc)
                     continue
+                if recs and self.first_message_at_perf is None:
+                    self.first_message_at_perf = time.perf_counter()
                 with self.lock:
                     n = 0
                     for tp, msgs in recs.items():
@@ -321,8 +400,13 @@ class KafkaLiveSource:
                     if self._to_warm:
                         warm, self._to_warm = set(self._to_warm), set()
                         self.lp.warm_up(warm)
+                    # The transform runs here; detection and the store commit run on
+                    # the pipeline's commit thread while the next polls are read.
                     if self.lp.due():
-                        self.lp.flush()
+                        self.lp.flush(wait=False)
+                    if not recs:
+                        self.lp.caught_up()
+                self._commit_noted()
                 if n or (not got_any and self.assigned):
                     # Idle time counts from the first message, or from the assignment
                     # when there is nothing (left) to read.
@@ -342,7 +426,9 @@ class KafkaLiveSource:
                     break
         finally:
             with self.lock:
-                self.lp.flush()
+                self.lp.flush(wait=True)
+            with self._noted_lock:
+                self._noted.clear()
             offsets = {
                 tp: OffsetAndMetadata(self.stored[partition_fp(tp.topic, tp.partition)], "", -1)
                 for tp in self.assigned

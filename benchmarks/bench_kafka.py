@@ -1,0 +1,297 @@
+"""Where the time of `toolwatch kafka` goes, measured in one run against one broker.
+
+Prints figures; not a test. One Tansu broker on loopback, one topic (``--partitions``,
+``--events`` messages of the generator's bench file, key = caller id), then the same
+topic is read, each time by a fresh consumer group, by:
+
+    a   a bare kafka-python consumer loop that only counts bytes
+    b   (a) plus toolwatch's parse/normalize (Pipeline.transform on the same Arrow batches
+        `toolwatch kafka` builds, flush_events lines at a time; no store, no detection)
+    c   `toolwatch kafka` (consume_kafka) without detection
+    d   `toolwatch kafka` with detection
+    tail    `toolwatch tail` (with detection) of the same events written to a file
+    tail-nd `toolwatch tail` without detection
+
+Rates count from the first message received (the ~2 s group join is excluded and
+printed apart) to the store commit that covers the last message (a/b: the last
+message read). Usage::
+
+    python benchmarks/bench_kafka.py                      # 200k events, 4 partitions
+    python benchmarks/bench_kafka.py --events 500000 --partitions 8 --modes a,c,d,tail
+    python benchmarks/bench_kafka.py --compression lz4     # producer compression
+    python benchmarks/bench_kafka.py scale --events 200000  # 1/2/4 processes, 4/8 parts
+
+The ``scale`` part runs N separate ``toolwatch kafka`` processes (one group, one store)
+and checks that every message is stored exactly once, also when a member joins
+mid-load and one is killed with -9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TOOLWATCH_HMAC_KEY", "00" * 32)
+
+from toolwatch.config import Config  # noqa: E402
+
+GROUP_OPTS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500,
+              "max_poll_interval_ms": 120_000}
+
+
+def _config(data_dir: Path, **live: Any) -> Config:
+    cfg = Config()
+    cfg.store.data_dir = str(data_dir)
+    cfg.live = {"compact_interval_s": 0, **live}
+    return cfg
+
+
+def bench_lines(work: Path, events: int) -> tuple[Path, list[bytes]]:
+    """The generator's bench file (cached) and its lines without newlines."""
+    path = work / f"bench-{events}.jsonl"
+    if not path.exists():
+        from sample_logs.generate import generate_bench
+
+        t = time.perf_counter()
+        generate_bench(events, path)
+        print(f"  generated {events:,} lines in {time.perf_counter() - t:.1f}s -> {path}")
+    return path, path.read_bytes().splitlines()
+
+
+def produce(bootstrap: str, topic: str, lines: list[bytes], compression: str | None,
+            callers: int = 997) -> float:
+    """Send every line keyed by a caller id; returns seconds."""
+    from kafka import KafkaProducer
+
+    t = time.perf_counter()
+    prod = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20,
+                         compression_type=compression, max_request_size=8 << 20)
+    keys = [f"caller-{i}".encode() for i in range(callers)]
+    for i, line in enumerate(lines):
+        prod.send(topic, key=keys[i % callers], value=line)
+    prod.flush(timeout=600)
+    prod.close()
+    return time.perf_counter() - t
+
+
+# --------------------------------------------------------------------------- a, b
+def bare(bootstrap: str, topic: str, total: int, *, transform: bool) -> dict[str, Any]:
+    """(a) count bytes only; (b) also build the Arrow batches and run the transform."""
+    from kafka import KafkaConsumer
+
+    from ingest.sources.kafka import consumer_settings, message_batch
+    from toolwatch.live import LiveConfig, merge_batches
+    from toolwatch.pipeline import Pipeline
+
+    group = f"bare-{'t' if transform else 'n'}-{time.time_ns()}"
+    opts = consumer_settings(bootstrap, group)
+    opts.update(GROUP_OPTS)
+    c = KafkaConsumer(**opts)
+    c.subscribe([topic])
+    cfg = _config(Path(tempfile.gettempdir()) / "unused")
+    pipe = Pipeline(cfg, None) if transform else None
+    flush_events = LiveConfig().flush_events
+    pending: dict[Any, list[Any]] = {}
+    pend_n = 0
+    n = nbytes = events = 0
+    t_sub = time.perf_counter()
+    t_first: float | None = None
+
+    def run_transform() -> int:
+        assert pipe is not None
+        out = 0
+        for _tp, bl in pending.items():
+            out += pipe.transform(merge_batches(bl)).events.num_rows
+        pending.clear()
+        return out
+
+    try:
+        while n < total:
+            recs = c.poll(timeout_ms=500)
+            if recs and t_first is None:
+                t_first = time.perf_counter()
+            for tp, msgs in recs.items():
+                n += len(msgs)
+                if pipe is None:
+                    nbytes += sum(len(m.value) for m in msgs)
+                else:
+                    b = message_batch(tp, msgs, 0)
+                    nbytes += b.lines.nbytes
+                    pending.setdefault(tp, []).append(b)
+                    pend_n += len(msgs)
+            if pipe is not None and (pend_n >= flush_events or n >= total):
+                events += run_transform()
+                pend_n = 0
+            if time.perf_counter() - t_sub > 900:
+                raise TimeoutError(f"read {n} of {total}")
+        t_end = time.perf_counter()
+    finally:
+        c.close()
+    assert t_first is not None
+    return {"messages": n, "events": events if transform else n, "bytes": nbytes,
+            "seconds": t_end - t_first, "join_s": t_first - t_sub}
+
+
+# --------------------------------------------------------------------------- c, d
+def toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
+                    detect: bool) -> dict[str, Any]:
+    """`toolwatch kafka` (the CLI's loop, in-process) until the store covers ``total``."""
+    from toolwatch.live import LiveConfig, StopFlag
+    from toolwatch.live_cli import consume_kafka
+
+    data = work / f"store-kafka-{'d' if detect else 'nd'}"
+    shutil.rmtree(data, ignore_errors=True)
+    cfg = _config(data, detect=detect)
+    stop = StopFlag()
+    covered: dict[str, int] = {}
+    box: dict[str, Any] = {}
+
+    def on_flush(res: Any) -> None:
+        for cp in res.checkpoints:
+            covered[cp.source_fp] = max(covered.get(cp.source_fp, 0), cp.end_offset)
+        if sum(covered.values()) >= total and "t_end" not in box:
+            box["t_end"] = time.perf_counter()
+            stop.set()
+
+    t_sub = time.perf_counter()
+    lp = consume_kafka(cfg, bootstrap_servers=bootstrap, topics=[topic],
+                       group_id=f"tw-{time.time_ns()}", consumer_options=dict(GROUP_OPTS),
+                       stop=stop, sinks=None, live=LiveConfig.from_config(cfg),
+                       max_seconds=900, on_flush=on_flush,
+                       on_start=lambda src: box.__setitem__("src", src))
+    src = box["src"]
+    t_first = src.first_message_at_perf
+    t_end = box.get("t_end", time.perf_counter())
+    st = lp.status
+    return {"messages": src.counters["messages"], "events": st.events_stored,
+            "alerts": st.alerts_new if hasattr(st, "alerts_new") else None,
+            "seconds": t_end - t_first, "join_s": t_first - t_sub,
+            "kafka": dict(src.counters)}
+
+
+# --------------------------------------------------------------------------- tail
+def tail(path: Path, work: Path, *, detect: bool) -> dict[str, Any]:
+    """`toolwatch tail` of the same events in a file, until the store covers it."""
+    from toolwatch.live import LiveConfig, StopFlag
+    from toolwatch.live_cli import tail_files
+
+    data = work / f"store-tail-{'d' if detect else 'nd'}"
+    shutil.rmtree(data, ignore_errors=True)
+    cfg = _config(data, detect=detect)
+    size = path.stat().st_size
+    stop = StopFlag()
+    box: dict[str, Any] = {}
+
+    def on_flush(res: Any) -> None:
+        if any(cp.end_offset >= size for cp in res.checkpoints) and "t_end" not in box:
+            box["t_end"] = time.perf_counter()
+            stop.set()
+
+    t0 = time.perf_counter()
+    lp = tail_files(cfg, [str(path)], stop=stop, live=LiveConfig.from_config(cfg),
+                    max_seconds=900, on_flush=on_flush)
+    t_end = box.get("t_end", time.perf_counter())
+    return {"events": lp.status.events_stored, "seconds": t_end - t0, "join_s": 0.0}
+
+
+# --------------------------------------------------------------------------- main
+def one_run(a: argparse.Namespace) -> dict[str, Any]:
+    from tests.kafka_broker import KafkaBroker, create_topic
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    path, lines = bench_lines(work, a.events)
+    total = len(lines)
+    modes = a.modes.split(",")
+    res: dict[str, Any] = {"events": total, "partitions": a.partitions,
+                           "compression": a.compression or "none",
+                           "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
+    # Detectors are imported once up front so no mode pays scikit-learn's import.
+    import detectors.pipeline  # noqa: F401
+
+    with KafkaBroker() as broker:
+        topic = f"bench-{time.time_ns()}"
+        create_topic(broker.bootstrap, topic, partitions=a.partitions)
+        secs = produce(broker.bootstrap, topic, lines, a.compression)
+        res["produce_msgs_per_s"] = int(total / secs)
+        print(f"  produced {total:,} messages ({path.stat().st_size / 2**20:.0f} MiB) to "
+              f"{a.partitions} partitions in {secs:.1f}s ({total / secs:,.0f} msg/s)")
+        for m in modes:
+            t = time.perf_counter()
+            if m == "a":
+                r = bare(broker.bootstrap, topic, total, transform=False)
+            elif m == "b":
+                r = bare(broker.bootstrap, topic, total, transform=True)
+            elif m == "c":
+                r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=False)
+            elif m == "d":
+                r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=True)
+            elif m == "tail":
+                r = tail(path, work, detect=True)
+            elif m == "tail-nd":
+                r = tail(path, work, detect=False)
+            else:
+                raise SystemExit(f"unknown mode {m}")
+            r["events_per_s"] = int(total / r["seconds"])
+            r["wall_s"] = round(time.perf_counter() - t, 1)
+            res[m] = r
+            print(f"  {m:8s} {total / r['seconds']:>10,.0f} msg/s   {r['seconds']:6.2f}s "
+                  f"(+join {r['join_s']:.1f}s)  stored events {r.get('events')}", flush=True)
+    labels = {"a": "bare kafka-python loop (count bytes)",
+              "b": "(a) + parse/normalize (Pipeline.transform)",
+              "c": "toolwatch kafka, no detection",
+              "d": "toolwatch kafka, detection",
+              "tail": "toolwatch tail (file), detection",
+              "tail-nd": "toolwatch tail (file), no detection"}
+    base = res.get("a", {}).get("events_per_s")
+    print(f"\n  {total:,} messages, {a.partitions} partitions, compression "
+          f"{res['compression']}, load avg {res['load_avg'][0]:.1f} on {res['cpus']} CPUs")
+    print(f"  {'mode':46s} {'msg/s':>10s} {'x (a)':>7s} {'x tail':>7s}")
+    tail_r = res.get("tail", {}).get("events_per_s")
+    for m in modes:
+        r = res[m]
+        ra = f"{r['events_per_s'] / base:.2f}" if base else "-"
+        rt = f"{r['events_per_s'] / tail_r:.2f}" if tail_r else "-"
+        print(f"  {labels[m]:46s} {r['events_per_s']:>10,} {ra:>7s} {rt:>7s}")
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("part", nargs="?", default="ratios", choices=["ratios", "scale"])
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--modes", default="a,b,c,d,tail")
+    p.add_argument("--compression", default=None,
+                   choices=[None, "gzip", "snappy", "lz4", "zstd"])
+    p.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "toolwatch-bench-kafka"))
+    p.add_argument("--json", default=None, help="also write the figures here")
+    a = p.parse_args(argv)
+    if a.part == "scale":
+        res = scale(a)
+    else:
+        res = one_run(a)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+def scale(a: argparse.Namespace) -> dict[str, Any]:  # filled in below
+    raise SystemExit("scale: not implemented yet")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

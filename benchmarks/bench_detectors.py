@@ -6,6 +6,13 @@ temporary store with the real CLI, reads events and summaries back with
 runs — best of ``--repeat``, with the per-stage breakdown of ``DetectResult.timings``.
 The same is done for the bundled demo sample. Prints figures only; nothing is asserted.
 
+``--compare-sequence`` also times, in the same run and interleaved with the full set, the
+detectors with the five sequence detectors of issue 11 disabled (``enabled = false`` in
+their config sections: tool_loop, privilege_chain, step_skip, duplicate_execution,
+cross_server_flow), and the core set (those five and the two concurrency detectors of
+issue 12 disabled), and prints the CPU ratios: what the new detectors add to
+``run_batch``.
+
 ``--alerts-out DIR`` writes each dataset's alerts as canonical JSON lines (alert id,
 category, severity, score rounded to 9 digits, reasons, evidence, times) so two code
 versions can be compared with ``diff``.
@@ -72,15 +79,55 @@ def _canonical(alerts: pl.DataFrame) -> list[bytes]:
     return out
 
 
+#: Config sections of the sequence detectors (issue 11) and the concurrency ones (issue 12).
+SEQUENCE = ("tool_loop", "privilege_chain", "step_skip", "duplicate_execution",
+            "cross_server_flow")
+CONCURRENCY = ("concurrency_abuse", "race_condition")
+
+#: The configurations --compare-sequence times: name -> detectors config dict.
+VARIANTS: dict[str, dict[str, object]] = {
+    "all": {},
+    "no-sequence": {k: {"enabled": False} for k in SEQUENCE},
+    "core": {k: {"enabled": False} for k in (*SEQUENCE, *CONCURRENCY)},
+}
+
+
+def _time_once(ev: pl.DataFrame, su: pl.DataFrame,
+               cfg: detectors.DetectorsConfig) -> tuple[float, float, detectors.DetectResult]:
+    c0, w0 = time.process_time(), time.perf_counter()
+    res = detectors.detect(ev, su, cfg)
+    return time.perf_counter() - w0, time.process_time() - c0, res
+
+
+def _compare(name: str, ev: pl.DataFrame, su: pl.DataFrame, repeat: int) -> None:
+    """Interleaved runs of each variant (so machine load hits them alike); best CPU each."""
+    cfgs = {k: detectors.DetectorsConfig.from_dict(v) for k, v in VARIANTS.items()}
+    cpu: dict[str, list[float]] = {k: [] for k in cfgs}
+    wall: dict[str, list[float]] = {k: [] for k in cfgs}
+    for _ in range(repeat):
+        for k, cfg in cfgs.items():
+            w, c, _res = _time_once(ev, su, cfg)
+            wall[k].append(w)
+            cpu[k].append(c)
+    print(f"[{name}] sequence detectors on/off, {ev.height:,} events, best of {repeat} "
+          "interleaved runs:")
+    for k in cfgs:
+        print(f"  {k:<12} CPU {min(cpu[k]):7.3f} s  wall {min(wall[k]):7.3f} s  "
+              f"(CPU runs {', '.join(f'{c:.3f}' for c in cpu[k])})")
+    base = min(cpu["no-sequence"])
+    print(f"  sequence detectors add {min(cpu['all']) / base - 1:+.1%} CPU to run_batch "
+          f"(all / no-sequence = {min(cpu['all']) / base:.3f}); sequence + concurrency add "
+          f"{min(cpu['all']) / min(cpu['core']) - 1:+.1%} (all / core)")
+
+
 def _bench(name: str, ev: pl.DataFrame, su: pl.DataFrame, repeat: int,
            alerts_dir: Path | None) -> None:
     cfg = detectors.DetectorsConfig.from_dict({})
     walls, cpus, runs = [], [], []
     for _ in range(repeat):
-        c0, w0 = time.process_time(), time.perf_counter()
-        res = detectors.detect(ev, su, cfg)
-        walls.append(time.perf_counter() - w0)
-        cpus.append(time.process_time() - c0)
+        w, c, res = _time_once(ev, su, cfg)
+        walls.append(w)
+        cpus.append(c)
         runs.append(res)
     best = min(range(repeat), key=lambda i: walls[i])
     res = runs[best]
@@ -111,6 +158,9 @@ def main() -> None:
     ap.add_argument("--alerts-out", type=Path, default=None,
                     help="directory to write canonical alerts per dataset")
     ap.add_argument("--skip-demo", action="store_true")
+    ap.add_argument("--compare-sequence", action="store_true",
+                    help="also time with the sequence (and concurrency) detectors disabled "
+                         "and print the CPU ratios")
     ap.add_argument("--skip-bench", action="store_true")
     args = ap.parse_args()
     work: Path = args.work
@@ -124,6 +174,8 @@ def main() -> None:
             _ingest(sorted(glob.glob(str(ROOT / "sample_logs/demo/*.jsonl*"))), store, env)
         ev, su = _load(store)
         _bench("demo", ev, su, args.repeat, args.alerts_out)
+        if args.compare_sequence:
+            _compare("demo", ev, su, args.repeat)
     if not args.skip_bench:
         src = work / f"bench-{args.events}-s{args.seed}.jsonl"
         if not src.exists():
@@ -139,6 +191,8 @@ def main() -> None:
             _ingest([str(src)], store, env)
         ev, su = _load(store)
         _bench(f"bench{args.events}", ev, su, args.repeat, args.alerts_out)
+        if args.compare_sequence:
+            _compare(f"bench{args.events}", ev, su, args.repeat)
 
 
 if __name__ == "__main__":

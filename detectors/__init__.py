@@ -20,11 +20,50 @@ See ``docs/detectors.md``.
 
 from __future__ import annotations
 
-from detectors.alerts import ALERT_COLUMNS, alert_id
-from detectors.base import Detector, FeatureSet
-from detectors.config import CATEGORIES, DetectorsConfig
-from detectors.pipeline import DetectResult, IncrementalDetector, detect, run_batch, train
-from detectors.registry import REGISTRY
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from detectors.alerts import ALERT_COLUMNS, alert_id
+    from detectors.base import Detector, FeatureSet
+    from detectors.config import CATEGORIES, DetectorsConfig
+    from detectors.pipeline import DetectResult, IncrementalDetector, detect, run_batch, train
+    from detectors.registry import REGISTRY
+
+#: Public name -> module defining it. Imported on first use (PEP 562), so that importing a
+#: light submodule — ``detectors.config`` for CATEGORIES / SEVERITIES in the CLI's and the
+#: live engine's start-up path — does not pull polars and every detector in.
+_LAZY = {
+    "ALERT_COLUMNS": "detectors.alerts",
+    "alert_id": "detectors.alerts",
+    "Detector": "detectors.base",
+    "FeatureSet": "detectors.base",
+    "CATEGORIES": "detectors.config",
+    "DetectorsConfig": "detectors.config",
+    "DetectResult": "detectors.pipeline",
+    "IncrementalDetector": "detectors.pipeline",
+    "detect": "detectors.pipeline",
+    "run_batch": "detectors.pipeline",
+    "train": "detectors.pipeline",
+    "REGISTRY": "detectors.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Public names and submodules (``detectors.features`` …), imported on first use."""
+    mod = _LAZY.get(name)
+    if mod is not None:
+        value = getattr(importlib.import_module(mod), name)
+    else:
+        try:
+            value = importlib.import_module(f"detectors.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"detectors.{name}":
+                raise
+            raise AttributeError(f"module 'detectors' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ALERT_COLUMNS",

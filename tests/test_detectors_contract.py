@@ -18,7 +18,8 @@ ATTACK = {
     "enumeration": lambda tr: tr.enumeration("attack", T0 + timedelta(hours=2)),
     "bulk_extraction": lambda tr: tr.bulk_extraction("attack", T0 + timedelta(hours=2)),
     "credential_stuffing": lambda tr: tr.stuffing_session("attack", T0 + timedelta(hours=2)),
-    "scraping_loop": lambda tr: tr.stuck_loop("attack", T0 + timedelta(hours=2)),
+    # walking a listing by page (issue 11: repetition without progress is tool_loop)
+    "scraping_loop": lambda tr: tr.scraping("attack", T0 + timedelta(hours=2)),
     "anomaly": lambda tr: tr.oddball("attack", T0 + timedelta(hours=2)),
     "tool_loop": lambda tr: seq.tool_loop(tr, "attack", T0 + timedelta(hours=2)),
     "privilege_chain": lambda tr: seq.privilege_chain(tr, "attack", T0 + timedelta(hours=2)),

@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from detectors.config import SEVERITIES
 from toolwatch import __version__
 from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
 from toolwatch.config import describe, load_config
@@ -311,7 +312,8 @@ def workflows(
                   highlight=False)
 
 
-_SEVERITIES = ["low", "medium", "high", "critical"]
+# One definition (detectors/config.py); importing it is cheap: detectors/__init__ is lazy.
+_SEVERITIES = list(SEVERITIES)
 
 
 @app.command()

@@ -238,8 +238,7 @@ class LiveConfig:
                 )
 
 
-SEVERITY_RANK = {"low": 0, "medium": 1, "high": 2, "critical": 3}
-
+from detectors.config import SEVERITY_RANK  # noqa: E402  (one definition; light import)
 
 # --------------------------------------------------------------------------- detection
 #: ``(events, summaries, history=None) -> alerts``: the detectors' ``run_batch`` contract.

@@ -425,6 +425,8 @@ def run_wrapped(
         except OSError as exc:
             raise ToolwatchError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
     server = wrapped.server
+    if on_abandon is not None:  # the CLI's exit (flushes logging) instead of the bare one
+        server.abandon = on_abandon
     server_done = StopFlag()
     box: dict[str, Any] = {}
     name = " ".join(argv)[:200]

@@ -193,13 +193,17 @@ def run(
         # The server runs already: report, keep its stderr spooled and wait for it.
         fail(exc)
         lc, sinks = None, None
-    from toolwatch.cli import _exit_now
+    from toolwatch.cli import _exit_now, _skip_teardown
 
     try:
         code = impl.run_wrapped(cfg, argv, sinks=sinks, live=lc, verbose=verbose,
                                 wrapped=wrapped, on_abandon=_exit_now)
     except (ToolwatchError, ValueError) as exc:
         raise fail(exc, 1) from None
+    # Committed, sinks closed, threads joined: no interpreter teardown (it resets the signal
+    # handlers, so the MCP client's SIGTERM during a slow teardown killed us with -15
+    # instead of the server's code).
+    _skip_teardown()
     raise typer.Exit(code)
 
 

@@ -277,6 +277,12 @@ class WrappedServer:
         #: Set by a stop signal (SIGINT/SIGTERM/SIGHUP) received after the server exited.
         self.stop_after_exit = threading.Event()
         self.exited = threading.Event()
+        #: ``code -> None`` that ends the wrapper (e.g. ``os._exit``): called ~100 ms after a
+        #: stop signal that comes once the server has exited, wherever the wrapper is then
+        #: (still importing the CLI, or committing). Everything the server wrote is in the
+        #: spool already, so leaving is safe; the client's SIGKILL 2 s later would not be.
+        self.abandon: Any = None
+        self._abandoning = False
 
     def start(self) -> WrappedServer:
         """Spawn the child; install signal forwarding."""
@@ -315,20 +321,68 @@ class WrappedServer:
 
     def _noop(self, signum: int, _frame: object) -> None:
         self.forwarded.append(-signum)
-        if self.exited.is_set():
+        if self.exited.is_set() or self.exit_status() is not None:
             self.stop_after_exit.set()
+            self._abandon_soon()
 
     def _forward(self, signum: int, _frame: object) -> None:
         self.forwarded.append(signum)
-        if self.proc is not None and self.proc.returncode is None and not self.exited.is_set():
+        # poll(), not returncode: a server that exited at stdin EOF is a zombie until
+        # reaped, and the client's SIGTERM 2 s later must count as "after the exit".
+        if self.proc is not None and not self.exited.is_set() and self.exit_status() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signum)
         elif signum in STOP_SIGNALS:
             self.stop_after_exit.set()
+            self._abandon_soon()
 
-    def restore_signals(self) -> None:
-        """Put back the signal handlers that were there before :meth:`start`."""
-        for sig, h in self._old_handlers.items():
+    def exit_status(self) -> int | None:
+        """The server's exit status as a shell reports it, or None while it runs.
+
+        Safe in a signal handler: ``waitid(WNOWAIT)`` looks without reaping, so it takes
+        no lock that the main thread's ``Popen.wait`` may hold.
+        """
+        if self.proc is None:
+            return None
+        rc = self.proc.returncode
+        if rc is None:
+            try:
+                info = os.waitid(os.P_PID, self.proc.pid,
+                                 os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # reaped meanwhile: returncode is set
+                rc = self.proc.returncode
+                return None if rc is None else (128 - rc if rc < 0 else rc)
+            if info is None or info.si_pid == 0:
+                return None
+            if info.si_code == os.CLD_EXITED:
+                return info.si_status
+            return 128 + info.si_status
+        return 128 - rc if rc < 0 else rc
+
+    def _abandon_soon(self, grace: float = 0.08) -> None:
+        """Call :attr:`abandon` with the server's code after ``grace`` s (once)."""
+        if self.abandon is None or self._abandoning:
+            return
+        code = self.exit_status()
+        if code is None:
+            return
+        self._abandoning = True
+        t = threading.Timer(grace, self.abandon, args=(code,))
+        t.daemon = True
+        t.start()
+
+    def restore_signals(self, on_stop: Any = None) -> None:
+        """Put back the signal handlers that were there before :meth:`start`.
+
+        With ``on_stop`` (``(signum, frame) -> None``), the stop signals get that handler
+        instead, installed over the forwarding one with no default-action gap between: a
+        wrapper whose server has exited and whose work is done may still be shutting down
+        when the MCP client's SIGTERM comes, and must then exit with the server's code, not
+        die of the signal.
+        """
+        for sig, h in list(self._old_handlers.items()):
+            if on_stop is not None and sig in STOP_SIGNALS:
+                h = on_stop
             with contextlib.suppress(OSError, ValueError, TypeError):
                 signal.signal(sig, h)  # type: ignore[arg-type]
         self._old_handlers.clear()
@@ -371,6 +425,13 @@ class Wrapped:
         self.echo.finish()
         self.spool.release()
 
+    def abandon(self, code: int) -> None:
+        """Leave now with ``code`` (a stop signal after the server's exit): echo what is
+        left (briefly) and exit; the spool stays for the collector or the next writer."""
+        with contextlib.suppress(Exception):
+            self.echo.finish(timeout=0.05)
+        os._exit(code)
+
 
 def start_wrapped(data_dir: str | Path, argv: list[str]) -> Wrapped:
     """Create a spool, start the server with it as stderr, start echoing it.
@@ -395,7 +456,9 @@ def start_wrapped(data_dir: str | Path, argv: list[str]) -> Wrapped:
     # The server has its own copy of the descriptor; ours is only needed to release.
     os.close(sp.fd)
     sp.fd = -1
-    return Wrapped(srv, sp, Echo(sp.log_path), Path(data_dir))
+    w = Wrapped(srv, sp, Echo(sp.log_path), Path(data_dir))
+    srv.abandon = w.abandon
+    return w
 
 
 # --------------------------------------------------------------------------- collector side

@@ -394,8 +394,10 @@ WITH b AS (
       WHEN ts_parsed IS NULL OR ts_parsed < TIMESTAMPTZ '2000-01-01'
            OR ts_parsed > TIMESTAMPTZ '2100-01-01' THEN 'bad_timestamp'
       -- A zone offset beyond +-14:00 ('+25:00') parses, to a shifted time: the text's
-      -- wall clock read without its offset tells how far. Only text times need it.
-      WHEN try_cast(ts_s AS DOUBLE) IS NULL
+      -- wall clock read without its offset tells how far. Only text times with a zone
+      -- other than the usual UTC spellings pay for the second parse.
+      WHEN NOT suffix(ts_s, 'Z') AND NOT suffix(ts_s, '+00:00')
+           AND try_cast(ts_s AS DOUBLE) IS NULL
            AND abs(epoch(try_cast(ts_s AS TIMESTAMP)) - epoch(ts_parsed)) > {MAX_TZ_OFFSET_S}
         THEN 'bad_timestamp'
       WHEN rpc IS NOT NULL THEN NULL
@@ -697,7 +699,7 @@ class ParserPool:
         first use (see :func:`toolwatch.secrets.load_or_create_key`).
         """
         key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
-        hasher = SecretHasher(key, config.ingest.secret_keys)
+        hasher = SecretHasher(key, config.ingest.secret_keys, config.ingest.secret_key_exceptions)
         return cls(config.ingest, hasher, workers=config.ingest.parse_workers)
 
     @property

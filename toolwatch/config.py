@@ -73,6 +73,12 @@ class IngestConfig:
     quarantine_raw_chars: int = doc(
         "Quarantined raw lines are kept up to this many characters.", 4096
     )
+    max_depth: int = doc(
+        "Nesting limit of a line's JSON (objects/arrays, the line's own object counted): "
+        "a deeper line keeps its event, with args stored truncated as "
+        '{"_truncated": "<first 1024 chars>"} and flag too_deep.',
+        32,
+    )
     ts_marks: str = doc(
         "What a per-call line's single timestamp marks when it also carries a duration: "
         "'end' (the call's completion, as access logs do: start = ts - duration) or "

@@ -26,11 +26,18 @@ from typing import Any
 import orjson
 import polars as pl
 
+from detectors.config import CATEGORIES as _CATEGORIES
+from detectors.config import SEVERITIES as _SEVERITIES
 from toolwatch.config import QueryConfig
 from toolwatch.store import Store
 
-SEVERITIES = ("critical", "high", "medium", "low")
-CATEGORIES = ("enumeration", "bulk_extraction", "credential_stuffing", "scraping_loop", "anomaly")
+# One definition (detectors/config.py, a light import): every filter and chart lists
+# these; the dashboard shows severities most severe first.
+SEVERITIES = tuple(reversed(_SEVERITIES))
+CATEGORIES = _CATEGORIES
+#: Categories whose alerts carry an ordered chain of calls (evidence.chain).
+SEQUENCE_CATEGORIES = ("tool_loop", "privilege_chain", "step_skip", "duplicate_execution",
+                       "cross_server_flow")
 #: Columns of ``events`` the overview may rank by (identifiers, never user input).
 TOP_COLUMNS = ("caller_id", "client_ip", "tool", "server", "resource_id")
 #: Entity kinds the entity page pivots on, mapped to their ``events`` column.
@@ -430,6 +437,9 @@ def alert_filter_options(store: Store) -> dict[str, list[str]]:
     for k in out:
         out[k] = sorted(set(out[k]))
     out["severities"].sort(key=lambda s: _SEV_RANK.get(s, 99))
+    # Categories in the one list's order (unknown ones, e.g. from an older store, last).
+    rank = {c: i for i, c in enumerate(CATEGORIES)}
+    out["categories"].sort(key=lambda c: (rank.get(c, len(rank)), c))
     return out
 
 

@@ -70,7 +70,8 @@ def overview() -> None:
                 y="alerts",
                 color=by,
                 color_discrete_map=ui.SEVERITY_COLORS if by == "severity" else None,
-                category_orders={"severity": list(data.SEVERITIES)},
+                category_orders={"severity": list(data.SEVERITIES),
+                                 "category": list(data.CATEGORIES)},
                 labels={"bucket": f"first seen ({tz}, per {bucket})"},
             )
             fig.update_xaxes(range=span)

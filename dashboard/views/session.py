@@ -14,6 +14,7 @@ import polars as pl
 import streamlit as st
 
 from dashboard import data, ui
+from dashboard.data import SEQUENCE_CATEGORIES
 from dashboard.triage import STATUSES, TriageStore, false_positive
 
 st.title("Session detail")
@@ -258,6 +259,54 @@ def _session_panel(sid: str) -> None:
     )
 
 
+def _call_sequence_panel(sid: str, alert: dict[str, Any] | None) -> None:
+    """The session's calls in order, the alert's chain (evidence.chain) highlighted."""
+    from dashboard.chain import call_sequence
+
+    events = ui.q("session_events", sid)
+    if events.height == 0:
+        return
+    seq = call_sequence(events, alert.get("evidence") if alert else None)
+    n_chain = int(seq["chain_step"].is_not_null().sum())
+    st.subheader("Call sequence")
+    if n_chain:
+        st.text(
+            f"{n_chain} of the session's {seq.height:,} calls make the chain of this "
+            f"{alert.get('category') if alert else ''} alert (highlighted, numbered in "
+            "chain order)."
+        )
+    elif alert is not None and alert.get("category") in SEQUENCE_CATEGORIES:
+        st.text("The alert's chain lies in another session (see its evidence).")
+    shown = ui.plot_safe(seq, ["server", "tool", "resource_id", "status"]).with_columns(
+        pl.when(pl.col("chain_step").is_not_null()).then(pl.lit("chain"))
+        .otherwise(pl.lit("other")).alias("part")
+    )
+    fig = px.scatter(
+        shown.to_pandas(),
+        x="step",
+        y="tool",
+        color="part",
+        symbol="part",
+        color_discrete_map={"chain": "#d62728", "other": "#c7c7c7"},
+        hover_data={"chain_step": True, "resource_id": True, "status": True, "server": True},
+        labels={"step": "call # in the session"},
+    )
+    fig.update_traces(marker={"size": 8})
+    fig.update_traces(selector={"name": "chain"}, marker={"size": 14})
+    fig.update_layout(height=max(240, 60 + 30 * seq["tool"].n_unique()))
+    ui.plotly(fig, key="sd_sequence")
+    ui.table(
+        seq.with_columns(
+            pl.when(pl.col("chain_step").is_not_null())
+            .then(pl.format("◆ {}", pl.col("chain_step"))).otherwise(pl.lit(""))
+            .alias("chain")
+        ),
+        key="sd_sequence_table",
+        height=300,
+        column_order=["step", "chain", "ts", "server", "tool", "resource_id", "status", "bytes"],
+    )
+
+
 alert = ui.q("get_alert", alert_id) if alert_id else None
 if alert_id and alert is None:
     st.warning("No alert with this id in the store.")
@@ -281,6 +330,7 @@ if alert is not None:
             session_id = ids[0]
 if session_id:
     _session_panel(session_id)
+    _call_sequence_panel(session_id, alert)
     others = ui.q("alerts_for_session", session_id)
     if alert is None and others.height:
         st.subheader("Alerts on this session")

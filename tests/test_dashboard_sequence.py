@@ -1,0 +1,129 @@
+"""Session detail shows the call sequence with a sequence alert's chain highlighted.
+
+A real store: a small log with a double charge is analysed by the real CLI, then the
+Streamlit page is run headless (AppTest) on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from streamlit.testing.v1 import AppTest
+
+from dashboard.chain import call_sequence, chain_records
+from detectors.config import CATEGORIES
+from tests.conftest import CLI
+
+APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+HOSTILE_TOOL = "chargePayment<img src=x onerror=alert(1)>"
+
+
+def _line(t: datetime, sid: str, tool: str, **kw: object) -> bytes:
+    rec = {"ts": t.isoformat().replace("+00:00", "Z"), "session_id": sid, "caller_id": kw.pop(
+        "caller", "shopper"), "client_ip": "198.51.100.7", "server": "shop-server",
+        "tool": tool, "args": kw.pop("args", {}), "status": "ok", "bytes": 800}
+    return orjson.dumps({**rec, **kw}) + b"\n"
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("dash-seq")
+    lines = []
+    for k in range(12):  # ordinary shoppers: create, charge once, fulfil
+        t = T0 + timedelta(minutes=7 * k)
+        o = {"orderId": f"ord-{k}"}
+        lines += [_line(t, f"ok-{k}", "createOrder", caller=f"c{k}", args=o),
+                  _line(t + timedelta(seconds=4), f"ok-{k}", "chargePayment", caller=f"c{k}",
+                        args={**o, "amount": 10}),
+                  _line(t + timedelta(seconds=9), f"ok-{k}", "fulfillOrder", caller=f"c{k}",
+                        args=o)]
+    t = T0 + timedelta(hours=2)
+    o = {"orderId": "ord-dup"}
+    lines += [_line(t, "dup", "createOrder", args=o),
+              _line(t + timedelta(seconds=2), "dup", "getOrder", args=o),
+              _line(t + timedelta(seconds=5), "dup", "chargePayment", args={**o, "amount": 99}),
+              _line(t + timedelta(seconds=8), "dup", "listOrders", args={"page": 1}),
+              _line(t + timedelta(seconds=11), "dup", "chargePayment", args={**o, "amount": 99})]
+    log = tmp / "shop.jsonl"
+    log.write_bytes(b"".join(lines))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    env["XDG_CONFIG_HOME"] = str(tmp / "cfg")
+    cli = CLI(data_dir=tmp / "store", env=env)
+    alerts = tmp / "alerts.jsonl"
+    cli("analyze", str(log), "-d", str(cli.data_dir), "--alerts-out", str(alerts))
+    rows = [json.loads(x) for x in alerts.read_text().splitlines() if x.strip()]
+    return {"store": cli.data_dir, "alerts": rows}
+
+
+def _page(store: Path, **query: str) -> AppTest:
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.session_state["toolwatch_data_dir"] = str(store)
+    at.context["timezone"] = "UTC"
+    at = at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.query_params.update(query)
+    at.switch_page("views/session.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_session_detail_highlights_the_chain(analysed: dict) -> None:
+    dup = [a for a in analysed["alerts"] if a["category"] == "duplicate_execution"]
+    assert len(dup) == 1 and dup[0]["session_id"] == "dup"
+    at = _page(analysed["store"], alert=dup[0]["alert_id"])
+    assert "Call sequence" in [s.value for s in at.subheader]
+    text = "\n".join(t.value for t in at.text)
+    assert "2 of the session's 5 calls make the chain of this duplicate_execution alert" in text
+    table = next(d.value for d in at.dataframe if {"step", "chain"} <= set(d.value.columns))
+    marked = dict(zip(table["step"], table["chain"], strict=True))
+    assert marked == {1: "", 2: "", 3: "◆ 1", 4: "", 5: "◆ 2"}
+    assert list(table.loc[table["chain"] != "", "tool"]) == ["chargePayment"] * 2
+
+
+def test_session_without_alert_shows_the_sequence_unmarked(analysed: dict) -> None:
+    at = _page(analysed["store"], session="ok-3")
+    table = next(d.value for d in at.dataframe if {"step", "chain"} <= set(d.value.columns))
+    assert list(table["step"]) == [1, 2, 3] and set(table["chain"]) == {""}
+
+
+def test_flagged_filter_lists_categories_in_the_one_order(analysed: dict) -> None:
+    from dashboard import data
+    from toolwatch.store import Store
+
+    assert data.CATEGORIES == CATEGORIES
+    st_ = Store(analysed["store"])
+    try:
+        cats = data.alert_filter_options(st_)["categories"]
+    finally:
+        st_.close()
+    assert "duplicate_execution" in cats
+    assert cats == sorted(cats, key=CATEGORIES.index)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["chain", "time", "tool", "server", "x"]), inner,
+                      max_size=4),
+    max_leaves=20,
+))
+def test_hostile_evidence_never_breaks_the_sequence(evidence: object) -> None:
+    """Evidence is log-derived: any shape (or broken JSON text) gives the plain sequence."""
+    ev = pl.DataFrame({"ts": [T0, T0 + timedelta(seconds=1)], "server": ["s", "s"],
+                       "tool": [HOSTILE_TOOL, "x"], "resource_id": [None, "r"],
+                       "status": ["ok", "ok"], "bytes": [1, 2]})
+    for form in (evidence, orjson.dumps(evidence).decode() if evidence is not None else None,
+                 "{not json"):
+        out = call_sequence(ev, form)
+        assert out["step"].to_list() == [1, 2]
+        assert isinstance(chain_records(form), list)

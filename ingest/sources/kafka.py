@@ -342,6 +342,31 @@ class KafkaLiveSource:
         self.counters["messages"] += n
         return n
 
+    def _behind(self, got: int) -> bool:
+        """Whether more is waiting than this poll returned (a full poll or a known lag)."""
+        if got >= self.max_poll_records:
+            return True
+        for tp in self.assigned:
+            hw = self.consumer.highwater(tp)
+            pos = self._position(tp) if hw is not None else None
+            if hw is not None and pos is not None and hw - pos > 0:
+                return True
+        return False
+
+    def _position(self, tp: TopicPartition) -> int | None:
+        """The consumer's fetch position of ``tp`` without any network round trip.
+
+        ``KafkaConsumer.position()`` may refresh committed offsets from the coordinator
+        (a blocking request); this reads the position kafka-python already holds, or
+        None when it has none (yet) or its internals differ.
+        """
+        try:
+            state = self.consumer._subscription.assignment[tp]
+            pos = state.position
+        except (AttributeError, KeyError):
+            return None
+        return getattr(pos, "offset", pos) if pos is not None else None
+
     def lag(self) -> dict[str, int]:
         """Messages behind the high watermark, per partition and in total."""
         per: dict[str, int] = {}
@@ -402,7 +427,15 @@ class KafkaLiveSource:
                         self.lp.warm_up(warm)
                     # The transform runs here; detection and the store commit run on
                     # the pipeline's commit thread while the next polls are read.
-                    if self.lp.due():
+                    # Behind the log end (a backlog, a replay), flushes wait for size
+                    # (live.flush_events): the commit thread then treats them as backlog
+                    # and detects several together, as tail does when it reads a file
+                    # faster than the interval. Interval flushes here would run the
+                    # detectors once per ~1 s of reading, over the whole window each time.
+                    if self.lp.due() and (
+                        self.lp.pending_lines >= self.lp.live.flush_events
+                        or not self._behind(n)
+                    ):
                         self.lp.flush(wait=False)
                     if not recs:
                         self.lp.caught_up()

@@ -495,3 +495,33 @@ def test_hostile_lines_are_all_accounted_slow(tmp_path_factory, lines) -> None:
     res = ingest_cli(tmp, data)
     accounted(res, data.count(b"\n"))
     views_query(tmp / "store")
+
+
+def test_hostile_messages_through_the_kafka_path(tmp_path: Path, monkeypatch) -> None:
+    """``kafka`` builds its batches with ``message_batch`` and hands them to the same
+    LivePipeline/Pipeline as ``tail``/``run``: hostile messages (tombstones included) are
+    all accounted for and the partition's checkpoint moves past them."""
+    from collections import namedtuple
+
+    from kafka import TopicPartition
+
+    from ingest.sources.kafka import message_batch
+    from toolwatch.cli_common import config_for
+    from toolwatch.live import LivePipeline
+
+    monkeypatch.setenv("TOOLWATCH_HMAC_KEY", KEY)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    Rec = namedtuple("Rec", "offset value")
+    msgs = [Rec(i, v) for i, v in enumerate([*HOSTILE_FILE.splitlines(), None, b"\n\n"])]
+    data = tmp_path / "store"
+    cfg = config_for(None, str(data))
+    cfg.live = {"detect": False}
+    lp = LivePipeline(cfg, Store(data), kind="kafka")
+    try:
+        lp.add(message_batch(TopicPartition("logs", 0), msgs, 0))
+        lp.flush()
+    finally:
+        lp.close()
+    c = views_query(data)
+    assert c["events"] + c["summaries"] + c["quarantine"] == len(msgs)
+    assert Store(data).checkpoints()["kafka:logs:0"] == len(msgs)

@@ -203,3 +203,40 @@ def test_server_starts_before_heavy_imports(tmp_path: Path, tw_env: dict) -> Non
     assert res.returncode == 0, res.stderr.decode()[-2000:]
     assert b"heavy-loaded=[]" in res.stderr  # echoed from the spool
     assert pending_spools(data) == []
+
+
+def test_fast_path_store_dir_matches_the_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run``'s stdlib-only store resolution agrees with load_config (env, file, default)."""
+    from toolwatch.config import StoreConfig, load_config
+    from toolwatch.spool import DEFAULT_DATA_DIR, _configured_data_dir
+
+    assert StoreConfig().data_dir == DEFAULT_DATA_DIR
+    monkeypatch.chdir(tmp_path)
+    for k in ("TOOLWATCH_DATA_DIR", "TOOLWATCH_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    cfgfile = tmp_path / "other.toml"
+    cfgfile.write_text('[store]\ndata_dir = "/srv/tw-from-file"\n')
+    cases = []
+    for env_dir in (None, "/srv/tw-from-env"):
+        for explicit in (None, str(cfgfile)):
+            for local in (None, '[store]\ndata_dir = "local-store"\n', "[ingest]\n"):
+                cases.append((env_dir, explicit, local))
+    for env_dir, explicit, local in cases:
+        if env_dir:
+            monkeypatch.setenv("TOOLWATCH_DATA_DIR", env_dir)
+        else:
+            monkeypatch.delenv("TOOLWATCH_DATA_DIR", raising=False)
+        local_file = tmp_path / "toolwatch.toml"
+        local_file.unlink(missing_ok=True)
+        if local is not None:
+            local_file.write_text(local)
+        want = str(load_config(explicit).data_dir)
+        got = _configured_data_dir(explicit)
+        assert got is not None and str(Path(got)) == want, (env_dir, explicit, local)
+    # an unreadable / invalid config: no pre-start (the CLI reports the error)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[store\n")
+    assert _configured_data_dir(str(bad)) is None
+    assert _configured_data_dir(str(tmp_path / "missing.toml")) is None

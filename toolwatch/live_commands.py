@@ -10,6 +10,7 @@ actually runs, not when ``toolwatch ingest`` or ``toolwatch --help`` starts.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -169,6 +170,12 @@ def run(
     _setup_logging(verbose)
     try:
         cfg = config_for(config, data_dir)
+        if wrapped is not None and (
+            os.path.abspath(wrapped.data_dir) != os.path.abspath(cfg.data_dir)
+        ):  # the fast path resolved the store differently from the config: a bug
+            PRESTARTED["run"] = wrapped  # the entry point stops it on the way out
+            raise ValueError(f"internal error: server spooled to {wrapped.data_dir}, "
+                             f"config says {cfg.data_dir}")
         if wrapped is None:
             from toolwatch.spool import start_wrapped
 

@@ -36,20 +36,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+# Cold start: no typing, dataclasses, json or uuid on the wrapper's path to its server's
+# first byte (dataclasses alone pulls inspect/ast/dis: ~10-30 ms on a busy host). Names
+# used only in annotations (strings here) are imported for type checkers only.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
     from ingest.records import RawBatch
     from ingest.sources.file_tail import LineAssembler
 
@@ -127,7 +129,7 @@ class Spool:
     def __init__(self, data_dir: str | Path, argv: list[str]):
         self.dir = spool_dir(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.wid = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.wid = f"{os.getpid()}-{os.urandom(4).hex()}"
         self.lock_path = self.dir / f"{self.wid}.lock"
         self.meta_path = self.dir / f"{self.wid}.meta"
         self.log_path = self.dir / f"{self.wid}.log"
@@ -141,12 +143,16 @@ class Spool:
             "child_pid": None,
             "started_ns": time.time_ns(),
         }
-        self.write_meta()
+        # The meta file is written once the server runs (start_wrapped): json is off the
+        # path to the first byte. A collector skips a spool without meta while its lock is
+        # held (SpoolSource._open).
         # O_APPEND: the server and anything it spawns append whole writes, never overwrite.
         self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def write_meta(self) -> None:
         """Write the meta file atomically (tmp + rename)."""
+        import json
+
         tmp = self.meta_path.with_suffix(".meta.tmp")
         tmp.write_text(json.dumps(self.meta))
         os.replace(tmp, self.meta_path)
@@ -409,15 +415,15 @@ class WrappedServer:
         return f"run:{self.pid}:{self.started_ns}".encode()
 
 
-@dataclass
 class Wrapped:
     """A started server with its spool and stderr echo (see :func:`start_wrapped`)."""
 
-    server: WrappedServer
-    spool: Spool
-    echo: Echo
-    data_dir: Path
-    started_at: float = field(default_factory=time.monotonic)
+    def __init__(self, server: WrappedServer, spool: Spool, echo: Echo, data_dir: Path):
+        self.server = server
+        self.spool = spool
+        self.echo = echo
+        self.data_dir = data_dir
+        self.started_at = time.monotonic()
 
     def finish(self) -> None:
         """The server has exited: echo the rest, release the spool to the collector."""
@@ -462,15 +468,18 @@ def start_wrapped(data_dir: str | Path, argv: list[str]) -> Wrapped:
 
 
 # --------------------------------------------------------------------------- collector side
-@dataclass
 class _Entry:
-    wid: str
-    meta: dict[str, Any]
-    fd: int
-    asm: LineAssembler
-    lock: Any = None  # held once the wrapper is gone
-    done: bool = False
-    announced: bool = False
+    """One spool being read by a collector."""
+
+    def __init__(self, wid: str, meta: dict[str, Any], fd: int, asm: LineAssembler,
+                 lock: Any = None):
+        self.wid = wid
+        self.meta = meta
+        self.fd = fd
+        self.asm = asm
+        self.lock = lock  # held once the wrapper is gone
+        self.done = False
+        self.announced = False
 
 
 class SpoolSource:
@@ -515,14 +524,22 @@ class SpoolSource:
         self._finished: list[str] = []
 
     def _open(self, wid: str) -> _Entry | None:
+        import json
+
         from ingest.sources.file_tail import LineAssembler
 
+        lock = None
         try:
             meta = json.loads((self.dir / f"{wid}.meta").read_text())
         except (OSError, ValueError):
+            # No meta yet: a wrapper writes it right after starting its server. While the
+            # wrapper holds its lock, wait for it (the meta names the stream); a wrapper
+            # that died before writing it leaves a free lock: read the spool as "server".
+            lock = _lock_nb(self.dir / f"{wid}.lock")
+            if lock is None:
+                return None
             meta = {"name": "server"}
-        lock = None
-        if self.orphans_only:
+        if self.orphans_only and lock is None:
             lock = _lock_nb(self.dir / f"{wid}.lock")
             if lock is None or _pid_alive(meta.get("child_pid")):
                 if lock is not None:
@@ -656,6 +673,8 @@ class SpoolSource:
 
 def pending_spools(data_dir: str | Path) -> list[dict[str, Any]]:
     """Spools on a store: wrapper id, bytes, whether its wrapper still runs (``status``)."""
+    import json
+
     d = spool_dir(data_dir)
     out: list[dict[str, Any]] = []
     if not d.is_dir():
@@ -737,14 +756,45 @@ def _prestart(args: list[str]) -> None:
     if not argv:
         return
     try:
-        from toolwatch.config import load_config
-
-        cfg = load_config(config)
-        if data_dir is not None:
-            cfg.store.data_dir = data_dir
-        PRESTARTED["run"] = start_wrapped(cfg.data_dir, argv)
+        store = data_dir if data_dir is not None else _configured_data_dir(config)
+        if store is None:
+            return
+        PRESTARTED["run"] = start_wrapped(store, argv)
     except Exception:
         return
+
+
+#: ``[store] data_dir`` default (toolwatch.config.StoreConfig; kept equal by a test).
+DEFAULT_DATA_DIR = ".toolwatch/data"
+
+
+def _configured_data_dir(config: str | None) -> str | None:
+    """The store directory as :func:`toolwatch.config.load_config` would resolve it.
+
+    Standard library only (``tomllib`` when a config file is involved): ``$TOOLWATCH_DATA_DIR``,
+    else the config file's (``-c``, ``$TOOLWATCH_CONFIG``, ``./toolwatch.toml``)
+    ``[store] data_dir``, else the default. ``None`` when the file is missing or not
+    valid TOML: the CLI then reports the error (and no server has been started).
+    """
+    env_dir = os.environ.get("TOOLWATCH_DATA_DIR")
+    chosen = config or os.environ.get("TOOLWATCH_CONFIG")
+    if chosen is None and os.path.isfile("toolwatch.toml"):
+        chosen = "toolwatch.toml"
+    if chosen is not None:
+        import tomllib
+
+        try:
+            with open(chosen, "rb") as fh:
+                data = tomllib.load(fh)
+        except (OSError, ValueError):
+            return None
+        if env_dir:
+            return env_dir
+        store = data.get("store")
+        value = store.get("data_dir", DEFAULT_DATA_DIR) if isinstance(store, dict) else (
+            DEFAULT_DATA_DIR)
+        return value if isinstance(value, str) else None
+    return env_dir or DEFAULT_DATA_DIR
 
 
 def main() -> None:

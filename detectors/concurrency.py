@@ -26,7 +26,11 @@ Every call with a known duration was in flight from ``start_ts`` to ``end_ts`` (
 
 No per-pair Python: the work is a sort and a few cumulative expressions per batch, and
 only sessions with at least ``min_calls`` calls (the only ones that can reach
-``peak_lo``) and only mutating calls (for races) are swept.
+``peak_lo``) and only mutating calls (for races) are swept. Most sessions never have two
+calls in flight: one group-by certifies those (each call, in time order, starts after the
+previous one ended: peak 1, exact) and only the rest are sorted and swept, so the
+population's and callers' typical peaks stay exact. Races reuse the tool annotation of
+the sequence detectors when they already computed it.
 """
 
 from __future__ import annotations
@@ -78,6 +82,13 @@ def event_intervals(ev: pl.DataFrame) -> pl.DataFrame:
 def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
     """Peak calls in flight per group, by a +1/−1 sweep (columnar).
 
+    Most groups never have two calls in flight (a client waits for each answer): a group
+    whose rows, in the order given, each start at or after the previous row's end is a
+    chain of disjoint intervals with peak 1, reached at its first start. That certificate
+    is one shift per group, no sort; only the other groups are swept. Rows in time order
+    (as the store returns them) pass it whenever their calls really are sequential; rows
+    in another order merely go to the sweep, so the result never depends on the order.
+
     Parameters
     ----------
     iv
@@ -90,22 +101,40 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
         ``key``, ``peak`` (max calls in flight at once) and ``peak_t`` (first moment the
         peak is reached).
     """
+    schema = {key: iv.schema[key], "peak": pl.Int64, "peak_t": pl.Int64}
     if iv.height == 0:
-        return pl.DataFrame(schema={key: iv.schema[key], "peak": pl.Int64, "peak_t": pl.Int64})
+        return pl.DataFrame(schema=schema)
+    iv = iv.select(key, "s", "e")
+    # A row breaks the chain when it starts before the previous row of its group ended,
+    # or cannot be certified at all (null bounds, an empty interval). One group-by gives
+    # both the certificate and a chain's peak moment (its first start).
+    breaks = (
+        pl.col("s").is_null() | pl.col("e").is_null() | (pl.col("e") <= pl.col("s"))
+        | (pl.col("s") < pl.col("e").shift(1)).fill_null(False)
+    )
+    cert = iv.group_by(key).agg(pl.col("s").min().alias("peak_t"), breaks.any().alias("_busy"))
+    quiet = cert.filter(~pl.col("_busy")).select(
+        key, pl.lit(1, pl.Int64).alias("peak"), "peak_t"
+    )
+    busy = cert.filter("_busy").select(key)
+    if busy.height == 0:
+        return quiet
+    rest = iv.join(busy, on=key, how="semi")
     # Ends sort before starts at the same instant (half-open intervals): the tie-break is
     # folded into the time (2x + 1 for a start) so the sort has two keys, not three.
     pts = pl.concat(
         [
-            iv.select(key, (pl.col("s") * 2 + 1).alias("x2"), pl.lit(1, pl.Int64).alias("d")),
-            iv.select(key, (pl.col("e") * 2).alias("x2"), pl.lit(-1, pl.Int64).alias("d")),
+            rest.select(key, (pl.col("s") * 2 + 1).alias("x2"), pl.lit(1, pl.Int64).alias("d")),
+            rest.select(key, (pl.col("e") * 2).alias("x2"), pl.lit(-1, pl.Int64).alias("d")),
         ]
     ).sort([key, "x2"]).with_columns((pl.col("x2") // 2).alias("x"))
     # Each group's deltas sum to zero, so a global running sum restarts at 0 per group.
     pts = pts.with_columns(pl.col("d").cum_sum().alias("f"))
-    return pts.group_by(key).agg(
+    swept = pts.group_by(key).agg(
         pl.col("f").max().alias("peak"),
         pl.col("x").get(pl.col("f").arg_max()).alias("peak_t"),
     )
+    return pl.concat([quiet, swept.select(list(schema))])
 
 
 def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -126,22 +155,36 @@ def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         setattr(features, _CACHE, out)
         return out
-    sub = ev.filter(pl.col("sh").is_in(cand["sh"].implode()))
+    # Narrow first: filtering the full prepared frame (~40 columns) cost more than the sweep.
+    sub = ev.select("sh", "t", "tlh", "duration_ms", "start_ts", "end_ts").filter(
+        pl.col("sh").is_in(cand["sh"].implode())
+    )
     sub = pl.concat(
         [sub.select("sh", "t", "tlh"), event_intervals(sub)], how="horizontal"
     )
-    basis = sub.group_by("sh").agg(
-        (pl.col("has_iv").mean() >= c.interval_share_lo).alias("basis_iv")
-    )
     w = int(c.burst_window_ms * 1000)
-    sub = sub.join(basis, on="sh", how="left")
+    n_iv = int(sub["has_iv"].sum())
+    if n_iv in (0, sub.height):
+        # Every call carries an interval (or none does): one basis for all, no group-by.
+        basis = None
+        all_iv = (1.0 if n_iv else 0.0) >= c.interval_share_lo
+        sub = sub.with_columns(pl.lit(all_iv).alias("basis_iv"))
+    else:
+        basis = sub.group_by("sh").agg(
+            (pl.col("has_iv").mean() >= c.interval_share_lo).alias("basis_iv")
+        )
+        sub = sub.join(basis, on="sh", how="left")
     swept = sub.filter(pl.col("has_iv") | ~pl.col("basis_iv")).select(
         "sh",
         pl.when(pl.col("basis_iv")).then(pl.col("s")).otherwise(pl.col("t")).alias("s"),
         pl.when(pl.col("basis_iv")).then(pl.col("e")).otherwise(pl.col("t") + w).alias("e"),
         "tlh",
     )
-    peaks = sweep_peaks(swept, "sh").join(basis, on="sh", how="left")
+    peaks = sweep_peaks(swept, "sh")
+    if basis is None:
+        peaks = peaks.with_columns(pl.lit(all_iv).alias("basis_iv"))
+    else:
+        peaks = peaks.join(basis, on="sh", how="left")
     out = (peaks, swept)
     setattr(features, _CACHE, out)
     return out
@@ -289,6 +332,16 @@ class ConcurrencyAbuseDetector(Detector):
 
 
 # --------------------------------------------------------------------------- races
+def _cached_annotation(features: FeatureSet) -> pl.DataFrame | None:
+    """:func:`detectors.tools.annotated` of the feature set if some detector computed it.
+
+    Annotating every event costs more than the race detector's own work on the few
+    mutating calls, so it is reused when present and not computed for this alone.
+    """
+    done = getattr(features, "_tools_annotated", None)
+    return done if done is not None and done.height == features.events.height else None
+
+
 _CALL = pl.Struct(
     {"tool": pl.String, "start": pl.Int64, "end": pl.Int64, "resource": pl.String,
      "outcome": pl.String, "overlap_ms": pl.Float64, "session_id": pl.String}
@@ -338,17 +391,31 @@ class RaceConditionDetector(Detector):
         ev = features.events
         if ev.height == 0:
             return pl.DataFrame()
-        table = tool_table(ev.select("server", "tool"), self.config).filter(pl.col("mutates"))
-        if table.height == 0:
-            return pl.DataFrame()
-        # The few mutating tools first (a filter on one string column), then exact roles.
-        cand = ev.filter(pl.col("tool").is_in(table["tool"].implode())).join(
-            table.select("server", "tool"), on=["server", "tool"], how="semi", nulls_equal=True
-        )
-        cand = pl.concat([cand, event_intervals(cand)], how="horizontal").filter("has_iv")
-        if cand.height < c.calls_lo:
-            return pl.DataFrame()
-        cand = annotate(cand, self.config).filter(pl.col("bkh").is_not_null())
+        cols = ["i", "sh", "ceh", "ieh", "t", "session_id", "server", "tool", "args",
+                "resource_key", "resource_id", "status", "duration_ms", "start_ts", "end_ts"]
+        done = _cached_annotation(features)
+        if done is not None:
+            # The sequence detectors annotated every event already: reuse it.
+            cand = done.filter(pl.col("mutates") & pl.col("bkh").is_not_null())
+            cand = pl.concat([cand, event_intervals(cand)], how="horizontal").filter("has_iv")
+        else:
+            # Roles are decided per distinct (server, tool): find the pairs on their two
+            # hashes (a unique over two string columns of every event cost more than the
+            # rest); tool_table then dedupes the few rows found on the strings themselves.
+            pair = pl.struct(pl.col("server").hash(7), "tlh")
+            pairs = ev.filter(pair.is_first_distinct()).select("server", "tool")
+            table = tool_table(pairs, self.config).filter(pl.col("mutates"))
+            if table.height == 0:
+                return pl.DataFrame()
+            # The few mutating tools first (a filter on one string column), then exact roles.
+            cand = ev.select(cols).filter(pl.col("tool").is_in(table["tool"].implode())).join(
+                table.select("server", "tool"), on=["server", "tool"], how="semi",
+                nulls_equal=True,
+            )
+            cand = pl.concat([cand, event_intervals(cand)], how="horizontal").filter("has_iv")
+            if cand.height < c.calls_lo:
+                return pl.DataFrame()
+            cand = annotate(cand, self.config).filter(pl.col("bkh").is_not_null())
         if cand.height < c.calls_lo:
             return pl.DataFrame()
         actor_t = (

@@ -291,7 +291,7 @@ def test_query_is_read_only(tw, write_lines, tmp_path):
         "PRAGMA database_list",
     ]:
         proc = tw("query", sql, "-d", str(tw.data_dir), check=False)
-        assert proc.returncode == 1, sql
+        assert proc.returncode == 2, sql  # refused by the guard (docs/query.md)
         assert "error" in proc.stderr.lower(), sql
     assert not Path("/tmp/tw-exfil.csv").exists()
     assert tw.query("SELECT count(*) AS n FROM events") == [{"n": 1}]

@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 DATASETS = ("events", "summaries", "quarantine", "alerts")
 #: Views every reader connection defines; the only names a forensic query may read.
 VIEWS = ("events", "summaries", "quarantine", "alerts", "alerts_raw", "sessions")
-#: Names the writer gives data files (``part-<batch id>-<n>.parquet``); nothing else is read.
-_DATA_FILE = re.compile(r"part-[0-9]+-[0-9]+\.parquet")
+#: Data file names: the writer's ``part-<batch id>-<n>.parquet`` (no dots, no slashes).
+_DATA_FILE = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")
 #: Date partition directories (``date=YYYY-MM-DD`` or ``date=unknown``).
 _PARTITION_DIR = re.compile(r"date=[0-9A-Za-z+-]+")
 #: (path, size, mtime, inode) -> whether the file is a readable data file of its dataset.
@@ -301,8 +301,8 @@ class Store:
             if not isinstance(f, dict) or not isinstance(f.get("tmp"), str):
                 raise _UnsafeCommitError("COMMIT.json file entry without a tmp name")
             tmp = f["tmp"]
-            if not _DATA_FILE.fullmatch(tmp):
-                raise _UnsafeCommitError(f"staged file name {tmp!r} is not a data file name")
+            if not tmp or "/" in tmp or "\x00" in tmp or tmp in (".", "..", "COMMIT.json"):
+                raise _UnsafeCommitError(f"staged file name {tmp!r} is not a plain file name")
             src = bdir / tmp
             if src.is_symlink() or src.resolve().parent != real_bdir:
                 raise _UnsafeCommitError(f"staged file {tmp!r} is a link or outside the batch")
@@ -595,6 +595,12 @@ class Store:
         for attempt in range(_RETRIES):
             try:
                 con, snapshot = self._query_connection(limits)
+            except duckdb.IOException as exc:
+                # A compaction deleted a listed file before the view bound it: list again.
+                if attempt < _RETRIES - 1:
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
             except (duckdb.Error, pa.ArrowException, OSError) as exc:
                 raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
             try:
@@ -777,12 +783,10 @@ def _run_bounded(
     return box["result"]
 
 
-#: DuckDB types that Arrow/polars/Python cannot carry faithfully (INTERVAL has no polars
-#: type, HUGEINT/UHUGEINT overflow DECIMAL(38), UNION/UUID/BIT/TIMETZ/VARIANT have no
-#: polars or JSON form): shown as DuckDB's own text for them.
-_TEXT_TYPES = re.compile(
-    r"\b(INTERVAL|HUGEINT|UHUGEINT|UUID|BIT|UNION|VARIANT|TIME WITH TIME ZONE)\b"
-)
+#: DuckDB types that Arrow/polars/Python cannot carry faithfully, shown as DuckDB's text:
+#: INTERVAL has no polars type, UHUGEINT comes out of DECIMAL(38) wrong (HUGEINT, the type
+#: of every sum(), is kept), UNION/UUID/BIT/TIMETZ/VARIANT have no polars or JSON form.
+_TEXT_TYPES = re.compile(r"\b(INTERVAL|UHUGEINT|UUID|BIT|UNION|VARIANT|TIME WITH TIME ZONE)\b")
 
 
 def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:

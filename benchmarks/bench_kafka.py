@@ -36,7 +36,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -300,17 +299,132 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "toolwatch-bench-kafka"))
     p.add_argument("--json", default=None, help="also write the figures here")
     a = p.parse_args(argv)
-    if a.part == "scale":
-        res = scale(a)
-    else:
-        res = one_run(a)
+    res = scale(a) if a.part == "scale" else one_run(a)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2, default=str))
     return 0
 
 
-def scale(a: argparse.Namespace) -> dict[str, Any]:  # filled in below
-    raise SystemExit("scale: not implemented yet")
+def _covered(data: Path, topic: str) -> int:
+    from toolwatch.store import Store
+
+    try:
+        cps = Store(data).checkpoints()
+    except Exception:  # the store may not exist yet
+        return 0
+    return sum(v for k, v in cps.items() if k.startswith(f"kafka:{topic}:"))
+
+
+def _unique_events(data: Path) -> tuple[int, int]:
+    from toolwatch.store import Store
+
+    row = Store(data).query("SELECT count(*) AS n, count(DISTINCT event_id) AS u FROM events")
+    return int(row.column("n")[0].as_py()), int(row.column("u")[0].as_py())
+
+
+def scale(a: argparse.Namespace) -> dict[str, Any]:
+    """N separate `toolwatch kafka` processes (one group, one store); then a rebalance run.
+
+    Rate = messages stored after the first lines were read (status files) / time from
+    then to the store commit covering the last one (start-up and join printed apart).
+    The rebalance run starts 2 members, adds a third at ~30% and kills one with -9 at
+    ~60%, then checks that every message is stored exactly once.
+    """
+    from tests.kafka_broker import KafkaBroker, create_topic
+    from toolwatch.live import read_statuses
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    _, lines = bench_lines(work, a.events)
+    total = len(lines)
+    tw = str(Path(sys.executable).with_name("toolwatch"))
+    env = dict(os.environ)
+    cfgf = work / "scale.toml"
+    cfgf.write_text("[live]\ncompact_interval_s = 0\nstatus_interval_s = 0.25\n")
+    out: dict[str, Any] = {"events": total, "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
+
+    def members(topic: str, data: Path, group: str, n: int) -> list[subprocess.Popen[bytes]]:
+        cmd = [tw, "kafka", "-b", broker.bootstrap, "-t", topic, "-g", group, "-d", str(data),
+               "-c", str(cfgf), "--no-stdout", "--session-timeout-ms", "3000",
+               "--heartbeat-interval-ms", "500", "--max-poll-interval-ms", "120000"]
+        return [subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL) for _ in range(n)]
+
+    def wait_all(topic: str, data: Path, procs: list[Any], t0: float,
+                 events: dict[float, Any] | None = None) -> tuple[float, float, float]:
+        first = None
+        covered = 0
+        while covered < total:
+            if time.perf_counter() - t0 > 1800:
+                raise TimeoutError(f"{covered} of {total}")
+            time.sleep(0.25)
+            covered = _covered(data, topic)
+            now = time.perf_counter()
+            if first is None:
+                # The first lines read (status files, rewritten every status interval)
+                # mark the end of start-up and group join.
+                read = sum(st.get("lines_read", 0) for st in read_statuses(data))
+                if read:
+                    first = (now, read)
+            for frac in sorted(events or {}):
+                if covered >= frac * total:
+                    events.pop(frac)(procs)  # type: ignore[union-attr]
+        assert first is not None
+        end = time.perf_counter()
+        return end - t0, first[0] - t0, (total - first[1]) / max(1e-9, end - first[0])
+
+    with KafkaBroker() as broker:
+        for parts in (4, 8):
+            topic = f"scale-{parts}-{time.time_ns()}"
+            create_topic(broker.bootstrap, topic, partitions=parts)
+            produce(broker.bootstrap, topic, lines, a.compression)
+            for n in (1, 2, 4):
+                data = work / f"store-scale-{parts}-{n}"
+                shutil.rmtree(data, ignore_errors=True)
+                t0 = time.perf_counter()
+                procs = members(topic, data, f"g-{time.time_ns()}", n)
+                wall, startup, rate = wait_all(topic, data, procs, t0)
+                for p in procs:
+                    p.send_signal(signal.SIGTERM)
+                for p in procs:
+                    p.wait(60)
+                rows, uniq = _unique_events(data)
+                out[f"{parts}p_{n}proc"] = {"wall_s": round(wall, 1),
+                                            "startup_join_s": round(startup, 1),
+                                            "events_per_s": int(rate), "rows": rows,
+                                            "unique": uniq}
+                print(f"  {parts} partitions, {n} process(es): {rate:>9,.0f} msg/s after the "
+                      f"first read ({startup:.1f}s start+join, {wall:.1f}s wall); stored "
+                      f"{rows:,} rows, {uniq:,} unique", flush=True)
+        # Rebalance under load: 2 members, a 3rd joins at 30%, one killed -9 at 60%.
+        topic = f"rebal-{time.time_ns()}"
+        create_topic(broker.bootstrap, topic, partitions=4)
+        produce(broker.bootstrap, topic, lines, a.compression)
+        data = work / "store-scale-rebalance"
+        shutil.rmtree(data, ignore_errors=True)
+        group = f"g-{time.time_ns()}"
+        t0 = time.perf_counter()
+        procs = members(topic, data, group, 2)
+
+        def join(ps: list[Any]) -> None:
+            ps.extend(members(topic, data, group, 1))
+
+        def kill(ps: list[Any]) -> None:
+            ps[0].send_signal(signal.SIGKILL)
+            ps[0].wait(10)
+
+        wall, startup, rate = wait_all(topic, data, procs, t0, {0.3: join, 0.6: kill})
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(60)
+        rows, uniq = _unique_events(data)
+        out["rebalance"] = {"wall_s": round(wall, 1), "events_per_s": int(rate),
+                            "rows": rows, "unique": uniq}
+        print(f"  rebalance run (2 members, +1 at 30%, kill -9 at 60%): {rate:,.0f} msg/s, "
+              f"{rows:,} rows stored, {uniq:,} unique ({'OK' if rows == uniq else 'DUPLICATES'})")
+    return out
 
 
 if __name__ == "__main__":

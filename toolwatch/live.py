@@ -187,6 +187,11 @@ class LiveConfig:
     status_interval_s: float = doc(
         "How often the status file read by `toolwatch status` is rewritten.", 1.0
     )
+    kafka_lag_warn_s: float = doc(
+        "kafka: warn (log, `toolwatch status`, metrics) when the consumer lag has been "
+        "growing, never back down to where it started, for longer than this (0: never).",
+        60.0,
+    )
     metrics_port: int | None = doc(
         "Serve Prometheus metrics on 127.0.0.1:PORT/metrics (unset: off; 0: any free port).",
         None,
@@ -757,6 +762,10 @@ def prometheus_text(st: LiveStatus) -> str:
     for k, v in st.lag.items():
         if isinstance(v, int | float):
             metric(f"lag_{k}", "gauge", v, f"Lag ({k}).")
+    for part, v in (st.sources.get("lag_by_partition") or {}).items():  # kafka
+        if isinstance(v, int | float):
+            metric("kafka_partition_lag", "gauge", v, "Messages behind the high watermark.",
+                   f'partition="{_label(str(part))}"')
     for sink, c in st.sinks.items():
         for k, v in c.items():
             metric(f"sink_{k}_total", "counter", v, f"Sink {k}.", f'sink="{_label(sink)}"')

@@ -532,7 +532,7 @@ def consume_kafka(
         def status_extra() -> None:
             assert src is not None
             lag = src.lag()
-            r.lp.status.lag["messages"] = sum(lag.values())
+            r.lp.status.lag = src.watch_lag(lag, r.live.kafka_lag_warn_s)
             r.lp.status.sources = {
                 "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in src.assigned),
                 "lag_by_partition": lag,

@@ -134,6 +134,60 @@ def message_batch(tp: TopicPartition, msgs: list[Any], floor: int) -> RawBatch:
     return RawBatch(source, fp, lines, offsets, None, last + 1)
 
 
+class LagWatch:
+    """Tells when a consumer's lag keeps growing.
+
+    The lag "grows" from the moment it is above zero until it falls below the value it
+    had then: catching up starts a new episode at the lower value, reaching zero ends
+    it. A steady lag that never shrinks counts as growing (the member is not keeping
+    up with the producers).
+    """
+
+    def __init__(self) -> None:
+        self.episode: tuple[float, int] | None = None  # (since, lag then)
+        self.warned = False
+
+    def update(self, per: dict[str, int], warn_after_s: float,
+               now: float | None = None) -> tuple[dict[str, Any], bool]:
+        """Take a sample of the lag per partition.
+
+        Parameters
+        ----------
+        per
+            Messages behind the high watermark, per partition.
+        warn_after_s
+            Growth longer than this adds a ``warning`` (0: never).
+        now
+            ``time.monotonic()`` of the sample (tests).
+
+        Returns
+        -------
+        (entries, newly_warned)
+            ``messages`` (total), ``growing_s`` (seconds of the current episode),
+            ``by_partition`` (``topic/p=n ...``) and, past the limit, ``warning``;
+            ``newly_warned`` is true on the first sample past the limit of an episode.
+        """
+        now = time.monotonic() if now is None else now
+        total = sum(per.values())
+        if total == 0:
+            self.episode = None
+        elif self.episode is None or total < self.episode[1]:
+            self.episode = (now, total)
+        growing = 0.0 if self.episode is None else now - self.episode[0]
+        out: dict[str, Any] = {
+            "messages": total,
+            "growing_s": round(growing, 1),
+            "by_partition": " ".join(f"{k}={v}" for k, v in sorted(per.items())),
+        }
+        newly = False
+        if warn_after_s > 0 and growing > warn_after_s:
+            out["warning"] = f"lag growing for {growing:.0f}s (> {warn_after_s:g}s)"
+            newly, self.warned = not self.warned, True
+        else:
+            self.warned = False
+        return out, newly
+
+
 class _Listener(AsyncConsumerRebalanceListener):
     def __init__(self, owner: KafkaLiveSource):
         self.owner = owner
@@ -214,7 +268,9 @@ class KafkaLiveSource:
             "revocations": 0,
             "assignments": 0,
             "lost": 0,
+            "lag_warnings": 0,
         }
+        self.lag_watch = LagWatch()
         self.lp.on_commit.append(self._after_store_commit)
         self.consumer.subscribe(topics=topics, listener=_Listener(self))
         self.on_poll: Callable[[], None] | None = None
@@ -367,16 +423,22 @@ class KafkaLiveSource:
             return None
         return getattr(pos, "offset", pos) if pos is not None else None
 
+    def watch_lag(self, per: dict[str, int], warn_after_s: float) -> dict[str, Any]:
+        """Status ``lag`` entries for ``per`` partition lags (see :class:`LagWatch`)."""
+        out, newly = self.lag_watch.update(per, warn_after_s)
+        if newly:
+            self.counters["lag_warnings"] += 1
+            log.warning("consumer lag has grown for %.0fs to %d messages (%s): this member "
+                        "does not keep up; add members or partitions",
+                        out["growing_s"], out["messages"], out["by_partition"])
+        return out
+
     def lag(self) -> dict[str, int]:
         """Messages behind the high watermark, per partition and in total."""
         per: dict[str, int] = {}
         for tp in list(self.assigned):
-            try:
-                hw = self.consumer.highwater(tp)
-                pos = self.consumer.position(tp, timeout_ms=100)
-            except Exception as exc:  # lag is informational
-                log.debug("lag of %s unknown: %s", tp, exc)
-                continue
+            hw = self.consumer.highwater(tp)
+            pos = self._position(tp)
             if hw is not None and pos is not None:
                 per[f"{tp.topic}/{tp.partition}"] = max(0, hw - pos)
         return per

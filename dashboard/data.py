@@ -29,6 +29,7 @@ import polars as pl
 from detectors.config import CATEGORIES as _CATEGORIES
 from detectors.config import SEVERITIES as _SEVERITIES
 from toolwatch.config import QueryConfig
+from toolwatch.errors import QueryError
 from toolwatch.store import Store
 
 # One definition (detectors/config.py, a light import): every filter and chart lists
@@ -498,17 +499,37 @@ def session_summary(store: Store, session_id: str) -> dict[str, Any] | None:
     return row or None
 
 
+#: When a call was in flight: the stored ends, else (stores written before the interval
+#: columns) the timestamp as its completion and ``ts - duration_ms`` as its start.
+_IV_FALLBACK = (
+    "CASE WHEN isfinite(duration_ms) AND duration_ms >= 0 AND duration_ms <= 86400000 "
+    "THEN {end} - to_microseconds(CAST(round(duration_ms * 1000) AS BIGINT)) END",
+    "CASE WHEN isfinite(duration_ms) AND duration_ms >= 0 AND duration_ms <= 86400000 "
+    "THEN {end} END",
+)
+_SESSION_EVENTS = """
+    SELECT ts, tool, status, resource_id, bytes, rows, duration_ms, {start} AS start_ts,
+           {end} AS end_ts, args, caller_id, client_ip, server, status_raw, credential_hash,
+           source, line_no, event_id
+    FROM events WHERE session_id = $s ORDER BY ts, "offset" LIMIT $limit
+"""
+
+
 def session_events(store: Store, session_id: str, limit: int = 5000) -> pl.DataFrame:
-    """A session's calls in time order (at most ``limit``), without the bulky ``raw``."""
-    return _frame(
-        store,
-        """
-        SELECT ts, tool, status, resource_id, bytes, rows, duration_ms, args, caller_id,
-               client_ip, server, status_raw, credential_hash, source, line_no, event_id
-        FROM events WHERE session_id = $s ORDER BY ts, "offset" LIMIT $limit
-        """,
-        {"s": session_id, "limit": int(limit)},
-    )
+    """A session's calls in time order (at most ``limit``), without the bulky ``raw``.
+
+    ``start_ts`` / ``end_ts`` say when each call was in flight (null for a call without a
+    duration); stores without those columns get them from ``ts`` and ``duration_ms``.
+    """
+    params = {"s": session_id, "limit": int(limit)}
+    fb_start, fb_end = (f.format(end="ts") for f in _IV_FALLBACK)
+    try:
+        return _frame(store, _SESSION_EVENTS.format(
+            start=f"coalesce(start_ts, {fb_start})", end=f"coalesce(end_ts, {fb_end})"
+        ), params)
+    except QueryError:
+        # An older store: its events view has no interval columns at all.
+        return _frame(store, _SESSION_EVENTS.format(start=fb_start, end=fb_end), params)
 
 
 def event_raw(store: Store, event_id: str) -> str | None:

@@ -307,6 +307,40 @@ def _call_sequence_panel(sid: str, alert: dict[str, Any] | None) -> None:
     )
 
 
+def _swimlane_panel(sid: str, alert: dict[str, Any] | None) -> None:
+    """Calls as bars on a time axis, overlapping calls stacked in lanes; the racing calls
+    of a race_condition alert (or the calls in flight at a concurrency_abuse alert's
+    peak) highlighted."""
+    from dashboard.swimlane import MAX_CALLS, figure, swimlane
+
+    events = ui.q("session_events", sid)
+    if events.height == 0:
+        return
+    category = alert.get("category") if alert else None
+    lanes, no_iv = swimlane(events, sid, alert.get("evidence") if alert else None, category)
+    st.subheader("Calls in flight (swimlane)")
+    if lanes.height == 0:
+        st.text("No call of this session carries a duration or start/end times: "
+                "nothing to draw as intervals.")
+        return
+    n_lanes = int(lanes["lane"].max() or 0) + 1
+    marked = {p: int((lanes["part"] == p).sum()) for p in ("racing", "at peak")}
+    note = f"Up to {n_lanes} call(s) in flight at once."
+    if marked["racing"]:
+        note += f" {marked['racing']} racing call(s) of the alert highlighted."
+    elif marked["at peak"]:
+        note += f" {marked['at peak']} call(s) in flight at the alert's peak highlighted."
+    elif category == "race_condition":
+        note += " The alert's racing calls lie in another session (see its evidence)."
+    if no_iv:
+        note += f" {no_iv:,} call(s) without a duration are not drawn."
+    if lanes.height >= MAX_CALLS:
+        note += f" Showing {MAX_CALLS:,} calls around the highlighted ones."
+    st.text(note)
+    shown = data.to_timezone(lanes, tz, ["start", "end"])
+    ui.plotly(figure(shown, tz), key="sd_swimlane")
+
+
 alert = ui.q("get_alert", alert_id) if alert_id else None
 if alert_id and alert is None:
     st.warning("No alert with this id in the store.")
@@ -331,6 +365,7 @@ if alert is not None:
 if session_id:
     _session_panel(session_id)
     _call_sequence_panel(session_id, alert)
+    _swimlane_panel(session_id, alert)
     others = ui.q("alerts_for_session", session_id)
     if alert is None and others.height:
         st.subheader("Alerts on this session")

@@ -363,7 +363,8 @@ def scale(a: argparse.Namespace) -> dict[str, Any]:
             if first is None:
                 # The first lines read (status files, rewritten every status interval)
                 # mark the end of start-up and group join.
-                read = sum(st.get("lines_read", 0) for st in read_statuses(data))
+                read = sum(st.get("extra", {}).get("kafka", {}).get("messages", 0)
+                           for st in read_statuses(data))
                 if read:
                     first = (now, read)
             for frac in sorted(events or {}):

@@ -762,10 +762,13 @@ def prometheus_text(st: LiveStatus) -> str:
     for k, v in st.lag.items():
         if isinstance(v, int | float):
             metric(f"lag_{k}", "gauge", v, f"Lag ({k}).")
-    for part, v in (st.sources.get("lag_by_partition") or {}).items():  # kafka
-        if isinstance(v, int | float):
-            metric("kafka_partition_lag", "gauge", v, "Messages behind the high watermark.",
-                   f'partition="{_label(str(part))}"')
+    parts = {p: v for p, v in (st.sources.get("lag_by_partition") or {}).items()
+             if isinstance(v, int | float)}  # kafka: one family, a sample per partition
+    if parts:
+        lines.append("# HELP toolwatch_kafka_partition_lag Messages behind the high watermark.")
+        lines.append("# TYPE toolwatch_kafka_partition_lag gauge")
+        lines += [f'toolwatch_kafka_partition_lag{{{lab},partition="{_label(str(p))}"}} {v}'
+                  for p, v in parts.items()]
     for sink, c in st.sinks.items():
         for k, v in c.items():
             metric(f"sink_{k}_total", "counter", v, f"Sink {k}.", f'sink="{_label(sink)}"')

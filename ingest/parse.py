@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from ingest import arrays, intervals
 from ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
 from ingest.outcome import outcome_column
-from ingest.records import RawBatch
+from ingest.records import RawBatch, slice_batch
 from toolwatch.config import Config, IngestConfig
 from toolwatch.secrets import SecretHasher, load_or_create_key
 
@@ -568,6 +568,34 @@ FROM res
             schema=_INPUT,
         )
 
+    def _prepare_failed(self, batch: RawBatch, failed: BaseException) -> pa.Table:
+        """The input table of lines that made parsing fail: quarantined, never parsed.
+
+        Only the safest steps run — a prefix of each line, scrubbed of secrets as text —
+        since any of the usual ones may be what failed.
+        """
+        n = len(batch)
+        self.counters.fallbacks += n
+        lines = batch.lines
+        keep = self.config.quarantine_raw_chars
+        text = [self._scrub_or_drop(lines[i].as_py()[:keep].rstrip(b"\r\n")) for i in range(n)]
+        detail = f"{type(failed).__name__}: {(str(failed).splitlines() or [''])[0][:300]}"
+        return pa.table(
+            {
+                "ord": arrays.from_numpy(np.arange(n, dtype=np.int64)),
+                "offset": arrays.from_numpy(np.asarray(batch.offsets, dtype=np.int64)),
+                "line_no": arrays.from_numpy(np.asarray(batch.line_nos, dtype=np.int64))
+                if batch.line_nos is not None
+                else pa.nulls(n, pa.int64()),
+                "fp": arrays.repeat(batch.source_fp, n),
+                "line": arrays.strings(text, pa.large_string()),
+                "pre_reason": arrays.repeat("unprocessable", n),
+                "pre_flags": arrays.repeat(detail, n),
+                "cred": pa.nulls(n, pa.string()),
+            },
+            schema=_INPUT,
+        )
+
     def _scrub_or_drop(self, raw: bytes) -> bytes:
         """``raw`` scrubbed of secrets as text (valid UTF-8), or a marker if that fails."""
         try:
@@ -639,8 +667,32 @@ FROM res
             )
 
     def parse(self, batch: RawBatch) -> pa.Table:
-        """Classify and normalize every line of ``batch``; one output row per input line."""
-        tbl = self._prepare(batch)
+        """Classify and normalize every line of ``batch``; one output row per input line.
+
+        Never raises because of a line: should any step fail (byte checks, redaction,
+        SQL, outcome normalization), the batch is parsed again in halves down to the
+        failing line, which comes out quarantined as ``unprocessable``.
+        """
+        try:
+            return self._parse(batch)
+        except Exception as exc:  # narrowed to the offending line below
+            if len(batch) <= 1:
+                if len(batch) == 0:
+                    raise
+                return self._parse(batch, failed=exc)
+            half = len(batch) // 2
+            parts = [self.parse(slice_batch(batch, 0, half)),
+                     self.parse(slice_batch(batch, half, len(batch)))]
+            # Output rows carry their position in the batch they were parsed with.
+            ords = parts[1].column("ord")
+            parts[1] = parts[1].set_column(
+                parts[1].schema.get_field_index("ord"), "ord", pc.add(ords, half)
+            )
+            return pa.concat_tables(parts)
+
+    def _parse(self, batch: RawBatch, failed: BaseException | None = None) -> pa.Table:
+        """:meth:`parse` without the fallback; ``failed``: quarantine the (one) line."""
+        tbl = self._prepare(batch) if failed is None else self._prepare_failed(batch, failed)
         out = self._run_sql_safely(tbl)
         # The raw line is attached here rather than selected in SQL: DuckDB would copy
         # every line's text once more (~30% of the query's cost). That pairs output row i

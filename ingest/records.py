@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
@@ -50,6 +51,25 @@ class RawBatch:
 
     def __len__(self) -> int:
         return len(self.lines)
+
+
+def slice_batch(batch: RawBatch, start: int, stop: int) -> RawBatch:
+    """Lines ``start:stop`` of ``batch`` as a batch of their own (no copy of the bytes).
+
+    A part that is not the batch's end resumes at the next part's first line and is not
+    final; the last part keeps the batch's end offset and ``final`` flag. Used to redo a
+    failed batch in halves, down to the line that made it fail.
+    """
+    last = stop >= len(batch)
+    return dataclasses.replace(
+        batch,
+        lines=batch.lines.slice(start, stop - start),
+        offsets=batch.offsets[start:stop],
+        line_nos=None if batch.line_nos is None else batch.line_nos[start:stop],
+        sizes=None if batch.sizes is None else batch.sizes[start:stop],
+        end_offset=batch.end_offset if last else int(batch.offsets[stop]),
+        final=batch.final and last,
+    )
 
 
 def split_lines(buf: bytes, base_offset: int = 0) -> tuple[pa.LargeBinaryArray, np.ndarray, int]:

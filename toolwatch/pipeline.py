@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from ingest import arrays
 from ingest.pair import Pairer
 from ingest.parse import ParserPool
-from ingest.records import RawBatch
+from ingest.records import RawBatch, slice_batch
 from ingest.sessionize import Sessionizer
 from toolwatch import schema
 from toolwatch.config import Config
@@ -111,24 +111,6 @@ def _rows_between(tbl: pa.Table, kind: pa.ChunkedArray, k: str) -> pa.Table:
     return pa.concat_tables(parts) if parts else tbl.slice(0, 0)
 
 
-def _slice(batch: RawBatch, start: int, stop: int) -> RawBatch:
-    """Lines ``start:stop`` of ``batch`` as a batch of their own.
-
-    A part that is not the batch's end resumes at the next part's first line and is not
-    final; the last part keeps the batch's end offset and ``final`` flag.
-    """
-    last = stop >= len(batch)
-    return dataclasses.replace(
-        batch,
-        lines=batch.lines.slice(start, stop - start),
-        offsets=batch.offsets[start:stop],
-        line_nos=None if batch.line_nos is None else batch.line_nos[start:stop],
-        sizes=None if batch.sizes is None else batch.sizes[start:stop],
-        end_offset=batch.end_offset if last else int(batch.offsets[stop]),
-        final=batch.final and last,
-    )
-
-
 class Pipeline:
     """Parse/normalize/pair/sessionize batches and write them to the store.
 
@@ -205,8 +187,8 @@ class Pipeline:
             return self._unprocessable(batch, parsed, exc)
         half = n // 2
         outs = []
-        for sub, rows in ((_slice(batch, 0, half), parsed.slice(0, half)),
-                          (_slice(batch, half, n), parsed.slice(half))):
+        for sub, rows in ((slice_batch(batch, 0, half), parsed.slice(0, half)),
+                          (slice_batch(batch, half, n), parsed.slice(half))):
             saved = self._save_state()
             try:
                 outs.append(self._transform(sub, rows))

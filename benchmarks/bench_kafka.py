@@ -5,6 +5,7 @@ Prints figures; not a test. One Tansu broker on loopback, one topic (``--partiti
 topic is read, each time by a fresh consumer group, by:
 
     a   a bare kafka-python consumer loop that only counts bytes
+    a-fast  (a) with toolwatch's lean record decoder (install_fast_records)
     b   (a) plus toolwatch's parse/normalize (Pipeline.transform on the same Arrow batches
         `toolwatch kafka` builds, flush_events lines at a time; no store, no detection)
     c   `toolwatch kafka` (consume_kafka) without detection
@@ -86,11 +87,15 @@ def produce(bootstrap: str, topic: str, lines: list[bytes], compression: str | N
 
 
 # --------------------------------------------------------------------------- a, b
-def bare(bootstrap: str, topic: str, total: int, *, transform: bool) -> dict[str, Any]:
-    """(a) count bytes only; (b) also build the Arrow batches and run the transform."""
+def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
+         fast: bool = False) -> dict[str, Any]:
+    """(a) count bytes only; (b) also build the Arrow batches and run the transform.
+
+    ``fast``: with toolwatch's lean record decoder installed (a-fast).
+    """
     from kafka import KafkaConsumer
 
-    from ingest.sources.kafka import consumer_settings, message_batch
+    from ingest.sources.kafka import consumer_settings, install_fast_records, message_batch
     from toolwatch.live import LiveConfig, merge_batches
     from toolwatch.pipeline import Pipeline
 
@@ -98,6 +103,8 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool) -> dict[str
     opts = consumer_settings(bootstrap, group)
     opts.update(GROUP_OPTS)
     c = KafkaConsumer(**opts)
+    if fast:
+        assert install_fast_records(c)
     c.subscribe([topic])
     cfg = _config(Path(tempfile.gettempdir()) / "unused")
     pipe = Pipeline(cfg, None) if transform else None
@@ -238,6 +245,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             bcpu0 = sum(bproc.cpu_times()[:2])
             if m == "a":
                 r = bare(broker.bootstrap, topic, total, transform=False)
+            elif m == "a-fast":
+                r = bare(broker.bootstrap, topic, total, transform=False, fast=True)
             elif m == "b":
                 r = bare(broker.bootstrap, topic, total, transform=True)
             elif m == "c":
@@ -265,6 +274,7 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             res[m] = max(runs[m], key=lambda r: r["events_per_s"])
             res[m]["rounds_events_per_s"] = [r["events_per_s"] for r in runs[m]]
     labels = {"a": "bare kafka-python loop (count bytes)",
+              "a-fast": "(a) with toolwatch's record decoder",
               "b": "(a) + parse/normalize (Pipeline.transform)",
               "c": "toolwatch kafka, no detection",
               "d": "toolwatch kafka, detection",
@@ -291,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("part", nargs="?", default="ratios", choices=["ratios", "scale"])
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--modes", default="a,b,c,d,tail")
+    p.add_argument("--modes", default="a,a-fast,b,c,d,tail")
     p.add_argument("--repeat", type=int, default=1,
                    help="rounds over all modes, interleaved; the best of each is shown")
     p.add_argument("--compression", default=None,

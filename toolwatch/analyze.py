@@ -147,16 +147,33 @@ def _analyze_paths(
     # Only the columns the detectors read are held: the others' memory is then reused by
     # the next batches instead of each batch taking fresh pages from the kernel.
     columns: list[str] = []
+    budget = config.analyze.max_events_in_memory
+    # Past the budget the events are read back from the store in partitions instead.
+    held = {"n": 0, "over": config.analyze.partitions > 1}
 
     def keep(out: BatchOutput) -> None:
+        if held["over"]:
+            return
         if not columns:
             columns.extend(_detector_columns())
+        held["n"] += out.events.num_rows
+        if budget > 0 and held["n"] > budget:
+            held["over"] = True
+            kept_events.clear()
+            kept_summaries.clear()
+            return
         kept_events.append(out.events.select(columns))
         kept_summaries.append(out.summaries)
 
     res = ingest_paths(config, paths, store=store, progress=progress, on_output=keep)
     warm.join()
-    if res.counters.sources_skipped_bytes == 0 and not res.failures:
+    n_parts = _partitions(config, store, res.fingerprints) if (
+        held["over"] or res.counters.sources_skipped_bytes or res.failures
+    ) else 1
+    if n_parts > 1:
+        alerts = run_partitioned(config, store, res.fingerprints, n_parts)
+        return _finish(store, alerts, res, alerts_out)
+    if not held["over"] and res.counters.sources_skipped_bytes == 0 and not res.failures:
         kept = pa.schema([schema.EVENTS.field(c) for c in _detector_columns()])
         events = _frame(kept_events, kept)
         summaries = _frame(kept_summaries, schema.SUMMARIES)
@@ -166,12 +183,172 @@ def _analyze_paths(
     kept_events.clear()
     kept_summaries.clear()
     alerts = run_detectors(config, events, summaries)
+    return _finish(store, alerts, res, alerts_out)
+
+
+def _finish(
+    store: Store, alerts: pl.DataFrame, res: IngestResult, alerts_out: Path | None
+) -> AnalyzeResult:
     if alerts.height:
         store.write_batch({"alerts": alerts_to_arrow(alerts)})
         store.close()
     if alerts_out is not None:
         write_alerts_jsonl(alerts, alerts_out)
     return AnalyzeResult(ingest=res, alerts=alerts)
+
+
+def _sid(a: str = "") -> str:
+    """Session key SQL, with the stand-in of events without a session id (as
+    detectors.features builds it); ``a`` is a table alias prefix such as ``e.``."""
+    return f"coalesce({a}session_id, 'nosession:' || coalesce({a}caller_id, {a}client_ip, '?'))"
+
+
+def _where(fingerprints: list[str] | None, alias: str = "") -> tuple[str, dict[str, object]]:
+    if fingerprints is None:
+        return "TRUE", {}
+    return f"{alias}source_fp IN (SELECT unnest($fps))", {"fps": fingerprints}
+
+
+def _partitions(config: Config, store: Store, fingerprints: list[str] | None) -> int:
+    """How many partitions detection runs in (1 = every event in memory at once)."""
+    if config.analyze.partitions > 0:
+        return config.analyze.partitions
+    budget = config.analyze.max_events_in_memory
+    if budget <= 0:
+        return 1
+    n = _count_events(store, fingerprints)
+    # A partition's fit set is the partition (<= budget / 2) plus the sample (budget / 4).
+    return 1 if n <= budget else -(-n // max(budget // 2, 1))
+
+
+def _count_events(store: Store, fingerprints: list[str] | None) -> int:
+    where, params = _where(fingerprints)
+    con = store.connect()
+    try:
+        row = con.execute(f"SELECT count(*) FROM events WHERE {where}", params).fetchone()
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
+
+
+def run_partitioned(
+    config: Config, store: Store, fingerprints: list[str] | None, n_parts: int,
+    model_path: Path | None = None,
+) -> pl.DataFrame:
+    """Detect in ``n_parts`` hash partitions read back from the store (bounded memory).
+
+    Two passes. The first partitions sessions by their caller (sessions without one by
+    session id), so every session and every caller's windows are whole in one partition;
+    it keeps every alert but those on client addresses. The second partitions sessions by
+    their client address and keeps only the address alerts (an address's windows cross
+    callers). Each partition's detectors are fitted on the partition plus a uniform
+    sample of partition keys of about ``max_events_in_memory / 4`` events (all keys when
+    the input is that small, which makes the result equal to the single pass): per-caller
+    baselines and habits are exact, population baselines come from the sample. The forest
+    is fitted once (first partition) and reused. Alert times are relative to the latest
+    log time of the whole input.
+
+    Limits: a session with events from several callers (or addresses) is put whole in the
+    partition of the smallest one, so that other caller's (address's) windows lose those
+    events.
+    """
+    import polars as pl
+
+    try:
+        import detectors
+        from detectors.base import FeatureSet
+        from detectors.pipeline import fit_and_score
+    except ImportError:  # pragma: no cover - detectors package absent
+        return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
+    dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
+    if model_path is None:
+        candidate = config.data_dir / "models" / "forest.skops"
+        model_path = candidate if candidate.exists() else None
+    budget = config.analyze.max_events_in_memory
+    where, params = _where(fingerprints)
+    ew, _ = _where(fingerprints, "e.")
+    ev_cols = ", ".join(f"e.{c}" for c in _detector_columns())
+    con = store.connect()
+    reuse: dict[str, object] = {}
+    found: list[pl.DataFrame] = []
+    try:
+        # Spill the key table and sorts to disk rather than hold them (bounded memory).
+        con.execute("SET preserve_insertion_order = false")
+        n_events = _count_events(store, fingerprints)
+        # Sample 1 key in ``every``: about budget / 4 events (every key when small).
+        every = max(1, -(-n_events // max(budget // 4, 1))) if budget > 0 else 1
+        latest = con.execute(
+            f"SELECT max(t) FROM (SELECT max(epoch_us(ts)) AS t FROM events WHERE {where} "
+            f"UNION ALL SELECT max(epoch_us(ts)) FROM summaries WHERE {where})",
+            params,
+        ).fetchone()[0]  # type: ignore[index]
+        # One row per session: its partition keys. hash() is DuckDB's 64-bit hash.
+        con.execute(
+            f"""
+            CREATE TEMP TABLE tw_keys AS
+            SELECT sid,
+                   hash(coalesce(min(caller_id), sid)) AS ck,
+                   CASE WHEN min(client_ip) IS NOT NULL THEN hash(min(client_ip)) END AS ik
+            FROM (SELECT {_sid()} AS sid, caller_id, client_ip FROM events WHERE {where}
+                  UNION ALL
+                  SELECT session_id, caller_id, client_ip FROM summaries
+                  WHERE session_id IS NOT NULL AND {where})
+            GROUP BY sid
+            """,
+            params,
+        )
+        for key, keep_ip in (("ck", False), ("ik", True)):
+            for i in range(n_parts):
+                part = f"k.{key} % {n_parts} = {i}"
+                # NULL keys (sessions without an address) are in no address partition.
+                sample = "TRUE" if every == 1 else (
+                    f"k.{key} IS NOT NULL AND hash(k.{key}) % {every} = 0")
+                ev, su = _read_partition(con, ev_cols, ew, params, part, sample)
+                if ev.height == 0 and su.height == 0:
+                    continue
+                mask_ev, mask_su = ev["_part"], su["_part"]
+                ev, su = ev.drop("_part"), su.drop("_part")
+                fit_on = FeatureSet.build(ev, su, dcfg)
+                batch = FeatureSet.build(ev.filter(mask_ev), su.filter(mask_su), dcfg)
+                del ev, su
+                alerts = fit_and_score(fit_on, batch, dcfg, detected_at=latest,
+                                       model_path=model_path, reuse=reuse)
+                del fit_on, batch
+                is_ip = pl.col("entity_type") == "client_ip"
+                found.append(alerts.filter(is_ip if keep_ip else ~is_ip))
+    finally:
+        con.close()
+    alerts = pl.concat(found, how="vertical_relaxed") if found else None
+    if alerts is None:
+        alerts = pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[assignment]
+    assert isinstance(alerts, pl.DataFrame)
+    return apply_triage_suppressions(alerts, config.data_dir)
+
+
+def _read_partition(
+    con: object, ev_cols: str, ew: str, params: dict[str, object], part: str, sample: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Events and summaries of one partition plus the sample, ``_part`` marking the former.
+
+    Rows come in time order, ties in file and line order (as ingest stores them).
+    """
+    import polars as pl
+
+    sel = f"{part} AS _part"
+    ev = pl.from_arrow(con.sql(  # type: ignore[attr-defined]
+        f"SELECT {ev_cols}, {sel} FROM events e JOIN tw_keys k ON k.sid = {_sid('e.')} "
+        f"WHERE {ew} AND ({part} OR {sample}) "
+        "ORDER BY e.ts, e.source_fp, e.line_no",
+        params=params,
+    ).to_arrow_table())
+    su = pl.from_arrow(con.sql(  # type: ignore[attr-defined]
+        f"SELECT e.* EXCLUDE (raw), {sel} FROM summaries e JOIN tw_keys k "
+        f"ON k.sid = e.session_id WHERE {ew} AND ({part} OR {sample}) "
+        "ORDER BY e.ts, e.source_fp, e.line_no",
+        params=params,
+    ).to_arrow_table())
+    assert isinstance(ev, pl.DataFrame) and isinstance(su, pl.DataFrame)
+    return ev, su
 
 
 def _detector_columns() -> list[str]:

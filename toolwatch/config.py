@@ -138,6 +138,23 @@ class QueryConfig:
 
 
 @dataclass
+class AnalyzeConfig:
+    """Memory bounds of ``toolwatch analyze`` (see docs/detectors.md, bounded memory)."""
+
+    max_events_in_memory: int = doc(
+        "Above this many events, analyze detects in hash partitions of callers (and of "
+        "client addresses) read back from the store instead of holding every event; "
+        "population baselines are then fitted on a uniform sample of callers. 0 = never.",
+        1_000_000,
+    )
+    partitions: int = doc(
+        "Force this many partitions (0 = chosen from max_events_in_memory). For tests "
+        "and tuning.",
+        0,
+    )
+
+
+@dataclass
 class Config:
     """Root of the toolwatch configuration."""
 
@@ -145,6 +162,7 @@ class Config:
     ingest: IngestConfig = doc("Parsing and normalization settings.", factory=IngestConfig)
     secrets: SecretsConfig = doc("Secret hashing settings.", factory=SecretsConfig)
     query: QueryConfig = doc("Bounds of forensic SQL queries.", factory=QueryConfig)
+    analyze: AnalyzeConfig = doc("Memory bounds of analyze.", factory=AnalyzeConfig)
     detectors: dict[str, Any] = doc(
         "Detector thresholds and windows (see docs/detectors.md); parsed by "
         "detectors.config.DetectorsConfig.",

@@ -607,3 +607,22 @@ def pc_contains(col, needle: str) -> bool:
     import pyarrow.compute as pc
 
     return bool(pc.any(pc.match_substring(col.cast("large_string"), needle)).as_py())
+
+
+@pytest.mark.parametrize(
+    "bad", [rb'"\u"', rb'"\u12"', rb'"\u00zz"', rb'"\ud800\u"', rb'"x\\\u"', rb'"\uDFFF"']
+)
+def test_incomplete_unicode_escape_never_stops_ingest(tmp_path: Path, bad: bytes) -> None:
+    # Under a plain key and under a secret-like one (which takes the redaction path).
+    data = b"\n".join(
+        [
+            b'{"ts":"2026-11-02T10:00:00Z","session_id":"s","tool":"t","args":{"q":' + bad + b"}}",
+            b'{"ts":"2026-11-02T10:00:00Z","session_id":"s","tool":"t","args":{"password":'
+            + bad + b"}}",
+            line(tool="after"),
+        ]
+    ) + b"\n"
+    res = ingest_cli(tmp_path, data)
+    accounted(res, 3)
+    assert res["events_stored"] >= 1
+    views_query(tmp_path / "store")

@@ -5,6 +5,10 @@ cached under ``--work``), then times ``detectors.detect`` with ``concurrency_abu
 ``race_condition`` disabled (baseline) and enabled, interleaved ``--repeat`` times in one
 process, and prints the best CPU seconds of each and the ratio. Nothing is asserted.
 
+``--callers N`` reassigns the sessions to N callers first (the bench log gives almost
+every session its own caller): many concurrent sessions per caller is the worst case of
+the caller-wide sweep, which only looks at callers whose sessions overlap in time.
+
     flock /tmp/tw-bench.lock .venv/bin/python benchmarks/bench_concurrency.py [--events 1000000]
 """
 
@@ -32,6 +36,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/tmp/tw-bench-concurrency"))
+    ap.add_argument("--callers", type=int, default=0,
+                    help="reassign sessions to this many callers (0: as generated)")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     src = a.work / f"bench-{a.events}-{a.seed}.jsonl"
@@ -42,6 +48,14 @@ def main() -> None:
         env = {**os.environ, "TOOLWATCH_HMAC_KEY": "ab" * 32}
         _ingest([str(src)], store, env)
     ev, su = _load(store)
+    if a.callers > 0:
+        import polars as pl
+
+        ev = ev.with_columns(
+            (pl.lit("caller-") + (pl.col("session_id").hash(1) % a.callers).cast(pl.String))
+            .alias("caller_id")
+        )
+        print(f"sessions reassigned to {a.callers:,} callers")
     with_iv = ev.filter(ev["start_ts"].is_not_null()).height if "start_ts" in ev.columns else 0
     print(f"{ev.height:,} events ({with_iv:,} with an interval), {su.height:,} summaries")
     off = detectors.DetectorsConfig.from_dict(

@@ -48,6 +48,12 @@ from detectors.tools import annotate, tool_table
 from ingest.intervals import MAX_DURATION_MS
 
 _CACHE = "_concurrency_cache"
+#: Columns only caller-wide rows fill.
+_CALLER_COLS: dict[str, pl.DataType] = {
+    "session_ids": pl.List(pl.String()),
+    "n_sessions": pl.Int64(),
+    "top_session_peak": pl.Int64(),
+}
 
 
 def _iso_ms(us: int | None) -> str | None:
@@ -79,7 +85,7 @@ def event_intervals(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
+def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0) -> pl.DataFrame:
     """Peak calls in flight per group, by a +1/−1 sweep (columnar).
 
     Most groups never have two calls in flight (a client waits for each answer): a group
@@ -95,13 +101,21 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
         One row per interval: ``key``, ``s`` and ``e`` (µs, ``e > s``; half-open
         ``[s, e)``: a call ending when another starts does not overlap it).
 
+    bucket_us
+        When > 0, one row per group and time bucket of that length (aligned to the
+        epoch): the peak among the calls *starting* in the bucket (each counted with every
+        call still in flight then, whenever it started), in an extra column ``w`` (the
+        bucket's start, µs).
+
     Returns
     -------
     polars.DataFrame
-        ``key``, ``peak`` (max calls in flight at once) and ``peak_t`` (first moment the
-        peak is reached).
+        ``key`` (, ``w``), ``peak`` (max calls in flight at once) and ``peak_t`` (first
+        moment the peak is reached).
     """
     schema = {key: iv.schema[key], "peak": pl.Int64, "peak_t": pl.Int64}
+    if bucket_us > 0:
+        schema = {key: iv.schema[key], "w": pl.Int64, "peak": pl.Int64, "peak_t": pl.Int64}
     if iv.height == 0:
         return pl.DataFrame(schema=schema)
     iv = iv.select(key, "s", "e")
@@ -113,10 +127,16 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
         | (pl.col("s") < pl.col("e").shift(1)).fill_null(False)
     )
     cert = iv.group_by(key).agg(pl.col("s").min().alias("peak_t"), breaks.any().alias("_busy"))
-    quiet = cert.filter(~pl.col("_busy")).select(
-        key, pl.lit(1, pl.Int64).alias("peak"), "peak_t"
-    )
     busy = cert.filter("_busy").select(key)
+    if bucket_us > 0:
+        quiet = iv.join(busy, on=key, how="anti").group_by(
+            key, ((pl.col("s") // bucket_us) * bucket_us).alias("w")
+        ).agg(pl.lit(1, pl.Int64).alias("peak"), pl.col("s").min().alias("peak_t"))
+    else:
+        quiet = cert.filter(~pl.col("_busy")).select(
+            key, pl.lit(1, pl.Int64).alias("peak"), "peak_t"
+        )
+    quiet = quiet.select(list(schema))
     if busy.height == 0:
         return quiet
     rest = iv.join(busy, on=key, how="semi")
@@ -130,6 +150,14 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g") -> pl.DataFrame:
     ).sort([key, "x2"]).with_columns((pl.col("x2") // 2).alias("x"))
     # Each group's deltas sum to zero, so a global running sum restarts at 0 per group.
     pts = pts.with_columns(pl.col("d").cum_sum().alias("f"))
+    if bucket_us > 0:
+        # A bucket's peak is reached at one of its starts (an end only lowers the count).
+        pts = pts.filter(pl.col("d") > 0)
+        swept = pts.group_by(key, ((pl.col("x") // bucket_us) * bucket_us).alias("w")).agg(
+            pl.col("f").max().alias("peak"),
+            pl.col("x").get(pl.col("f").arg_max()).alias("peak_t"),
+        )
+        return pl.concat([quiet, swept.select(list(schema))])
     swept = pts.group_by(key).agg(
         pl.col("f").max().alias("peak"),
         pl.col("x").get(pl.col("f").arg_max()).alias("peak_t"),
@@ -190,6 +218,96 @@ def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     return out
 
 
+_CALLER_CACHE = "_concurrency_caller_cache"
+
+
+def _caller_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(peak per caller and entity window across its sessions, the intervals swept).
+
+    Only callers that can reach ``caller_peak_lo`` are swept call by call. The bound is
+    computed at session granularity: each session is an interval (its first start to its
+    last end) weighted by its own peak, and a weighted sweep over a caller's sessions
+    bounds the caller's calls in flight at any moment (a session contributes at most its
+    peak while it lasts; the session sweep's peaks are reused, smaller sessions are swept
+    here). Callers with fewer than ``entity_min_sessions`` sessions or
+    ``caller_peak_lo`` calls are skipped outright. The typical and usual caller-wide peaks
+    are therefore those of *busy* callers (bound reaching ``caller_peak_lo``), as the
+    session-wide ones are those of sessions with ``min_calls``. Cached on the feature set.
+    """
+    cached = getattr(features, _CALLER_CACHE, None)
+    if cached is not None:
+        return cached
+    cfg = features.config
+    c = cfg.concurrency_abuse
+    empty = (
+        pl.DataFrame(schema={"ceh": pl.UInt64, "w": pl.Int64, "peak": pl.Int64,
+                             "peak_t": pl.Int64}),
+        pl.DataFrame(schema={"ceh": pl.UInt64, "sh": pl.UInt64, "s": pl.Int64,
+                             "e": pl.Int64, "tlh": pl.UInt64, "basis_iv": pl.Boolean}),
+    )
+    ss = features.sessions.filter(
+        pl.col("ceh").is_not_null() & (pl.col("basis") != "summary")
+    ).select("sh", "ceh", "calls")
+    big = ss.group_by("ceh").agg(pl.len().alias("n"), pl.col("calls").sum().alias("c")).filter(
+        (pl.col("n") >= max(2, cfg.entity_min_sessions)) & (pl.col("c") >= c.caller_peak_lo)
+    )
+    ev = features.events
+    if big.height == 0 or ev.height == 0:
+        setattr(features, _CALLER_CACHE, empty)
+        return empty
+    ss = ss.join(big.select("ceh"), on="ceh", how="semi")
+    sub = ev.select("sh", "t", "tlh", "duration_ms", "start_ts", "end_ts").filter(
+        pl.col("sh").is_in(ss["sh"].implode())
+    )
+    sub = pl.concat([sub.select("sh", "t", "tlh"), event_intervals(sub)], how="horizontal")
+    sub = sub.join(ss.select("sh", "ceh"), on="sh", how="left")
+    w = int(c.burst_window_ms * 1000)
+    n_iv = int(sub["has_iv"].sum())
+    if n_iv in (0, sub.height):
+        sub = sub.with_columns(pl.lit((1.0 if n_iv else 0.0) >= c.interval_share_lo)
+                               .alias("basis_iv"))
+    else:
+        sub = sub.with_columns(
+            (pl.col("has_iv").mean().over("ceh") >= c.interval_share_lo).alias("basis_iv")
+        )
+    swept = sub.filter(pl.col("has_iv") | ~pl.col("basis_iv")).select(
+        "ceh", "sh",
+        pl.when(pl.col("basis_iv")).then(pl.col("s")).otherwise(pl.col("t")).alias("s"),
+        pl.when(pl.col("basis_iv")).then(pl.col("e")).otherwise(pl.col("t") + w).alias("e"),
+        "tlh", "basis_iv",
+    )
+    # Upper bound per caller: its sessions' spans weighted by their peaks, swept. A
+    # session's peak comes from the session sweep (when it was swept on the same basis),
+    # else its number of calls bounds it.
+    own, _ = _session_sweep(features)
+    spans = swept.group_by("sh").agg(
+        pl.col("ceh").first(), pl.col("s").min(), pl.col("e").max(),
+        pl.col("basis_iv").first().alias("b"),
+    ).join(own.select("sh", "peak", "basis_iv"), on="sh", how="left")
+    known = pl.col("basis_iv").is_not_null() & (pl.col("basis_iv") == pl.col("b"))
+    rest = swept.join(spans.filter(~known).select("sh"), on="sh", how="semi")
+    spans = spans.join(sweep_peaks(rest, "sh").select("sh", pl.col("peak").alias("p2")),
+                       on="sh", how="left").with_columns(
+        pl.when(known).then(pl.col("peak")).otherwise(pl.col("p2")).alias("peak")
+    )
+    pts = pl.concat([
+        spans.select("ceh", (pl.col("s") * 2 + 1).alias("x2"), pl.col("peak").alias("d")),
+        spans.select("ceh", (pl.col("e") * 2).alias("x2"), (-pl.col("peak")).alias("d")),
+    ]).sort("ceh", "x2")
+    bound = pts.with_columns(pl.col("d").cum_sum().alias("f")).group_by("ceh").agg(
+        pl.col("f").max().alias("bound")
+    )
+    busy = bound.filter(pl.col("bound") >= c.caller_peak_lo).select("ceh")
+    if busy.height == 0:
+        setattr(features, _CALLER_CACHE, empty)
+        return empty
+    swept = swept.join(busy, on="ceh", how="semi")
+    peaks = sweep_peaks(swept, "ceh", cfg.hop_us)
+    out = (peaks, swept)
+    setattr(features, _CALLER_CACHE, out)
+    return out
+
+
 class ConcurrencyAbuseDetector(Detector):
     """Flags sessions with far more calls in flight at once than their caller and peers."""
 
@@ -217,8 +335,30 @@ class ConcurrencyAbuseDetector(Detector):
                     & (pl.col("own_days") >= cfg.baseline_min_days))
         )
         self.own_ = own
+        self._fit_callers(history)
         self.fitted_ = True
         return self
+
+    def _fit_callers(self, history: FeatureSet) -> None:
+        """Typical caller-wide peak (population) and each caller's usual one (own windows)."""
+        c, cfg = self.settings, self.config
+        self.caller_pop_: float | None = None
+        self.caller_own_: pl.DataFrame | None = None
+        if not c.callers:
+            return
+        cp, _ = _caller_sweep(history)
+        if cp.height >= c.pop_min_sessions:
+            self.caller_pop_ = float(cp["peak"].median())  # type: ignore[arg-type]
+        self.caller_own_ = (
+            cp.group_by("ceh")
+            .agg(
+                pl.col("peak").median().alias("usual_peak"),
+                pl.len().alias("own_sessions"),
+                (pl.col("w") // US_PER_DAY).n_unique().alias("own_days"),
+            )
+            .filter((pl.col("own_sessions") >= cfg.baseline_min_sessions)
+                    & (pl.col("own_days") >= cfg.baseline_min_days))
+        )
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session; evidence columns for those reaching the threshold."""
@@ -246,7 +386,96 @@ class ConcurrencyAbuseDetector(Detector):
             s, all_of(*terms),
             ["calls", "peak", "peak_t", "basis_iv", "usual_peak", "own_sessions", "pop_peak"],
         )
-        return self._evidence(out, swept, features)
+        out = self._evidence(out, swept, features).with_columns(
+            pl.lit("session").alias("scope"),
+            *[pl.lit(None, dt).alias(k) for k, dt in _CALLER_COLS.items()],
+        )
+        if not c.callers:
+            return out
+        ent = self._callers(features)
+        if ent.height == 0:
+            return out
+        return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
+
+    def _callers(self, features: FeatureSet) -> pl.DataFrame:
+        """Entity rows: each caller's peak in flight across its sessions, per window."""
+        c = self.settings
+        cp, swept = _caller_sweep(features)
+        if cp.height == 0:
+            return pl.DataFrame()
+        own = getattr(self, "caller_own_", None)
+        if own is not None and own.height:
+            cp = cp.join(own.select("ceh", "usual_peak", "own_sessions"), on="ceh", how="left")
+        else:
+            cp = cp.with_columns(pl.lit(None, pl.Float64).alias("usual_peak"),
+                                 pl.lit(None, pl.UInt32).alias("own_sessions"))
+        pop = getattr(self, "caller_pop_", None)
+        peak = pl.col("peak")
+        terms = [band(peak, c.caller_peak_lo, c.caller_peak_hi)]
+        if pop is not None:
+            terms.append(gate(peak / max(pop, 1.0), c.pop_ratio_lo))
+        terms.append(
+            pl.when(pl.col("usual_peak").is_not_null())
+            .then(gate(peak / pl.col("usual_peak").clip(lower_bound=1.0), c.self_ratio_lo))
+            .otherwise(1.0)
+        )
+        cp = cp.with_columns(all_of(*terms).alias("score"), pl.lit(pop, pl.Float64)
+                             .alias("pop_peak"))
+        hot = cp.filter(pl.col("score") >= self.threshold)
+        if hot.height == 0:
+            return pl.DataFrame()
+        # Who was in flight at the peak: how many sessions, and how much the busiest held.
+        names = features.sessions.select("sh", "session_id")
+        tools = features.events.select("tlh", "tool").unique("tlh")
+        live = (
+            swept.join(hot.select("ceh", "w", "peak_t"), on="ceh", how="inner")
+            .filter((pl.col("s") <= pl.col("peak_t")) & (pl.col("e") > pl.col("peak_t")))
+        )
+        per_s = live.group_by("ceh", "w", "sh").agg(pl.len().alias("n"))
+        lim = 50
+        sess = per_s.join(names, on="sh", how="left").sort("n", "session_id",
+                                                             descending=[True, False])
+        sess = sess.group_by("ceh", "w", maintain_order=True).agg(
+            pl.len().cast(pl.Int64).alias("n_sessions"),
+            pl.col("n").max().cast(pl.Int64).alias("top_session_peak"),
+            pl.col("session_id").head(lim).alias("session_ids"),
+        )
+        per_tool = (
+            live.join(tools, on="tlh", how="left").group_by("ceh", "w", "tool")
+            .agg(pl.len().alias("n"))
+            .sort(["ceh", "w", "n", "tool"], descending=[False, False, True, False])
+            .group_by("ceh", "w", maintain_order=True)
+            .agg((pl.col("tool").fill_null("?") + " ×" + pl.col("n").cast(pl.String))
+                 .head(8).alias("peak_tools"))
+        )
+        win = live.group_by("ceh", "w").agg(
+            pl.col("s").min().alias("win_start"), pl.col("e").max().alias("win_end"),
+            pl.len().cast(pl.Int64).alias("calls"), pl.col("basis_iv").first(),
+        )
+        hot = (hot.join(sess, on=["ceh", "w"], how="left")
+               .join(per_tool, on=["ceh", "w"], how="left")
+               .join(win, on=["ceh", "w"], how="left"))
+        share = pl.col("top_session_peak") / pl.col("peak").clip(lower_bound=1)
+        hot = hot.with_columns(
+            all_of(
+                pl.col("score"),
+                gate(pl.col("n_sessions"), self.config.entity_min_sessions),
+                gate(c.caller_max_session_share / share, 1.0),
+            ).alias("score"),
+            pl.lit(0, pl.Int8).alias("et"), pl.col("ceh").alias("eh"),
+        )
+        named = entity_names(hot, features.sessions)
+        return named.select(
+            "entity_type", "entity_id", pl.col("w").alias("window_start"), "score",
+            pl.lit(None, pl.String).alias("session_id"),
+            pl.col("entity_id").alias("caller_id"),
+            pl.lit(None, pl.String).alias("client_ip"),
+            pl.lit(None, pl.String).alias("server"),
+            pl.col("win_start").alias("first_t"), pl.col("win_end").alias("last_t"),
+            "calls", "peak", "peak_t", "basis_iv", "usual_peak", "own_sessions", "pop_peak",
+            "win_start", "win_end", "peak_tools", pl.lit("caller").alias("scope"),
+            *list(_CALLER_COLS),
+        )
 
     def _evidence(
         self, out: pl.DataFrame, swept: pl.DataFrame, features: FeatureSet
@@ -290,7 +519,23 @@ class ConcurrencyAbuseDetector(Detector):
         iv = bool(row.get("basis_iv"))
         span = ((row.get("win_end") or 0) - (row.get("win_start") or 0)) / 1e6
         tools = ", ".join(row.get("peak_tools") or [])
-        if iv:
+        caller = row.get("scope") == "caller"
+        if caller and iv:
+            reasons = [
+                f"{peak} calls of caller {row.get('entity_id')} in flight at the same moment "
+                f"({_iso_ms(row.get('peak_t'))}) across {row.get('n_sessions')} sessions, "
+                f"none holding more than {row.get('top_session_peak')} of them, within a "
+                f"{duration(span)} window: {tools}."
+            ]
+        elif caller:
+            reasons = [
+                f"{peak} calls of caller {row.get('entity_id')} started within "
+                f"{self.settings.burst_window_ms:g} ms ({_iso_ms(row.get('peak_t'))}) across "
+                f"{row.get('n_sessions')} sessions, none holding more than "
+                f"{row.get('top_session_peak')} of them: {tools}. The log lines carry no "
+                "durations, so this is the call rate in short windows, not calls in flight."
+            ]
+        elif iv:
             reasons = [
                 f"{peak} calls in flight at the same moment ({_iso_ms(row.get('peak_t'))}), "
                 f"within a {duration(span)} window of {row.get('calls')} calls: {tools}."
@@ -305,11 +550,12 @@ class ConcurrencyAbuseDetector(Detector):
         pop = row.get("pop_peak")
         usual = row.get("usual_peak")
         parts = []
+        unit = "window" if caller else "session"
         if pop is not None:
-            parts.append(f"a typical busy session peaks at {pop:g}")
+            parts.append(f"a typical busy {'caller' if caller else 'session'} peaks at {pop:g}")
         if usual is not None:
             parts.append(f"this caller's usual peak is {usual:g} over "
-                         f"{row.get('own_sessions')} sessions")
+                         f"{row.get('own_sessions')} {unit}s")
         else:
             parts.append("the caller has no established history of parallel calls")
         reasons.append("For comparison, " + "; ".join(parts) + ".")
@@ -325,7 +571,10 @@ class ConcurrencyAbuseDetector(Detector):
                 "calls": row.get("calls"),
                 "population_typical_peak": pop,
                 "caller_usual_peak": usual,
-                "caller_sessions": row.get("own_sessions"),
+                "caller_sessions" if not caller else "caller_windows": row.get("own_sessions"),
+                "scope": "caller" if caller else None,
+                "sessions_in_flight": row.get("n_sessions") if caller else None,
+                "largest_session_in_flight": row.get("top_session_peak") if caller else None,
             }
         )
         return reasons, evidence

@@ -51,6 +51,24 @@ class ConcurrencyAbuseConfig:
     min_calls: int = doc(
         "Sessions with fewer calls are not swept (their peak cannot reach peak_lo).", 12
     )
+    callers: bool = doc(
+        "Also score each caller across its sessions: the peak of its calls in flight at "
+        "once over all its sessions, per entity window (an agent that spreads its "
+        "parallelism over many sessions, each modest on its own).",
+        True,
+    )
+    caller_peak_lo: int = doc(
+        "Calls in flight at the same moment across one caller's sessions from which it "
+        "counts.",
+        16,
+    )
+    caller_peak_hi: int = doc("Caller-wide peak in-flight calls that are critical.", 64)
+    caller_max_session_share: float = doc(
+        "A caller-wide peak counts only when no single session holds more than this share "
+        "of the calls in flight at that moment (otherwise that session's own alert speaks) "
+        "and at least entity_min_sessions sessions take part.",
+        0.5,
+    )
 
 
 @dataclass

@@ -91,3 +91,26 @@ def parallel_writes_distinct(tr: Traffic, sid: str, start: datetime, *, n: int =
         _call(tr, sid, start + timedelta(milliseconds=tr.rng.uniform(0, 20)),
               tr.rng.uniform(300, 500), "updateOrder", caller=caller,
               args={"orderId": r, "note": "y"}, resource_key="orderId", resource_id=r)
+
+
+def spread_burst(tr: Traffic, prefix: str, start: datetime, *, sessions: int = 10,
+                 width: int = 3, caller: str = "swarm") -> list[str]:
+    """One caller opening ``sessions`` sessions at once, each with ``width`` calls in flight:
+    modest per session, ``sessions * width`` across the caller. Returns the session ids."""
+    ids = [f"{prefix}-{k}" for k in range(sessions)]
+    for k, sid in enumerate(ids):
+        t = start + timedelta(milliseconds=tr.rng.uniform(0, 200))
+        for j in range(width):
+            _call(tr, sid, t + timedelta(milliseconds=tr.rng.uniform(0, 30)),
+                  tr.rng.uniform(1500, 3000), "getDocument", caller=caller,
+                  resource_key="documentId", resource_id=f"doc-{k * width + j}")
+    return ids
+
+
+def parallel_workers(tr: Traffic, prefix: str, start: datetime, *, nights: int = 4,
+                     sessions: int = 6, width: int = 3, caller: str = "svc-indexer") -> None:
+    """A service running ``sessions`` worker sessions at once every night, each with
+    ``width`` calls in flight: its caller-wide parallelism is its own history."""
+    for n in range(nights):
+        spread_burst(tr, f"{prefix}-n{n}", start + timedelta(days=n), sessions=sessions,
+                     width=width, caller=caller)

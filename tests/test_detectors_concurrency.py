@@ -109,6 +109,65 @@ def test_batch_job_far_beyond_its_own_peak_is_flagged(background: Traffic) -> No
     assert _flagged(tr, ConcurrencyAbuseDetector) == {"batch-burst"}
 
 
+def test_parallelism_spread_over_sessions_is_a_caller_alert(background: Traffic) -> None:
+    tr = _with(background)
+    ids = tc.spread_burst(tr, "sw", T0 + timedelta(hours=2), sessions=10, width=3)
+    cfg = DetectorsConfig()
+    fs = FeatureSet.build(tr.events(), None, cfg)
+    det = ConcurrencyAbuseDetector(cfg).fit(fs)
+    hot = det.decide(det.score(fs))
+    # No session is busy on its own (3 in flight each): only the caller-wide peak speaks.
+    assert hot.select("entity_type", "entity_id").rows() == [("caller_id", "swarm")]
+    row = hot.row(0, named=True)
+    assert row["window_start"] is not None and row["session_id"] is None
+    reasons, ev = det.explain(row)
+    assert ev["peak_in_flight"] == 30 and ev["scope"] == "caller"
+    assert ev["sessions_in_flight"] == 10 and ev["largest_session_in_flight"] == 3
+    assert sorted(row["session_ids"]) == sorted(ids)
+    assert "across 10 sessions" in reasons[0]
+
+
+def test_caller_workers_in_their_own_history_stay_quiet(background: Traffic) -> None:
+    tr = _with(background)
+    tc.parallel_workers(tr, "idx", T0 + timedelta(hours=1), nights=4, sessions=6, width=3)
+    assert _flagged(tr, ConcurrencyAbuseDetector) == set()
+    # ...and the same service far beyond its usual width is flagged.
+    tc.spread_burst(tr, "idx-big", T0 + timedelta(days=2, hours=6), sessions=16, width=4,
+                    caller="svc-indexer")
+    assert _flagged(tr, ConcurrencyAbuseDetector) == {"svc-indexer"}
+
+
+def test_one_busy_session_is_not_also_a_caller_alert(background: Traffic) -> None:
+    """A burst in one session beside the caller's ordinary sessions: the session alert."""
+    tr = _with(background)
+    tc.burst(tr, "solo", T0 + timedelta(hours=2), n=40, caller="swarm")
+    tc.spread_burst(tr, "side", T0 + timedelta(hours=2), sessions=2, width=2, caller="swarm")
+    assert _flagged(tr, ConcurrencyAbuseDetector) == {"solo"}
+
+
+def test_caller_peaks_match_brute_force_per_window() -> None:
+    """Caller-wide peaks per hop bucket vs brute force over random intervals."""
+    import random
+
+    from detectors.concurrency import sweep_peaks
+
+    rng = random.Random(4)
+    hop = 1000
+    rows = [(rng.randrange(3), s, s + rng.randrange(1, 400))
+            for s in (rng.randrange(0, 5000) for _ in range(300))]
+    iv = pl.DataFrame({"g": [g for g, _, _ in rows], "s": [s for _, s, _ in rows],
+                       "e": [e for _, _, e in rows]})
+    got = {(r["g"], r["w"]): r for r in sweep_peaks(iv, "g", hop).iter_rows(named=True)}
+    want: dict[tuple[int, int], int] = {}
+    for g, s, _ in rows:
+        n = sum(1 for gg, a, b in rows if gg == g and a <= s < b)
+        k = (g, s // hop * hop)
+        want[k] = max(want.get(k, 0), n)
+    assert {k: v["peak"] for k, v in got.items()} == want
+    for (g, _w), r in got.items():
+        assert sum(1 for gg, a, b in rows if gg == g and a <= r["peak_t"] < b) == r["peak"]
+
+
 # ---------------------------------------------------------------- race_condition
 def test_race_in_one_session_is_flagged(background: Traffic) -> None:
     tr = _with(background)
@@ -214,6 +273,16 @@ def test_sweep_matches_brute_force(
         peak = max(counts.values())
         assert got[g]["peak"] == peak
         assert counts[got[g]["peak_t"]] == peak
+    # Per time bucket (caller windows): the peak among the calls starting in each bucket.
+    hop = 250 * spread
+    by_w = {(r["g"], r["w"]): r for r in sweep_peaks(iv, "g", hop).iter_rows(named=True)}
+    want: dict[tuple[int, int], int] = {}
+    for g, s, _d in rows:
+        n = sum(1 for gg, a, d in rows if gg == g and a <= s < a + d)
+        want[(g, s // hop * hop)] = max(want.get((g, s // hop * hop), 0), n)
+    assert {k: r["peak"] for k, r in by_w.items()} == want
+    for (g, _w), r in by_w.items():
+        assert sum(1 for gg, a, d in rows if gg == g and a <= r["peak_t"] < a + d) == r["peak"]
 
 
 @settings(max_examples=150, deadline=None)

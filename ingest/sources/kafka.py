@@ -557,15 +557,21 @@ class KafkaLiveSource:
         return n
 
     def _behind(self, got: int) -> bool:
-        """Whether more is waiting than this poll returned (a full poll or a known lag)."""
+        """Whether a micro-batch's worth is still waiting beyond this poll.
+
+        A full poll, or a lag of at least ``live.flush_events`` messages: waiting for size
+        then fills the micro-batch within a few polls. A smaller lag (messages fetched
+        ahead, a trickle) is not a backlog, so the flush interval keeps latency low.
+        """
         if got >= self.max_poll_records:
             return True
+        lag = 0
         for tp in self.assigned:
             hw = self.consumer.highwater(tp)
             pos = self._position(tp) if hw is not None else None
-            if hw is not None and pos is not None and hw - pos > 0:
-                return True
-        return False
+            if hw is not None and pos is not None:
+                lag += max(0, hw - pos)
+        return lag >= self.lp.live.flush_events
 
     def _position(self, tp: TopicPartition) -> int | None:
         """The consumer's fetch position of ``tp`` without any network round trip.

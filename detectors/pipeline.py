@@ -191,15 +191,16 @@ def fit_and_score(
     detected_at: int | None,
     model_path: Path | None = None,
     reuse: dict[str, Any] | None = None,
+    detectors: list[str] | None = None,
 ) -> pl.DataFrame:
-    """Fit every enabled detector on ``fit_on`` and score ``batch``; returns alerts.
+    """Fit every enabled detector (or those named) on ``fit_on``, score ``batch``; alerts.
 
     The building block of partitioned analysis (``toolwatch.analyze``): ``fit_on`` is a
     partition plus a sample of the population, ``batch`` the partition alone, and
     ``detected_at`` (µs) the latest log time of the whole input, so that alert records do
     not depend on how the input was cut. ``reuse`` carries the forest across partitions.
     """
-    dets = registry.build(config)
+    dets = registry.build(config, detectors)
     _fit_all(dets, fit_on, model_path, reuse)
     at = detected_at if detected_at is not None else batch.max_t
     alerts, _, _ = _score_all(dets, batch, config, at, False, {})

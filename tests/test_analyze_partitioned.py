@@ -19,17 +19,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import CLI, ROOT
-from toolwatch.analyze import analyze_paths
+from toolwatch.analyze import ADDRESS_DETECTORS, analyze_paths, load_events
 from toolwatch.config import Config
+from toolwatch.store import Store
 
 DEMO = sorted(str(p) for p in (ROOT / "sample_logs" / "demo").glob("*.jsonl*"))
+#: Store directory of each tagged run (the address test reads the single pass's events).
+STORES: dict[str, str] = {}
 
 
 def _analyze(tmp: Path, paths: list[str], *, partitions: int = 0, budget: int = 1_000_000,
              tag: str = "run") -> list[bytes]:
     """Alert JSON lines (sorted) of one analyze run into a fresh store."""
     cfg = Config()
-    cfg.store.data_dir = str(tmp / f"store-{tag}")
+    cfg.store.data_dir = STORES[tag] = str(tmp / f"store-{tag}")
     cfg.analyze.partitions = partitions
     cfg.analyze.max_events_in_memory = budget
     out = tmp / f"alerts-{tag}.jsonl"
@@ -64,7 +67,8 @@ def _rows(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     drop=st.lists(st.sampled_from(["session_id", "caller_id", "client_ip"]), min_size=1,
                   max_size=3),
@@ -119,3 +123,18 @@ def test_budget_switches_to_sampled_partitions_through_the_cli(
     want = {(r["entity_type"], r["entity_id"]) for r in map(orjson.loads, single)}
     got = {(r["entity_type"], r["entity_id"]) for r in rows}
     assert len(want & got) >= 0.8 * len(want), (len(want & got), len(want))
+
+
+def test_only_the_address_detectors_score_client_addresses(single: list[bytes]) -> None:
+    """The address pass runs ADDRESS_DETECTORS only: no other detector may score an address
+    (checked on the demo's full score frames, every session and entity window)."""
+    from detectors import registry
+    from detectors.config import DetectorsConfig
+    from detectors.pipeline import detect
+
+    assert set(ADDRESS_DETECTORS) <= set(registry.REGISTRY)
+    ev, su = load_events(Store(Path(STORES["single"])), None)
+    res = detect(ev, su, DetectorsConfig.from_dict({}), keep_scores=True)
+    scored = {n for n, sc in res.scores.items()
+              if (sc["entity_type"] == "client_ip").any()}
+    assert scored and scored <= set(ADDRESS_DETECTORS)

@@ -209,6 +209,14 @@ def _where(fingerprints: list[str] | None, alias: str = "") -> tuple[str, dict[s
     return f"{alias}source_fp IN (SELECT unnest($fps))", {"fps": fingerprints}
 
 
+#: Detectors that score client-address windows (the others score sessions and callers
+#: only): the address pass runs just these. tests/test_analyze_partitioned.py checks
+#: that no other detector yields an address row.
+ADDRESS_DETECTORS = (
+    "enumeration_rules", "bulk_rules", "credential_rules", "concurrency_rules", "race_rules",
+)
+
+
 def _partitions(config: Config, store: Store, fingerprints: list[str] | None) -> int:
     """How many partitions detection runs in (1 = every event in memory at once)."""
     if config.analyze.partitions > 0:
@@ -256,6 +264,7 @@ def run_partitioned(
 
     try:
         import detectors
+        from detectors import registry
         from detectors.base import FeatureSet
         from detectors.pipeline import fit_and_score
     except ImportError:  # pragma: no cover - detectors package absent
@@ -298,6 +307,7 @@ def run_partitioned(
             params,
         )
         for key, keep_ip in (("ck", False), ("ik", True)):
+            names = [n for n in registry.REGISTRY if n in ADDRESS_DETECTORS] if keep_ip else None
             for i in range(n_parts):
                 part = f"k.{key} % {n_parts} = {i}"
                 # NULL keys (sessions without an address) are in no address partition.
@@ -312,7 +322,7 @@ def run_partitioned(
                 batch = FeatureSet.build(ev.filter(mask_ev), su.filter(mask_su), dcfg)
                 del ev, su
                 alerts = fit_and_score(fit_on, batch, dcfg, detected_at=latest,
-                                       model_path=model_path, reuse=reuse)
+                                       model_path=model_path, reuse=reuse, detectors=names)
                 del fit_on, batch
                 is_ip = pl.col("entity_type") == "client_ip"
                 found.append(alerts.filter(is_ip if keep_ip else ~is_ip))

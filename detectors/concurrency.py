@@ -230,9 +230,9 @@ def _caller_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     bounds the caller's calls in flight at any moment (a session contributes at most its
     peak while it lasts; the session sweep's peaks are reused, smaller sessions are swept
     here). Callers with fewer than ``entity_min_sessions`` sessions or
-    ``caller_peak_lo`` calls are skipped outright. The typical and usual caller-wide peaks
-    are therefore those of *busy* callers (bound reaching ``caller_peak_lo``), as the
-    session-wide ones are those of sessions with ``min_calls``. Cached on the feature set.
+    ``caller_peak_lo`` calls are skipped outright. A caller's usual caller-wide peak is
+    therefore the median over its *busy* windows (bound reaching ``caller_peak_lo``), as
+    the session-wide one is over sessions with ``min_calls``. Cached on the feature set.
     """
     cached = getattr(features, _CALLER_CACHE, None)
     if cached is not None:
@@ -340,15 +340,17 @@ class ConcurrencyAbuseDetector(Detector):
         return self
 
     def _fit_callers(self, history: FeatureSet) -> None:
-        """Typical caller-wide peak (population) and each caller's usual one (own windows)."""
+        """Each caller's usual caller-wide peak (median over its busy windows).
+
+        The population reference stays the typical busy *session*'s peak: busy callers
+        are a selected few (services running workers, the attacks themselves), so their
+        median says little about what an ordinary client keeps in flight.
+        """
         c, cfg = self.settings, self.config
-        self.caller_pop_: float | None = None
         self.caller_own_: pl.DataFrame | None = None
         if not c.callers:
             return
         cp, _ = _caller_sweep(history)
-        if cp.height >= c.pop_min_sessions:
-            self.caller_pop_ = float(cp["peak"].median())  # type: ignore[arg-type]
         self.caller_own_ = (
             cp.group_by("ceh")
             .agg(
@@ -409,7 +411,7 @@ class ConcurrencyAbuseDetector(Detector):
         else:
             cp = cp.with_columns(pl.lit(None, pl.Float64).alias("usual_peak"),
                                  pl.lit(None, pl.UInt32).alias("own_sessions"))
-        pop = getattr(self, "caller_pop_", None)
+        pop = getattr(self, "pop_peak_", None)
         peak = pl.col("peak")
         terms = [band(peak, c.caller_peak_lo, c.caller_peak_hi)]
         if pop is not None:
@@ -552,7 +554,7 @@ class ConcurrencyAbuseDetector(Detector):
         parts = []
         unit = "window" if caller else "session"
         if pop is not None:
-            parts.append(f"a typical busy {'caller' if caller else 'session'} peaks at {pop:g}")
+            parts.append(f"a typical busy session peaks at {pop:g}")
         if usual is not None:
             parts.append(f"this caller's usual peak is {usual:g} over "
                          f"{row.get('own_sessions')} {unit}s")
@@ -565,8 +567,9 @@ class ConcurrencyAbuseDetector(Detector):
                 "basis": "intervals" if iv else "call_rate",
                 "burst_window_ms": None if iv else self.settings.burst_window_ms,
                 "peak_at": _iso_ms(row.get("peak_t")),
-                "window_start": _iso_ms(row.get("win_start")),
-                "window_end": _iso_ms(row.get("win_end")),
+                # A caller alert's window_start/end name its entity window (alerts.py).
+                "in_flight_from" if caller else "window_start": _iso_ms(row.get("win_start")),
+                "in_flight_to" if caller else "window_end": _iso_ms(row.get("win_end")),
                 "tools": row.get("peak_tools"),
                 "calls": row.get("calls"),
                 "population_typical_peak": pop,

@@ -12,6 +12,9 @@ Attacks (``label``):
 * ``concurrency_abuse`` — after a few ordinary calls, 20–45 calls fired within a second,
   each in flight 0.6–3 s (role ``concurrency_burst``; variants ``docs``, ``travel`` and
   ``jsonrpc`` on the kb-server's transcript).
+  Variant ``multi_session``: one caller opening 4–5 sessions at once, each with only
+  5–8 calls in flight (modest per session, 20–40 across the caller; each session
+  labelled, plus the caller as an entity).
 * ``race_condition`` — 2–5 ``applyCoupon`` / ``redeemVoucher`` / ``chargePayment`` calls
   on one booking sent within 30 ms (role ``race``, variant ``session``), or one call each
   from 2–3 sessions of the same caller opened at once (variant ``multi_session``, labelled
@@ -21,7 +24,9 @@ Hard negatives (benign roles): ``parallel_agent`` (2–5 parallel calls per step
 ``sequential_writer`` (writes to one booking, each after the previous response),
 ``parallel_reader`` (parallel reads of one booking), ``parallel_writes_distinct``
 (parallel writes to different bookings), ``batch_sync`` (a service that runs ~20 calls at
-once every night: its parallelism is its own history).
+once every night: its parallelism is its own history), ``parallel_workers`` (a service
+whose 5–7 worker sessions each keep 2–4 calls in flight every night: its caller-wide
+parallelism is its own history).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ if TYPE_CHECKING:
 LABELS = ("concurrency_abuse", "race_condition")
 #: Benign roles added by this module.
 ROLES = ("parallel_agent", "sequential_writer", "parallel_reader", "parallel_writes_distinct",
-         "batch_sync")
+         "batch_sync", "parallel_workers")
 
 _RACE_TOOLS = ("applyCoupon", "redeemVoucher", "chargePayment")
 
@@ -93,6 +98,44 @@ def burst(demo: _Demo, server: str, t: float, variant: str) -> Session:
         s.calls.append(c)
     s.calls.sort(key=lambda c: c.t)
     return s
+
+
+def _doc_fetches(demo: _Demo, s: Session, t: float, width: int, dur: tuple[float, float],
+                 ) -> None:
+    """``width`` document fetches sent together at ``t`` (each in flight ``dur`` ms)."""
+    r = demo.rng
+    for _ in range(width):
+        d = r.randrange(1000, 9000)
+        s.calls.append(_call(demo, t + r.uniform(0, 0.05), "getDocument",
+                             {"documentId": f"doc-{d}"}, f"doc-{d}", r.uniform(*dur)))
+
+
+def burst_spread(demo: _Demo, t: float) -> None:
+    """One caller's parallelism spread over 4–5 sessions opened at once."""
+    from sample_logs.generate import _iso_z
+
+    r = demo.rng
+    u = demo.pick_user() if r.random() < 0.5 else None
+    caller = u.caller_id if u else "agent-" + demo.hex(6)
+    ip = None if u else demo.hosting_ip()
+    sessions = []
+    for _ in range(r.randrange(4, 6)):
+        s = demo.session("docs-server", u, "concurrency_abuse", "concurrency_burst",
+                         "multi_session", caller=caller, ip=ip)
+        _doc_fetches(demo, s, t + r.uniform(0, 0.5), r.randrange(5, 9), (1500, 4000))
+        s.calls.sort(key=lambda c: c.t)
+        demo.add(s)
+        sessions.append(s)
+    demo.entities.append(
+        {
+            "kind": "entity", "entity_type": "caller_id", "entity_id": caller,
+            "label": "concurrency_abuse", "role": "concurrency_burst",
+            "variant": "multi_session",
+            "first_seen": _iso_z(min(x.first for x in sessions)),
+            "last_seen": _iso_z(max(x.last for x in sessions)),
+            "server": "docs-server", "n_sessions": len(sessions),
+        }
+    )
 
 
 def race(demo: _Demo, t: float) -> Session:
@@ -213,6 +256,23 @@ def batch_sync(demo: _Demo, night: int) -> Session:
     return s
 
 
+def parallel_workers(demo: _Demo, night: int) -> list[Session]:
+    """A nightly indexer: 5–7 worker sessions at once, each with 2–4 calls in flight."""
+    r = demo.rng
+    t = demo.t0 + night * 86400.0 + 2.5 * 3600 + r.uniform(0, 300)
+    out = []
+    for _ in range(r.randrange(5, 8)):
+        s = demo.session("docs-server", None, role="parallel_workers", caller="svc-indexer",
+                         ip="10.40.3.12")
+        at = t + r.uniform(0, 2)
+        for _wave in range(2):
+            _doc_fetches(demo, s, at, r.randrange(2, 5), (800, 2500))
+            at += r.uniform(3, 6)
+        s.calls.sort(key=lambda c: c.t)
+        out.append(s)
+    return out
+
+
 def add_concurrency(demo: _Demo) -> None:
     """Add both classes (≥ 3 examples of each variant) and their hard negatives."""
     from sample_logs.generate import DAYS
@@ -225,6 +285,7 @@ def add_concurrency(demo: _Demo) -> None:
         demo.add(burst(demo, "kb-server", demo.diurnal_start(), "jsonrpc"))
         demo.add(race(demo, demo.diurnal_start()))
         race_multi(demo, demo.diurnal_start())
+        burst_spread(demo, demo.diurnal_start())
     for _ in range(demo.n(30)):
         demo.add(parallel_agent(demo, demo.diurnal_start()))
     for _ in range(demo.n(15)):
@@ -233,4 +294,6 @@ def add_concurrency(demo: _Demo) -> None:
         demo.add(parallel_writes_distinct(demo, demo.diurnal_start()))
     for night in range(DAYS):
         demo.add(batch_sync(demo, night))
+        for s in parallel_workers(demo, night):
+            demo.add(s)
     r.random()  # keep later draws independent of how many variants ran

@@ -124,6 +124,7 @@ def test_parallelism_spread_over_sessions_is_a_caller_alert(background: Traffic)
     assert ev["peak_in_flight"] == 30 and ev["scope"] == "caller"
     assert ev["sessions_in_flight"] == 10 and ev["largest_session_in_flight"] == 3
     assert sorted(row["session_ids"]) == sorted(ids)
+    assert ev["in_flight_from"] < ev["in_flight_to"] and "window_start" not in ev
     assert "across 10 sessions" in reasons[0]
 
 

@@ -84,6 +84,7 @@ ATTACK_VARIANTS = {
     ("concurrency_abuse", "docs"),
     ("concurrency_abuse", "travel"),
     ("concurrency_abuse", "jsonrpc"),
+    ("concurrency_abuse", "multi_session"),
     ("race_condition", "session"),
     ("race_condition", "multi_session"),
 }
@@ -111,6 +112,7 @@ BENIGN_ROLES = {
     "parallel_reader",
     "parallel_writes_distinct",
     "batch_sync",
+    "parallel_workers",
 }
 
 
@@ -223,7 +225,8 @@ def test_labels_cover_categories_and_roles(labels: list[dict[str, Any]]) -> None
         else:
             assert x["entity_type"] in ("client_ip", "caller_id")
             assert (x["label"], x["variant"]) in {
-                ("credential_stuffing", "distributed"), ("race_condition", "multi_session")}
+                ("credential_stuffing", "distributed"), ("race_condition", "multi_session"),
+                ("concurrency_abuse", "multi_session")}
             assert x["first_seen"] <= x["last_seen"]
     assert any(x["session_id"] is None for x in labels)
 

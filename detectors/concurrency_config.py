@@ -24,7 +24,8 @@ class ConcurrencyAbuseConfig:
     peak_hi: int = doc("Peak in-flight calls that are critical.", 48)
     pop_ratio_lo: float = doc(
         "The peak must also be at least this many times the population's typical peak "
-        "(median over sessions with two or more calls).",
+        "(median peak of the sessions with min_calls or more calls; caller-wide peaks are "
+        "compared with it too).",
         4.0,
     )
     pop_min_sessions: int = doc(

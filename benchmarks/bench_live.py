@@ -5,6 +5,7 @@ Prints figures; not a test. Each part can be run alone::
     python benchmarks/bench_live.py throughput --events 1000000          # events/s via tail
     python benchmarks/bench_live.py latency --rate 10000 --seconds 30     # p50/p99 line->alert
     python benchmarks/bench_live.py rss --events 5000000                  # RSS samples
+    python benchmarks/bench_live.py rss --events 8000000 --log-rate 10000 # at 10k ev/s log time
     python benchmarks/bench_live.py kafka --events 200000                 # 1 vs 2 consumers
     python benchmarks/bench_live.py all                                   # small defaults
 
@@ -85,6 +86,80 @@ class _Rss:
         self._stop.set()
 
 
+def rate_file(work: Path, events: int, log_rate: int, seed: int = 11) -> Path:
+    """``events`` canonical per-call lines at ``log_rate`` events/s of *log* time (cached).
+
+    Written as fast as possible (accelerated log time): tail reads it as a backlog, so an
+    hour of traffic at 10k events/s (36M events) is replayed in minutes. Traffic: a pool of
+    5,000 concurrent sessions of ~20 calls (geometric), 50,000 returning callers, 8 tools,
+    2% of sessions enumerating ids (not_found), 1% paging through a listing.
+    """
+    import numpy as np
+    import polars as pl
+
+    path = work / f"rate-{log_rate}-{events}.jsonl"
+    if path.exists():
+        return path
+    t = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    tools = np.array(["getDocument", "searchDocuments", "listFiles", "readFile", "getUser",
+                      "updateRecord", "sendEmail", "queryDatabase"])
+    t0_us = int(datetime(2026, 11, 2, tzinfo=UTC).timestamp() * 1e6)
+    pool, chunk, written, next_sid = 5000, 500_000, 0, 0
+    sid = np.arange(pool, dtype=np.int64)
+    left = rng.geometric(1 / 20, pool)
+    kind = rng.choice(3, pool, p=[0.97, 0.02, 0.01])
+    next_sid = pool
+    with open(path, "wb") as fh:
+        while written < events:
+            m = min(chunk, events - written)
+            slot = rng.integers(0, pool, m)
+            # sessions end when their calls run out; a new one takes the slot (vectorized:
+            # per chunk, at most one renewal per slot keeps it simple and close enough)
+            counts = np.bincount(slot, minlength=pool)
+            ended = counts >= left
+            n_new = int(ended.sum())
+            ids = sid[slot].copy()
+            k = kind[slot]
+            left -= np.minimum(counts, left)
+            sid[ended] = np.arange(next_sid, next_sid + n_new)
+            left[ended] = rng.geometric(1 / 20, n_new)
+            kind[ended] = rng.choice(3, n_new, p=[0.97, 0.02, 0.01])
+            next_sid += n_new
+            i = np.arange(written, written + m, dtype=np.int64)
+            ts = t0_us + (i * 1_000_000) // log_rate
+            caller = (ids * 2654435761) % 50_000
+            doc = np.where(k == 1, rng.integers(10**6, 10**7, m), rng.integers(0, 500, m))
+            status = np.where(k == 1, np.where(rng.random(m) < 0.7, "not_found", "ok"),
+                              np.where(rng.random(m) < 0.97, "ok", "error"))
+            tool = np.where(k == 0, tools[rng.integers(0, len(tools), m)],
+                            np.where(k == 1, "getDocument", "searchDocuments"))
+            df = pl.DataFrame({
+                "ts": pl.Series(ts).cast(pl.Datetime("us", "UTC")),
+                "_sid": ids, "_caller": caller, "_doc": doc,
+                "_page": np.where(k == 2, i % 100_000, 1),
+                "server": "docs",
+                "tool": tool,
+                "status": status,
+                "bytes": rng.lognormal(8.3, 1.1, m).astype(np.int64),
+                "duration_ms": rng.lognormal(4.0, 0.8, m).astype(np.int64),
+            }).select(
+                "ts",
+                pl.format("s-{}", "_sid").alias("session_id"),
+                pl.format("u_{}", "_caller").alias("caller_id"),
+                pl.format("10.{}.{}.7", (pl.col("_caller") % 65_000) // 256,
+                          pl.col("_caller") % 256).alias("client_ip"),
+                "server", "tool",
+                pl.struct(documentId=pl.format("doc-{}", "_doc"), page="_page").alias("args"),
+                "status", "bytes", "duration_ms",
+            )
+            df.write_ndjson(fh)
+            written += m
+    print(f"  generated {events:,} lines at {log_rate:,} events/s of log time "
+          f"({events / log_rate / 3600:.2f} h) in {time.perf_counter() - t:.0f}s -> {path}")
+    return path
+
+
 def throughput(work: Path, events: int, detect: bool) -> dict[str, Any]:
     """Events/s of ``tail`` over a file already on disk (backlog), store commits included."""
     src = bench_file(work, events)
@@ -128,7 +203,8 @@ class _LatencySink(Sink):
             self.rows += 1
 
 
-def latency(work: Path, rate: int, seconds: float) -> dict[str, Any]:
+def latency(work: Path, rate: int, seconds: float,
+            live: dict[str, Any] | None = None) -> dict[str, Any]:
     """Line written -> alert emitted, at ``rate`` events/s of mixed traffic with attacks.
 
     Lines carry the wall-clock time they are written at as their log time; for every alert
@@ -141,7 +217,7 @@ def latency(work: Path, rate: int, seconds: float) -> dict[str, Any]:
     log.unlink(missing_ok=True)
     log.touch()
     sink = _LatencySink()
-    cfg = _config(data, flush_interval_s=0.5, poll_interval_s=0.05)
+    cfg = _config(data, **{"flush_interval_s": 0.5, "poll_interval_s": 0.05, **(live or {})})
     stop_writer = threading.Event()
     written = [0]
 
@@ -192,7 +268,8 @@ def latency(work: Path, rate: int, seconds: float) -> dict[str, Any]:
     stop = StopFlag()
     timer = threading.Timer(seconds, stop.set)
     timer.start()
-    lp = tail_files(cfg, [str(log)], stop=stop, sinks=SinkSet([sink]))
+    with _Rss(every=1.0) as meter:  # RSS at a sustained real-time rate, not a backlog
+        lp = tail_files(cfg, [str(log)], stop=stop, sinks=SinkSet([sink]))
     stop_writer.set()
     w.join(5)
     lat = sorted(sink.latencies)
@@ -212,18 +289,32 @@ def latency(work: Path, rate: int, seconds: float) -> dict[str, Any]:
         "p99_s": round(pct(0.99), 3),
         "max_s": round(lat[-1], 3),
         "mean_flush_ms": lp.status.last_flush_ms,
+        "window_events": lp.status.window_events,
+        "rss_max_mib": round(max(mb for _, mb, _ in meter.samples), 1),
+        "rss_last_half_min_mib": round(min(mb for _, mb, _ in
+                                           meter.samples[len(meter.samples) // 2:]), 1),
+        "rss_last_half_max_mib": round(max(mb for _, mb, _ in
+                                           meter.samples[len(meter.samples) // 2:]), 1),
     }
     print(f"  alert latency at {res['rate_written']:,} events/s: p50 {res['p50_s']}s, "
           f"p99 {res['p99_s']}s, max {res['max_s']}s over {len(lat)} alert versions")
+    print(f"  RSS max {res['rss_max_mib']} MiB; second half of the run "
+          f"{res['rss_last_half_min_mib']}–{res['rss_last_half_max_mib']} MiB "
+          f"(window {res['window_events']:,} events)")
     return res
 
 
-def rss(work: Path, events: int) -> dict[str, Any]:
-    """RSS samples while tail (with detection) works through ``events`` lines."""
-    src = bench_file(work, events)
+def rss(work: Path, events: int, log_rate: int | None = None,
+        live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """RSS samples while tail (with detection) works through ``events`` lines.
+
+    ``log_rate``: lines at that many events/s of log time (:func:`rate_file`) instead of the
+    generator's bench file (~50 events/s of log time). ``live``: ``[live]`` overrides.
+    """
+    src = bench_file(work, events) if log_rate is None else rate_file(work, events, log_rate)
     data = work / "store-rss"
     shutil.rmtree(data, ignore_errors=True)
-    cfg = _config(data)
+    cfg = _config(data, **(live or {}))
     holder: dict[str, Any] = {}
 
     def on_flush(res: Any) -> None:
@@ -326,6 +417,11 @@ def kafka(work: Path, events: int) -> dict[str, Any]:
     return out
 
 
+def _overrides(items: list[str]) -> dict[str, Any]:
+    """``KEY=JSON`` pairs of ``--live``."""
+    return {k: json.loads(v) for k, v in (x.split("=", 1) for x in items)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -333,6 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=None, help="events for throughput/rss/kafka")
     p.add_argument("--rate", type=int, default=10_000, help="latency: events/s written")
     p.add_argument("--seconds", type=float, default=30.0, help="latency: run length")
+    p.add_argument("--log-rate", type=int, default=None,
+                   help="rss: lines at this many events/s of log time (accelerated replay)")
+    p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
+                   help="rss/latency: a [live] setting, e.g. --live max_window_events=2000000")
     p.add_argument("--no-detect", action="store_true", help="throughput without detection")
     p.add_argument("--work", default=None, help="work directory (default: a temp dir)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -347,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.part == "all":
             res["throughput_no_detect"] = throughput(work, n, detect=False)
     if a.part in ("latency", "all"):
-        res["latency"] = latency(work, a.rate, a.seconds)
+        res["latency"] = latency(work, a.rate, a.seconds, _overrides(a.live))
     if a.part in ("rss", "all"):
-        res["rss"] = rss(work, a.events or 1_000_000)
+        res["rss"] = rss(work, a.events or 1_000_000, a.log_rate, _overrides(a.live))
     if a.part in ("kafka", "all"):
         res["kafka"] = kafka(work, a.events or 200_000)
     if a.json:

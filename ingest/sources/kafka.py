@@ -417,6 +417,7 @@ class KafkaLiveSource:
         self._noted_lock = threading.Lock()  # stored/_noted: the commit thread writes them
         self.assigned: set[TopicPartition] = set()
         self._to_warm: set[str] = set()
+        self._check_committed: set[TopicPartition] = set()
         self.counters: dict[str, int] = {
             "messages": 0,
             "redelivered_skipped": 0,
@@ -427,6 +428,7 @@ class KafkaLiveSource:
             "assignments": 0,
             "lost": 0,
             "lag_warnings": 0,
+            "skipped_to_committed": 0,
         }
         self.lag_watch = LagWatch()
         self.lp.on_commit.append(self._after_store_commit)
@@ -528,6 +530,7 @@ class KafkaLiveSource:
             self.lp.pipe.pairers.pop(fp, None)
             self._to_warm.discard(fp)
             self.lp.forget_stream(fp)
+        self._check_committed -= tps
         self.assigned -= tps
 
     def handle_assigned(self, assigned: set[TopicPartition]) -> None:
@@ -540,9 +543,40 @@ class KafkaLiveSource:
                 fp = partition_fp(tp.topic, tp.partition)
                 if fp in cps:
                     self.consumer.seek(tp, cps[fp])
-                    self.stored[fp] = cps[fp]
+                    with self._noted_lock:
+                        self.stored[fp] = cps[fp]
+                    self._check_committed.add(tp)
                 self._to_warm.add(fp)
             self.assigned |= assigned
+
+    def _skip_to_committed(self) -> None:
+        """Move partitions whose Kafka commit is ahead of this store's checkpoint to it.
+
+        With one store per machine, a partition that comes back to a machine resumes from
+        that store's older checkpoint, while another member has stored (and committed)
+        more since: Kafka offsets are only committed after some store holds the data, so
+        a committed offset ahead of the checkpoint means another store has those messages
+        (or an operator moved the group forward). With one shared store the checkpoint is
+        never behind. Runs on the poll thread, which may block on the coordinator; records
+        of the assigning poll below the new floor are dropped by :func:`message_batch`.
+        """
+        tps, self._check_committed = self._check_committed & self.assigned, set()
+        for tp in tps:
+            try:
+                committed = self.consumer.committed(tp)
+            except KafkaError as exc:
+                log.info("committed offset of %s unknown (%s): resuming from the store", tp, exc)
+                continue
+            fp = partition_fp(tp.topic, tp.partition)
+            with self._noted_lock:
+                floor = self.stored.get(fp)
+                if committed is None or floor is None or committed <= floor:
+                    continue
+                self.stored[fp] = committed
+            log.info("%s: Kafka commit %d ahead of this store's checkpoint %d; resuming there",
+                     tp, committed, floor)
+            self.counters["skipped_to_committed"] += 1
+            self.consumer.seek(tp, committed)
 
     # ------------------------------------------------------------------ loop
     def _add(self, tp: TopicPartition, msgs: list[Any]) -> int:
@@ -645,6 +679,8 @@ class KafkaLiveSource:
                 if recs and self.first_message_at_perf is None:
                     self.first_message_at_perf = time.perf_counter()
                 with self.lock:
+                    if self._check_committed:
+                        self._skip_to_committed()
                     n = 0
                     for tp, msgs in recs.items():
                         n += self._add(tp, msgs)

@@ -1,0 +1,75 @@
+"""One store per machine: a partition coming back to a store resumes at Kafka's commit.
+
+Member B stores messages 0-99 in its own store, then member A (another store) takes the
+group over and stores 100-199. When B returns, its store's checkpoint (100) is behind the
+group's committed offset (200, committed only after A stored them): B must resume at 200,
+not store 100-199 a second time in its store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import orjson
+import pytest
+from kafka import KafkaProducer
+
+from toolwatch.live_cli import consume_kafka
+
+try:
+    from tests.kafka_broker import create_topic, kafka_broker
+    from tests.test_live_support import call_line, config_for, stored_events
+except ImportError:  # tests/ itself on sys.path
+    from kafka_broker import create_topic, kafka_broker  # type: ignore[no-redef]  # noqa: F401
+    from test_live_support import (  # type: ignore[no-redef]
+        call_line,
+        config_for,
+        stored_events,
+    )
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+OPTS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 10000}
+
+
+def produce(bs: str, topic: str, start: int, stop: int) -> None:
+    prod = KafkaProducer(bootstrap_servers=bs, linger_ms=5)
+    for i in range(start, stop):
+        caller = f"agent-{i % 5}"
+        prod.send(topic, key=caller.encode(), value=call_line(i, caller=caller,
+                                                              session=f"s-{caller}").rstrip())
+    prod.flush(timeout=30)
+    prod.close(timeout=10)
+
+
+def seqs(data: Path) -> list[int]:
+    return sorted(orjson.loads(r)["seq"] for r in stored_events(data)["raw"].to_list())
+
+
+def member(bs: str, topic: str, group: str, data: Path) -> dict[str, int]:
+    box: dict[str, object] = {}
+    consume_kafka(config_for(data), bootstrap_servers=bs, topics=[topic], group_id=group,
+                  consumer_options=OPTS, idle_exit_s=2.0, max_seconds=60,
+                  on_start=lambda src: box.__setitem__("src", src))
+    return dict(box["src"].counters)  # type: ignore[attr-defined]
+
+
+def test_store_per_machine_resumes_at_group_commit(kafka_broker, tmp_path: Path) -> None:
+    bs = kafka_broker.bootstrap
+    topic, group = f"stores-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    create_topic(bs, topic, partitions=2)
+    store_a, store_b = tmp_path / "a", tmp_path / "b"
+
+    produce(bs, topic, 0, 100)
+    member(bs, topic, group, store_b)
+    assert seqs(store_b) == list(range(100))
+
+    produce(bs, topic, 100, 200)
+    member(bs, topic, group, store_a)  # no checkpoint: starts at the group's commit
+    assert seqs(store_a) == list(range(100, 200))
+
+    produce(bs, topic, 200, 300)
+    counters = member(bs, topic, group, store_b)
+    assert seqs(store_b) == list(range(100)) + list(range(200, 300))  # nothing twice
+    assert counters["skipped_to_committed"] >= 1

@@ -240,3 +240,61 @@ def test_fast_path_store_dir_matches_the_config(
     bad.write_text("[store\n")
     assert _configured_data_dir(str(bad)) is None
     assert _configured_data_dir(str(tmp_path / "missing.toml")) is None
+
+
+def test_recovered_spools_alerts_reach_the_recovering_tails_sinks(tmp_path: Path) -> None:
+    """A dead wrapper's spool ingested by ``tail``: its alerts go to tail's sinks too."""
+    from datetime import UTC, datetime, timedelta
+
+    from toolwatch.live import SinkConfig, StopFlag
+    from toolwatch.live_cli import tail_files
+    from toolwatch.sinks import Sink, SinkSet
+
+    try:
+        from tests.test_live_support import config_for, stored_alerts
+    except ImportError:
+        from test_live_support import config_for, stored_alerts  # type: ignore[no-redef]
+
+    class Collect(Sink):
+        name = "collect"
+
+        def __init__(self) -> None:
+            super().__init__(SinkConfig(type="stdout"))
+            self.rows: list[dict] = []
+            self.closed = 0
+
+        def submit(self, rows: list[dict]) -> None:
+            self.rows += rows
+
+        def close(self) -> None:
+            self.closed += 1
+
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True)
+    # The state a SIGKILLed wrapper leaves: log + meta, nobody holding the lock, server gone.
+    sp = data / "spool"
+    sp.mkdir(parents=True)
+    t0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+    lines = [json.dumps({
+        "ts": (t0 + timedelta(seconds=i)).isoformat().replace("+00:00", "Z"),
+        "session_id": "enum-dead", "caller_id": "prober", "client_ip": "203.0.113.7",
+        "server": "docs", "tool": "getDocument", "args": {"documentId": f"doc-{5000 + i}"},
+        "status": "not_found" if i % 8 else "ok", "bytes": 90,
+    }) for i in range(80)]
+    (sp / "999-deadbeef.log").write_text("\n".join(lines) + "\n")
+    (sp / "999-deadbeef.meta").write_text(json.dumps(
+        {"wid": "999-deadbeef", "name": "server.py", "child_pid": 2**22 + 12345}))
+    (sp / "999-deadbeef.lock").touch()
+    assert [s["orphaned"] for s in pending_spools(data)] == [True]
+    empty = tmp_path / "other.jsonl"
+    empty.write_bytes(b"")
+    sink = Collect()
+    stop = StopFlag()
+    stop.set()  # one pass over the (empty) file: the recovery runs before it
+    tail_files(cfg, [str(empty)], stop=stop, sinks=SinkSet([sink]))
+    assert pending_spools(data) == []
+    stored = stored_alerts(data)
+    assert "enumeration" in set(stored.filter(stored["session_id"] == "enum-dead")["category"])
+    sent = {(r.get("session_id"), r.get("category")) for r in sink.rows}
+    assert ("enum-dead", "enumeration") in sent
+    assert sink.closed == 1  # closed once, by tail itself, not by the recovery pass

@@ -57,6 +57,24 @@ def sinks_for(
     return build_sinks(confs, allow_stdout=allow_stdout, default_bootstrap=default_bootstrap)
 
 
+class _LentSinks:
+    """Sinks lent to a recovery pass: its alerts go to them; closing stays the owner's."""
+
+    def __init__(self, sinks: Any):
+        self._sinks = sinks
+
+    def emit(self, alerts: Any) -> None:
+        """Hand alerts to the owner's sinks."""
+        self._sinks.emit(alerts)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """The owner's sink counters."""
+        return self._sinks.counters()
+
+    def close(self) -> None:
+        """Nothing: the process that owns the sinks closes them when it ends."""
+
+
 class _Runner:
     """Shared plumbing of every live loop: store, pipeline, status publishing."""
 
@@ -75,7 +93,9 @@ class _Runner:
         self.live = live or LiveConfig.from_config(config)
         if kind in ("tail", "kafka", "follow"):
             # Spools of wrappers that died are ingested by the next writer of the store.
-            recover_spools(config, detector=detector, live=self.live)
+            # Their alerts go to this process's sinks too (lent: still open afterwards).
+            recover_spools(config, detector=detector, live=self.live,
+                           sinks=None if sinks is None else _LentSinks(sinks))
         self.store = Store(config.data_dir, compact_min_files=config.store.compact_min_files)
         self.store.recover()
         self.lp = LivePipeline(

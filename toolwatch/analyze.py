@@ -281,7 +281,7 @@ def run_partitioned(
     reuse: dict[str, object] = {}
     found: list[pl.DataFrame] = []
     try:
-        # Spill the key table and sorts to disk rather than hold them (bounded memory).
+        # Every read below has its own ORDER BY: DuckDB need not buffer to keep row order.
         con.execute("SET preserve_insertion_order = false")
         n_events = _count_events(store, fingerprints)
         # Sample 1 key in ``every``: about budget / 4 events (every key when small).

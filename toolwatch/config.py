@@ -139,7 +139,7 @@ class QueryConfig:
 
 @dataclass
 class AnalyzeConfig:
-    """Memory bounds of ``toolwatch analyze`` (see docs/detectors.md, bounded memory)."""
+    """Memory bounds of ``toolwatch analyze`` (see toolwatch.analyze.run_partitioned)."""
 
     max_events_in_memory: int = doc(
         "Above this many events, analyze detects in hash partitions of callers (and of "

@@ -1,0 +1,68 @@
+"""Benchmark: ``toolwatch analyze`` throughput of two checkouts, interleaved in one run.
+
+Runs the real CLI (``python -m toolwatch.cli analyze FILE -q``) on one generated file
+(``bench_ingest.make_file``), alternating the checkouts ``--repeat`` times, each with its
+tree first on ``PYTHONPATH`` and the same interpreter. Prints events/s (best wall), CPU
+seconds and peak RSS per tree, and the new/old ratios: on a shared machine the CPU ratio
+is the steadier figure.
+
+Usage::
+
+    git archive HEAD~3 | tar -x -C /tmp/old
+    python benchmarks/bench_analyze_ab.py --old /tmp/old --events 1000000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ingest import PY, make_file, run_measured
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--old", type=Path, required=True, help="checkout to compare against")
+    ap.add_argument("--new", type=Path, default=ROOT, help="checkout measured (default: this)")
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="tw-bench-ab-"))
+    try:
+        path = work / "events.jsonl"
+        make_file(path, args.events)
+        runs: dict[str, list[tuple[float, int, float]]] = {"old": [], "new": []}
+        for _ in range(args.repeat):
+            for tag, tree in (("old", args.old), ("new", args.new)):
+                env = {**os.environ, "XDG_CONFIG_HOME": str(work / "cfg"),
+                       "PYTHONPATH": str(tree.resolve()), "TOOLWATCH_HMAC_KEY": "00" * 32}
+                store = work / "store"
+                shutil.rmtree(store, ignore_errors=True)
+                cmd = [PY, "-m", "toolwatch.cli", "analyze", str(path), "-d", str(store),
+                       "--no-progress", "-q", "--alerts-out", str(work / f"alerts-{tag}.jsonl")]
+                runs[tag].append(run_measured(cmd, env))
+        best = {}
+        for tag, rs in runs.items():
+            wall = min(r[0] for r in rs)
+            cpu = min(r[2] for r in rs)
+            rss = max(r[1] for r in rs)
+            best[tag] = (wall, cpu)
+            print(f"{tag}: {args.events / wall:>10,.0f} events/s (walls "
+                  f"{', '.join(f'{r[0]:.2f}' for r in rs)} s), CPU best {cpu:.2f} s, "
+                  f"peak RSS {rss / 2**20:.2f} GiB")
+        same = (work / "alerts-old.jsonl").read_bytes() == (work / "alerts-new.jsonl").read_bytes()
+        print(f"new/old throughput (wall) {best['old'][0] / best['new'][0]:.3f}x, "
+              f"CPU {best['new'][1] / best['old'][1]:.3f}x; alert files identical: {same}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

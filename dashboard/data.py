@@ -151,6 +151,39 @@ def health_counters(store: Store) -> dict[str, Any]:
     return row
 
 
+def live_processes(store: Store) -> pl.DataFrame:
+    """Live processes writing to the store (``toolwatch status``), one row each.
+
+    Columns: ``kind``, ``pid``, ``events_per_s``, ``events_stored``, ``lag`` (messages
+    for kafka, bytes for tail), ``lag_growing_s``, ``warning`` (e.g. the kafka lag warning,
+    empty when none), ``partitions`` (kafka lag per partition, ``topic/p=n ...``), ``name``.
+    Only processes still running; empty when none.
+    """
+    from toolwatch.live import read_statuses
+
+    rows = []
+    for s in read_statuses(store.root):
+        if not s.get("alive"):
+            continue
+        lag = s.get("lag") or {}
+        amount = lag.get("messages", lag.get("bytes"))
+        rows.append({
+            "kind": str(s.get("kind", "")),
+            "pid": int(s.get("pid") or 0),
+            "events_per_s": float(s.get("events_per_s") or 0.0),
+            "events_stored": int(s.get("events_stored") or 0),
+            "lag": int(amount) if isinstance(amount, int | float) else None,
+            "lag_growing_s": float(lag.get("growing_s") or 0.0),
+            "warning": str(lag.get("warning") or ""),
+            "partitions": str(lag.get("by_partition") or ""),
+            "name": str(s.get("name", "")),
+        })
+    schema = {"kind": pl.String, "pid": pl.Int64, "events_per_s": pl.Float64,
+              "events_stored": pl.Int64, "lag": pl.Int64, "lag_growing_s": pl.Float64,
+              "warning": pl.String, "partitions": pl.String, "name": pl.String}
+    return pl.DataFrame(rows, schema=schema)
+
+
 def time_bounds(store: Store) -> tuple[datetime | None, datetime | None]:
     """Earliest and latest time of any event or alert (UTC), for default time ranges."""
     row = _one(

@@ -61,3 +61,27 @@ def test_partition_lag_in_prometheus_with_safe_labels() -> None:
     assert 'partition="t/1"} 0' in text
     assert "toolwatch_lag_messages{" in text and "toolwatch_lag_growing_s{" in text
     assert "by_partition" not in text  # text entries are for `toolwatch status` only
+
+
+def test_dashboard_health_lists_live_kafka_lag(tmp_path) -> None:
+    from dashboard.data import live_processes
+    from toolwatch.live import StatusPublisher
+    from toolwatch.store import Store
+
+    store = Store(tmp_path / "store")
+    assert live_processes(store).height == 0
+    s = LiveStatus(kind="kafka", name="g:t")
+    s.events_stored = 1234
+    s.lag, _ = LagWatch().update({"t/0": 70, "t/1": 5}, 0, now=0.0)
+    s.lag["warning"] = "lag growing for 75s (> 60s)"
+    pub = StatusPublisher(s, store.root, None, "127.0.0.1")
+    try:
+        pub.write()
+        df = live_processes(store)
+    finally:
+        pub.close()
+    assert df.height == 1
+    row = df.row(0, named=True)
+    assert row["kind"] == "kafka" and row["lag"] == 75 and row["events_stored"] == 1234
+    assert row["partitions"] == "t/0=70 t/1=5"
+    assert row["warning"] == "lag growing for 75s (> 60s)"

@@ -114,6 +114,12 @@ def overview() -> None:
             )
 
     st.subheader("Health")
+    live = ui.q("live_processes")
+    if live.height:
+        st.text("Live processes writing to this store (as `toolwatch status` shows them)")
+        ui.table(live, key="ov_live")
+        for w in live.filter(pl.col("warning") != "").iter_rows(named=True):
+            st.text(f"⚠ {w['kind']} pid {w['pid']}: {w['warning']} ({w['partitions']})")
     qr = ui.q("quarantine_by_reason")
     if qr.height == 0:
         st.text("No quarantined lines.")

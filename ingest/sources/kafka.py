@@ -666,9 +666,14 @@ class KafkaLiveSource:
         started = time.monotonic()
         last_msg = time.monotonic()
         got_any = False
+        deferred = False
         try:
             while not stop:
-                timeout = min(poll_timeout_ms / 1000, self.lp.time_to_due())
+                # A flush held back for a backlog is "due" at once: waiting for it would
+                # make every poll a zero-timeout spin (CPU and GIL taken from the fetcher
+                # and the commit thread). poll() returns as soon as records are there.
+                timeout = poll_timeout_ms / 1000 if deferred else min(
+                    poll_timeout_ms / 1000, self.lp.time_to_due())
                 try:
                     recs = self.consumer.poll(
                         timeout_ms=int(timeout * 1000), max_records=self.max_poll_records
@@ -694,12 +699,16 @@ class KafkaLiveSource:
                     # and detects several together, as tail does when it reads a file
                     # faster than the interval. Interval flushes here would run the
                     # detectors once per ~1 s of reading, over the whole window each time.
-                    if self.lp.due() and (
-                        self.lp.pending_lines >= self.lp.live.flush_events
-                        or not self._behind(n)
-                    ):
-                        self.lp.flush(wait=False)
-                    if not recs:
+                    deferred = False
+                    if self.lp.due():
+                        if (self.lp.pending_lines >= self.lp.live.flush_events
+                                or not self._behind(n)):
+                            self.lp.flush(wait=False)
+                        else:
+                            deferred = True
+                    if not recs and not self._behind(0):
+                        # Truly caught up (an empty poll mid-backlog only means the
+                        # next fetch is still on its way): commit what is queued now.
                         self.lp.caught_up()
                 self._commit_noted()
                 if n or (not got_any and self.assigned):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     # paying for that import (see toolwatch.ingest_run).
     import polars as pl
 
+    from detectors.base import FeatureSet
     from toolwatch.pipeline import BatchOutput
 
 
@@ -319,7 +320,7 @@ def run_partitioned(
                 mask_ev, mask_su = ev["_part"], su["_part"]
                 ev, su = ev.drop("_part"), su.drop("_part")
                 fit_on = FeatureSet.build(ev, su, dcfg)
-                batch = FeatureSet.build(ev.filter(mask_ev), su.filter(mask_su), dcfg)
+                batch = _subset(fit_on, mask_ev, su["session_id"].filter(mask_su))
                 del ev, su
                 alerts = fit_and_score(fit_on, batch, dcfg, detected_at=latest,
                                        model_path=model_path, reuse=reuse, detectors=names)
@@ -333,6 +334,20 @@ def run_partitioned(
         alerts = pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[assignment]
     assert isinstance(alerts, pl.DataFrame)
     return apply_triage_suppressions(alerts, config.data_dir)
+
+
+def _subset(fs: FeatureSet, mask_ev: pl.Series, summary_sids: pl.Series) -> FeatureSet:
+    """The partition's part of a feature set (whole sessions), without preparing its
+    events again: per-event figures depend on the event alone (value look-ups), session
+    figures on the session's own rows. Row ids ``i`` are renumbered to stay positions."""
+    import polars as pl
+
+    from detectors.base import FeatureSet
+
+    ev = fs.events.filter(mask_ev).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"))
+    sids = pl.concat([ev["session_id"], summary_sids.drop_nulls()]).unique()
+    sessions = fs.sessions.filter(pl.col("session_id").is_in(sids.implode()))
+    return FeatureSet(ev, sessions, fs.config)
 
 
 def _read_partition(

@@ -260,6 +260,7 @@ def _caller_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("sh").is_in(ss["sh"].implode())
     )
     sub = pl.concat([sub.select("sh", "t", "tlh"), event_intervals(sub)], how="horizontal")
+    # The session's caller (not each line's): the bound below attributes whole sessions.
     sub = sub.join(ss.select("sh", "ceh"), on="sh", how="left")
     w = int(c.burst_window_ms * 1000)
     n_iv = int(sub["has_iv"].sum())

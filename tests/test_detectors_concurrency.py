@@ -390,8 +390,8 @@ def test_hostile_durations_and_times_never_crash_or_run_backwards(
 
 # ---------------------------------------------------------------- live
 def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
-    """A race whose calls arrive in different micro-batches, and a burst spread over
-    three, are caught live exactly as in batch."""
+    """A race whose calls arrive in different micro-batches, a burst spread over three,
+    and one caller's parallelism spread over six sessions are caught live as in batch."""
     try:
         from tests.test_live_support import config_for, stored_alerts
     except ImportError:
@@ -423,6 +423,12 @@ def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
     for part in (burst[:12], burst[12:24], burst[24:]):
         lp.add(asm.feed(b"".join(part)))
         lp.flush()
+    # Caller-wide: 6 sessions of one caller with 4 calls in flight each, over two batches.
+    spread = [line(9000 + k * 7, 2500, "getDocument", f"sw-{k % 6}", "swarm",
+                   {"documentId": f"d-{k}"}) for k in range(24)]
+    for part in (spread[::2], spread[1::2]):
+        lp.add(asm.feed(b"".join(part)))
+        lp.flush()
     lp.close()
     alerts = stored_alerts(data)
     got = {(r["category"], r["session_id"]) for r in alerts.iter_rows(named=True)}
@@ -430,5 +436,12 @@ def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
     assert ("concurrency_abuse", "b-1") in got
     race = alerts.filter(pl.col("category") == "race_condition")
     assert orjson.loads(race["evidence"][0])["racing_calls"] == 2
-    conc = alerts.filter(pl.col("category") == "concurrency_abuse")
+    conc = alerts.filter((pl.col("category") == "concurrency_abuse")
+                         & (pl.col("session_id") == "b-1"))
     assert orjson.loads(conc["evidence"][0])["peak_in_flight"] == 36
+    wide = alerts.filter((pl.col("category") == "concurrency_abuse")
+                         & (pl.col("entity_type") == "caller_id"))
+    assert wide["entity_id"].to_list() == ["swarm"]
+    ev = orjson.loads(wide["evidence"][0])
+    assert ev["peak_in_flight"] == 24 and ev["sessions_in_flight"] == 6
+    assert sorted(ev["session_ids"]) == [f"sw-{k}" for k in range(6)]

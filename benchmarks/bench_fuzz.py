@@ -73,8 +73,9 @@ def _value(r: random.Random, depth: int = 0) -> str:
         return json.dumps(r.choice(["x", "", "\u0000", "\u202e", "é", "\U0001f600", "a" * 200]))
     if k < 0.6:
         return _nested(r.choice([33, 100, 1000, 3000]))
-    if k < 0.62:
-        return json.dumps("B" * r.choice([10_000, 300_000]))
+    if k < 0.62:  # long strings; now and then a very long one
+        n = 300_000 if r.random() < 0.005 else r.choice([2_000] * 20 + [50_000])
+        return json.dumps("B" * n)
     if k < 0.7:
         return r.choice(['"\\ud800"', '"\\udc00\\ud800"', '"\\u0000"', '"\\\\ud800"'])
     if depth < 3 and k < 0.85:
@@ -144,7 +145,8 @@ def hostile_line(r: random.Random, i: int) -> bytes:
         off = r.choice(["+14:00", "-12:00", "+14:01", "+25:00", "+99:99", "+0530", "Z", "+15"])
         return _call(r, i, ts=json.dumps("2026-11-02T10:00:00" + off)).encode()
     # huge strings; now and then over max_line_bytes
-    n = r.choice([5_000, 100_000]) if r.random() < 0.98 else 1_100_000
+    x = r.random()
+    n = 1_000 if x < 0.95 else 20_000 if x < 0.9997 else 1_100_000
     return _call(r, i, args=json.dumps({"blob": "C" * n})).encode()
 
 

@@ -869,8 +869,10 @@ WITH e AS (
          count(*) AS calls,
          count(DISTINCT tool) AS distinct_tools,
          count(DISTINCT resource_id) AS distinct_resources,
-         CAST(sum(bytes) AS BIGINT) AS total_bytes,
-         CAST(sum(rows) AS BIGINT) AS total_rows,
+         -- Each stored value is < 2^53, but a session's sum can pass 2^63: saturate
+         -- instead of failing every query on the view with an overflow.
+         CAST(least(sum(bytes), 9223372036854775807) AS BIGINT) AS total_bytes,
+         CAST(least(sum(rows), 9223372036854775807) AS BIGINT) AS total_rows,
          count(*) FILTER (WHERE status = 'auth_failed') AS auth_failures,
          count(*) FILTER (WHERE status = 'not_found') AS not_found,
          count(*) FILTER (WHERE status = 'denied') AS denied,

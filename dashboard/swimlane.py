@@ -6,7 +6,7 @@ call hides that. :func:`swimlane` turns :func:`dashboard.data.session_events` ro
 and marks the calls an alert is about:
 
 * ``racing`` — the overlapping mutating calls listed in a ``race_condition`` alert's
-  ``evidence.calls`` (matched on tool and start time to the millisecond, in this
+  ``evidence.overlapping_calls`` (matched on tool and start time to the millisecond, in this
   session);
 * ``at peak`` — the calls in flight at a ``concurrency_abuse`` alert's ``evidence.peak_at``.
 
@@ -63,7 +63,10 @@ def racing_calls(evidence: Any, session_id: str) -> pl.DataFrame:
 
     A listed call without a ``session_id`` (older evidence) counts for any session.
     """
-    calls = _evidence(evidence).get("calls")
+    ev = _evidence(evidence)
+    calls = ev.get("overlapping_calls")
+    if calls is None and isinstance(ev.get("calls"), list):
+        calls = ev["calls"]  # alerts written before the key was renamed
     rows = []
     if isinstance(calls, list):
         for c in calls:

@@ -565,7 +565,8 @@ class ConcurrencyAbuseDetector(Detector):
         evidence = clean(
             {
                 "peak_in_flight": peak,
-                "basis": "intervals" if iv else "call_rate",
+                # Not "basis" (events|summary in the alert schema): how the peak was counted.
+                "peak_basis": "intervals" if iv else "call_rate",
                 "burst_window_ms": None if iv else self.settings.burst_window_ms,
                 "peak_at": _iso_ms(row.get("peak_t")),
                 # A caller alert's window_start/end name its entity window (alerts.py).
@@ -801,7 +802,8 @@ class RaceConditionDetector(Detector):
                 "max_overlap_ms": row.get("max_overlap_ms"),
                 "sessions": row.get("n_sessions"),
                 "resource": res,
-                "calls": [
+                # Not "calls" (a count in the alert schema): the racing calls themselves.
+                "overlapping_calls": [
                     {"tool": x["tool"], "start": _iso_ms(x["start"]), "end": _iso_ms(x["end"]),
                      "resource": x["resource"], "outcome": x["outcome"],
                      "overlap_ms": round(x["overlap_ms"] or 0.0, 1),

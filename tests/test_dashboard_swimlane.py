@@ -183,7 +183,7 @@ def test_hostile_names_are_escaped_in_hover(tool: str, resource: str) -> None:
         "event_id": ["a", "b"],
     }, schema_overrides={"start_ts": pl.Datetime("us", "UTC"),
                          "end_ts": pl.Datetime("us", "UTC")})
-    evidence = {"calls": [{"tool": tool, "start": T0.isoformat().replace("+00:00", "Z"),
+    evidence = {"overlapping_calls": [{"tool": tool, "start": T0.isoformat().replace("+00:00", "Z"),
                            "session_id": "s"}]}
     lanes, _ = swimlane(ev, "s", orjson.dumps(evidence).decode(), "race_condition")
     assert lanes["part"].to_list() == ["racing", "other"]

@@ -61,7 +61,7 @@ def test_burst_is_flagged_with_its_numbers(background: Traffic) -> None:
     hot = det.decide(det.score(fs))
     assert hot["entity_id"].to_list() == ["burst-1"]
     reasons, ev = det.explain(hot.row(0, named=True))
-    assert ev["peak_in_flight"] == 40 and ev["basis"] == "intervals"
+    assert ev["peak_in_flight"] == 40 and ev["peak_basis"] == "intervals"
     assert ev["tools"] == ["searchItems ×40"]
     assert ev["window_start"] < ev["window_end"]
     assert "40 calls in flight" in reasons[0]
@@ -80,7 +80,7 @@ def test_burst_without_durations_falls_back_to_call_rate(background: Traffic) ->
     hot = det.fit(fs).decide(det.score(fs))
     assert hot["entity_id"].to_list() == ["burst-nodur"]
     reasons, ev = det.explain(hot.row(0, named=True))
-    assert ev["basis"] == "call_rate" and ev["peak_in_flight"] == 30
+    assert ev["peak_basis"] == "call_rate" and ev["peak_in_flight"] == 30
     assert "no durations" in reasons[0]
 
 
@@ -179,9 +179,10 @@ def test_race_in_one_session_is_flagged(background: Traffic) -> None:
     assert hot["entity_id"].to_list() == ["race-1"]
     reasons, ev = det.explain(hot.row(0, named=True))
     assert ev["racing_calls"] == 3 and ev["resource"] == "ord-77"
-    assert len(ev["calls"]) == 3 and {c["tool"] for c in ev["calls"]} == {"applyCoupon"}
+    listed = ev["overlapping_calls"]
+    assert len(listed) == 3 and {c["tool"] for c in listed} == {"applyCoupon"}
     assert ev["max_overlap_ms"] > 100
-    assert all(c["outcome"] == "ok" for c in ev["calls"])
+    assert all(c["outcome"] == "ok" for c in listed)
     assert "ord-77" in reasons[0]
 
 

@@ -569,9 +569,10 @@ class ConcurrencyAbuseDetector(Detector):
                 "peak_basis": "intervals" if iv else "call_rate",
                 "burst_window_ms": None if iv else self.settings.burst_window_ms,
                 "peak_at": _iso_ms(row.get("peak_t")),
-                # A caller alert's window_start/end name its entity window (alerts.py).
-                "in_flight_from" if caller else "window_start": _iso_ms(row.get("win_start")),
-                "in_flight_to" if caller else "window_end": _iso_ms(row.get("win_end")),
+                # Not window_start/end: the alert schema keeps those for an entity alert's
+                # window (and then requires session_ids / n_sessions beside them).
+                "in_flight_from": _iso_ms(row.get("win_start")),
+                "in_flight_to": _iso_ms(row.get("win_end")),
                 "tools": row.get("peak_tools"),
                 "calls": row.get("calls"),
                 "population_typical_peak": pop,

@@ -50,8 +50,8 @@ class CLI:
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def query(self, sql: str) -> list[dict]:
-        """Run ``toolwatch query --format json`` and return the rows."""
-        out = self("query", sql, "-d", str(self.data_dir), "--format", "json")
+        """Run ``toolwatch query --format json`` and return every row (no row cap)."""
+        out = self("query", sql, "-d", str(self.data_dir), "--format", "json", "--max-rows", "0")
         return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 

@@ -46,8 +46,9 @@ def test_alerts_match_the_store_schema(result: detectors.DetectResult) -> None:
     assert alerts.columns == schema.ALERTS.names
     tbl = alerts.to_arrow().cast(schema.ALERTS)
     assert tbl.num_rows == alerts.height
+    # The stuck loop is tool_loop (repetition without progress), the sweep scraping_loop.
     assert set(alerts["category"]) == {
-        "enumeration", "credential_stuffing", "scraping_loop", "bulk_extraction"
+        "enumeration", "credential_stuffing", "scraping_loop", "bulk_extraction", "tool_loop"
     }
     assert alerts["alert_id"].is_unique().all()
     # One alert per (entity, category, window).

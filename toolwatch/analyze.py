@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +220,16 @@ ADDRESS_DETECTORS = (
 )
 
 
+def _hash_or_null(col: str) -> str:
+    """DuckDB's 64-bit hash of ``col``, NULL where it is NULL (``hash(NULL)`` is not)."""
+    return f"CASE WHEN {col} IS NOT NULL THEN hash({col}) END"
+
+
+def _sql_str(text: str) -> str:
+    """``text`` inside a single-quoted SQL literal (a local path, never log data)."""
+    return text.replace("'", "''")
+
+
 def _partitions(config: Config, store: Store, fingerprints: list[str] | None) -> int:
     """How many partitions detection runs in (1 = every event in memory at once)."""
     if config.analyze.partitions > 0:
@@ -279,6 +291,7 @@ def run_partitioned(
     ew, _ = _where(fingerprints, "e.")
     ev_cols = ", ".join(f"e.{c}" for c in _detector_columns())
     con = store.connect()
+    spill = Path(tempfile.mkdtemp(prefix="toolwatch-analyze-"))
     reuse: dict[str, object] = {}
     found: list[pl.DataFrame] = []
     try:
@@ -292,18 +305,25 @@ def run_partitioned(
             f"UNION ALL SELECT max(epoch_us(ts)) FROM summaries WHERE {where})",
             params,
         ).fetchone()[0]  # type: ignore[index]
-        # One row per session: its partition keys. hash() is DuckDB's 64-bit hash.
+        # One row per session: its partition keys (the smallest hash of its callers, else
+        # the session's; the smallest hash of its addresses), all 64-bit hashes rather
+        # than strings: the key table and its aggregate stay small with many sessions (two
+        # sessions colliding would only share a partition). DuckDB is capped and spills
+        # to a temporary directory instead of growing with sessions.
+        con.execute(f"SET temp_directory = '{_sql_str(str(spill))}'")
+        con.execute("SET memory_limit = '512MB'")
         con.execute(
             f"""
             CREATE TEMP TABLE tw_keys AS
-            SELECT sid,
-                   hash(coalesce(min(caller_id), sid)) AS ck,
-                   CASE WHEN min(client_ip) IS NOT NULL THEN hash(min(client_ip)) END AS ik
-            FROM (SELECT {_sid()} AS sid, caller_id, client_ip FROM events WHERE {where}
+            SELECT sk, coalesce(min(ch), sk) AS ck, min(ih) AS ik
+            FROM (SELECT hash({_sid()}) AS sk, {_hash_or_null('caller_id')} AS ch,
+                         {_hash_or_null('client_ip')} AS ih
+                  FROM events WHERE {where}
                   UNION ALL
-                  SELECT session_id, caller_id, client_ip FROM summaries
-                  WHERE session_id IS NOT NULL AND {where})
-            GROUP BY sid
+                  SELECT hash(session_id), {_hash_or_null('caller_id')},
+                         {_hash_or_null('client_ip')}
+                  FROM summaries WHERE session_id IS NOT NULL AND {where})
+            GROUP BY sk
             """,
             params,
         )
@@ -329,6 +349,7 @@ def run_partitioned(
                 found.append(alerts.filter(is_ip if keep_ip else ~is_ip))
     finally:
         con.close()
+        shutil.rmtree(spill, ignore_errors=True)
     alerts = pl.concat(found, how="vertical_relaxed") if found else None
     if alerts is None:
         alerts = pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[assignment]
@@ -361,14 +382,14 @@ def _read_partition(
 
     sel = f"{part} AS _part"
     ev = pl.from_arrow(con.sql(  # type: ignore[attr-defined]
-        f"SELECT {ev_cols}, {sel} FROM events e JOIN tw_keys k ON k.sid = {_sid('e.')} "
+        f"SELECT {ev_cols}, {sel} FROM events e JOIN tw_keys k ON k.sk = hash({_sid('e.')}) "
         f"WHERE {ew} AND ({part} OR {sample}) "
         "ORDER BY e.ts, e.source_fp, e.line_no",
         params=params,
     ).to_arrow_table())
     su = pl.from_arrow(con.sql(  # type: ignore[attr-defined]
         f"SELECT e.* EXCLUDE (raw), {sel} FROM summaries e JOIN tw_keys k "
-        f"ON k.sid = e.session_id WHERE {ew} AND ({part} OR {sample}) "
+        f"ON k.sk = hash(e.session_id) WHERE {ew} AND ({part} OR {sample}) "
         "ORDER BY e.ts, e.source_fp, e.line_no",
         params=params,
     ).to_arrow_table())

@@ -208,10 +208,9 @@ def test_hostile_log_strings_render_as_text(server, page):
     # the tool name on the timeline axis is literal text, not markup
     page.locator("svg text", has_text=XSS_TOOL).first.wait_for(state="attached")
     # open a raw event: its log line shows as code text
-    grids = page.locator('[data-testid="stDataFrame"]')
-    raw = grids.nth(grids.count() - 2)  # raw events (the last one is the history, if any)
-    if raw.locator("th", has_text="args").count() == 0:
-        raw = grids.last
+    # the raw-events grid by its widget key (Streamlit puts st-key-<key> on the element;
+    # the page now has more grids after it: call sequence, alerts on this session)
+    raw = page.locator('[class*="st-key-sd_events"] [data-testid="stDataFrame"]').first
     raw.scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     _click_row(page, raw, 0)

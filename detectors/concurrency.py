@@ -714,7 +714,11 @@ class RaceConditionDetector(Detector):
                 n_score, pl.when(pl.col("ok") >= 2).then(c.ok_score).otherwise(0.0)
             ).alias("cscore")
         )
-        calls = cl.sort("s").group_by("cluster", maintain_order=True).agg(
+        # Ties on start (parallel calls logged in the same millisecond) are common: a full
+        # sort key keeps the evidence's call list the same from run to run.
+        calls = cl.sort("s", "e", "tool", "session_id", "status", nulls_last=True).group_by(
+            "cluster", maintain_order=True
+        ).agg(
             pl.struct(
                 pl.col("tool"), pl.col("s").alias("start"), pl.col("e").alias("end"),
                 pl.col("bk").alias("resource"), pl.col("status").alias("outcome"),

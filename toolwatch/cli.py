@@ -279,7 +279,7 @@ def workflows(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
 ) -> None:
-    """Show workflow rules: declared ([detectors.step_skip]) and learned by train.
+    """Show workflow rules: declared (config table detectors.step_skip) and learned by train.
 
     Example: toolwatch workflows -d /var/lib/toolwatch
     """

@@ -13,6 +13,11 @@ Two curves can be read from one run:
 * ``--fixed-events N``: the same N events spread over more and more callers, which
   isolates what *per-caller* state costs from what the events themselves cost.
 
+Above ``[analyze] max_events_in_memory`` (default 1M events) analyze no longer holds every
+event: it detects in hash partitions read back from the store
+(``toolwatch.analyze.run_partitioned``), so the peak stays near that of a 1M-event single
+pass whatever the number of callers; at or below it the single pass is unchanged.
+
 ``--tree DIR`` measures another checkout (e.g. ``git archive HEAD | tar -x -C DIR``) with
 the same interpreter, for before/after figures from one machine.
 

@@ -238,8 +238,11 @@ def _partitions(config: Config, store: Store, fingerprints: list[str] | None) ->
     if budget <= 0:
         return 1
     n = _count_events(store, fingerprints)
-    # A partition's fit set is the partition (<= budget / 2) plus the sample (budget / 4).
-    return 1 if n <= budget else -(-n // max(budget // 2, 1))
+    # A partition's fit set is the partition (~budget / 3) plus the sample (~budget / 6):
+    # detection holds about 2.5x its fit set's events (prepared events, sessions, the
+    # partition's cut, detector frames), so a partition peaks near a single pass over
+    # budget / 2 events, below the single pass it replaces.
+    return 1 if n <= budget else -(-n // max(budget // 3, 1))
 
 
 def _count_events(store: Store, fingerprints: list[str] | None) -> int:
@@ -263,7 +266,7 @@ def run_partitioned(
     it keeps every alert but those on client addresses. The second partitions sessions by
     their client address and keeps only the address alerts (an address's windows cross
     callers). Each partition's detectors are fitted on the partition plus a uniform
-    sample of partition keys of about ``max_events_in_memory / 4`` events (all keys when
+    sample of partition keys of about ``max_events_in_memory / 6`` events (all keys when
     the input is that small, which makes the result equal to the single pass): per-caller
     baselines and habits are exact, population baselines come from the sample. The forest
     is fitted once (first partition) and reused. Alert times are relative to the latest
@@ -298,8 +301,8 @@ def run_partitioned(
         # Every read below has its own ORDER BY: DuckDB need not buffer to keep row order.
         con.execute("SET preserve_insertion_order = false")
         n_events = _count_events(store, fingerprints)
-        # Sample 1 key in ``every``: about budget / 4 events (every key when small).
-        every = max(1, -(-n_events // max(budget // 4, 1))) if budget > 0 else 1
+        # Sample 1 key in ``every``: about budget / 6 events (every key when small).
+        every = max(1, -(-n_events // max(budget // 6, 1))) if budget > 0 else 1
         latest = con.execute(
             f"SELECT max(t) FROM (SELECT max(epoch_us(ts)) AS t FROM events WHERE {where} "
             f"UNION ALL SELECT max(epoch_us(ts)) FROM summaries WHERE {where})",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,3 +82,114 @@ def test_redact_line_keeps_bytes_without_secrets() -> None:
     a, ha = HASHER.redact_line(b'{"token":{"a":1,"b":[2,"x"]}}')
     b, hb = HASHER.redact_line(b'{"token":{"b":[2,"x"],"a":1}}')
     assert a == b and ha == hb == HASHER.digest({"a": 1, "b": [2, "x"]})
+
+
+# --------------------------------------------------------------------------- hostile input
+# Sizes are ~1 MB on purpose: the scanners must stay linear (benchmarks/bench_secrets.py
+# prints ns/byte), and a quadratic regression at this size hangs the suite for minutes,
+# which is noticed, without any timed assertion here.
+MB = 1_000_000
+SECRET = "S3cr3t-Value-42"
+
+
+def _no_secret(out: bytes, secret: str = SECRET) -> None:
+    assert secret.encode() not in out
+
+
+def test_many_password_keys_are_each_hashed() -> None:
+    n = MB // 30
+    line = b"[" + b",".join(b'{"password":"%s-%d"}' % (SECRET.encode(), i) for i in range(n)) + b"]"
+    out, h = HASHER.redact_line(line)
+    _no_secret(out)
+    assert h is not None and out.count(b"hmac:") == n
+
+
+def test_escaped_password_keys_inside_a_string_are_each_hashed() -> None:
+    inner = b'\\"password\\":\\"' + SECRET.encode() + b'\\",'
+    line = b'{"a":"' + inner * (MB // len(inner)) + b'"}'
+    out, h = HASHER.redact_line(line)
+    _no_secret(out)
+    assert h is not None
+
+
+def test_many_urls_without_userinfo_then_one_with() -> None:
+    line = b'{"a":"' + b"http://x" * (MB // 8) + b' https://u:' + SECRET.encode() + b'@h/p"}'
+    out, h = HASHER.redact_line(line)
+    _no_secret(out)
+    assert h is not None and out.count(b"http://x") == MB // 8
+
+
+def test_long_runs_of_token_prefixes_then_a_real_token() -> None:
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+    line = b'{"a":"' + b"eyJ" * (MB // 3) + b' ' + jwt.encode() + b' ' + b"sk-" * (MB // 3) + b'"}'
+    out, h = HASHER.redact_line(line)
+    _no_secret(out, jwt)
+    assert h is not None
+
+
+@pytest.mark.parametrize("filler", [b"ab", b"\\\\", b'a\\"', b"q=1&", b"x: y ", b'","', b"{["])
+def test_unterminated_secret_value_is_hashed_to_the_end(filler: bytes) -> None:
+    line = b'{"id":1,"password":"' + SECRET.encode() + filler * (MB // len(filler))
+    out, h = HASHER.redact_line(line)  # not JSON: the text scanner, no closing quote
+    _no_secret(out)
+    assert h is not None
+    if b'"' not in filler:  # (a quote ends the value early: the rest is other strings)
+        assert filler * 4 not in out  # the whole cut value went into one digest
+
+
+def test_backslash_run_then_a_secret_key() -> None:
+    line = b'{"a":"' + b"\\\\" * (MB // 2) + b'","token":"' + SECRET.encode() + b'"}'
+    out, h = HASHER.redact_line(line)
+    _no_secret(out)
+    assert h is not None and out.startswith(b'{"a":"' + b"\\\\" * 100)
+
+
+def test_many_ordinary_pairs_then_a_secret_pair() -> None:
+    text = b"q=1&" * (MB // 4) + b"api_key=" + SECRET.encode()
+    out, h = HASHER.redact_line(b'{"u":"https://h/?' + text + b'"}')
+    _no_secret(out)
+    assert h is not None and out.count(b"q=1&") == MB // 4
+    # the same text cut (no closing quote): scrub_text path
+    _no_secret(HASHER.scrub_text(b'{"u":"https://h/?' + text))
+
+
+def test_long_name_run_before_a_secret_name() -> None:
+    # the pair's name is the last 64 characters of a long run, as a bounded pattern saw it
+    for run in (b"x" * 100, b"9" * 100 + b"x", b"a.b-c_" * 50):
+        out, h = HASHER.redact_line(b'{"m":"' + run + b"password=" + SECRET.encode() + b' ok"}')
+        _no_secret(out)
+        assert h is not None and out.endswith(b' ok"}')
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"a":"\\u"}', b'{"x":"\\u12"}', b'{"api\\u004', b'{"password":"\\u12', b'"\\u',
+     b'{"token":"a\\ud800\\u', b'{"a":"\\u12\\"password\\":\\"' + SECRET.encode()],
+)
+def test_cut_unicode_escapes_never_raise(line: bytes) -> None:
+    out, h = HASHER.redact_line(line)
+    assert isinstance(out, bytes)
+    _no_secret(out)
+    if b"password" in line or b"token" in line:
+        assert h is not None or b"hmac:" in out
+
+
+FRAGMENTS = [
+    '"', "\\", "\\u", "\\u12", "\\ud800", "\\\\", "{", "}", "[", "]", ":", ",", "=", "&", "?",
+    "://", "@", " ", "\n", "password", "apiKey", "token", "Bearer ", "Basic ", "eyJ", "sk-",
+    "AKIA", "-----BEGIN RSA PRIVATE KEY-----", "x", "1", "null", "\udcff", "é", "\x00",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=300),
+    st.lists(st.sampled_from(FRAGMENTS), max_size=60).map(
+        lambda xs: "".join(xs).encode("utf-8", "surrogateescape")
+    ),
+))
+def test_redaction_never_raises_on_any_bytes(line: bytes) -> None:
+    out, h = HASHER.redact_line(line)
+    assert isinstance(out, bytes)
+    assert h is None or h.startswith(HASH_PREFIX)
+    assert isinstance(HASHER.scrub_text(line), bytes)

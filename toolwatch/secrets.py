@@ -27,7 +27,6 @@ the input's depth or content.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from toolwatch.errors import ConfigError
 
@@ -161,25 +162,26 @@ _SHAPES_B = tuple(
     (tuple(x.encode() for x in lits), re.compile(p.encode(), re.S)) for lits, p in _TOKEN_SHAPES
 )
 _SHAPE_LITERALS = tuple(x for lits, _ in _TOKEN_SHAPES for x in lits)
-#: Whether raw bytes hold one of the token formats' literals, anchored on rare characters
-#: with look-behinds (a plain alternation of the literals, or one ``in`` test each, costs
-#: several times more in ``re`` on every candidate line).
-_SHAPE_GATE_B_RE = re.compile(
-    rb"J(?<=eyJ)|k(?<=sk)-|k_(?=live_|test_)|x(?<=xox)|A(?=KIA|SIA|BIA|CCA)|A(?=Iza)I"
-    rb"|_(?<=gh[pousr]_)|_pat_|-----B"
-)
-#: Gate match -> index of the token format in :data:`_TOKEN_SHAPES` to run.
-_SHAPE_BY_ANCHOR = {
-    b"-----B": 0, b"J": 1, b"k-": 2, b"k_": 3, b"_": 4, b"_pat_": 4, b"x": 5, b"A": 6,
-    b"AI": 7,
-}
 #: A token format's prefix cut short by the end of the text (a truncated line): hashed
 #: by :meth:`SecretHasher.scrub_text` so no piece of a cut secret survives.
 _SHAPE_TAIL_RE = re.compile(
-    r"(?:-----BEGIN[ A-Z0-9]*PRIV|(?<![A-Za-z0-9_\-])eyJ|(?<![A-Za-z0-9])(?:sk-|[rsp]k_|"
-    r"gh[pousr]_|github_pat_|xox[abposre]-|AIza)|(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA))"
+    # literal first, look-behind after: ``re`` skips to a possible first character
+    # instead of trying every alternative at every position
+    r"(?:-----BEGIN[ A-Z0-9]*PRIV|eyJ(?<![A-Za-z0-9_\-]eyJ)|sk-(?<![A-Za-z0-9]sk-)"
+    r"|[rsp]k_(?<![A-Za-z0-9][rsp]k_)|gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)"
+    r"|github_pat_(?<![A-Za-z0-9]github_pat_)|xox[abposre]-(?<![A-Za-z0-9]xox[abposre]-)"
+    r"|AIza(?<![A-Za-z0-9]AIza)|(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4}))"
     r"[A-Za-z0-9_.=+/\-]*\Z"
 )
+#: Characters a token format's tail may hold (see :data:`_SHAPE_TAIL_RE`).
+#: Literals one of which a token format's cut prefix holds.
+_TAIL_LITERALS = (
+    "-----BEGIN", "eyJ", "sk-", "k_", "gh", "github_pat_", "xox", "AIza", "AKIA", "ASIA",
+    "ABIA", "ACCA",
+)
+_TAIL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.=+/-"
+#: Characters a cut URL (:data:`_URL_TAIL_RE`) never holds: it lies after the last one.
+_URL_TAIL_STOPS = " \t\n\r\f\v\"'<>@"
 #: ``name:`` outside JSON syntax (a JSON key's colon follows a quote, a time's a digit).
 #: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
 _NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-]:)|:(?<=[A-Za-z_.\-]\s:)")
@@ -211,7 +213,12 @@ _URL_TAIL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2}[^\s/\"'<>@:]*:
 #: ``name=value`` / ``name: value`` in free text (query strings, headers, DSNs): the name
 #: and separator only; the value is measured from there (:data:`_KV_VALUE_RE`), so a
 #: non-secret pair never swallows the next one (``https://h/?token=…``).
-_KV_RE = re.compile(r"([A-Za-z][A-Za-z0-9_.\-]{0,63})(=|\s?:\s*|\s+=\s*)")
+#: The name is a whole run of name characters (it starts where the run starts, and the
+#: run is taken possessively): a bounded name tried from every position of a long run
+#: cost up to 64 steps per byte; this scans each byte once. The name proper (its last
+#: 64 characters, from a letter) is cut in Python.
+_KV_RE = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]++)(=|\s?:\s*|\s+=\s*)")
+_KV_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*\Z")
 _KV_VALUE_RE = re.compile(
     r"(?i:(?:bearer|basic|digest|token|negotiate|ntlm)\s+)?((?:[^\s&;,\"'<>\\]|\\.)+)"
 )
@@ -229,12 +236,18 @@ def _may_hold_shape(text: str) -> bool:
 
 
 #: JSON strings, in order; a missing closing quote (end of text) is allowed.
-_STR_RE = re.compile(r'"((?:[^"\\]|\\.)*)("?)', re.S)
+#: Unrolled (``[^"\\]*+`` runs between escapes, possessive): one step per run instead
+#: of one alternation per character, and no backtracking on a string cut by the end.
+_STR_RE = re.compile(r'"([^"\\]*+(?:\\.[^"\\]*+)*+)("?)', re.S)
 _COLON_RE = re.compile(r"\s*:\s*")
 _BRACKET_RE = re.compile(r'[\[\]{}"]')
 _SCALAR_RE = re.compile(r"[^,}\]\s]*")
 _ESCAPE_RE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)", re.S)
 _SIMPLE_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+#: Texts at least this long ask RE2 whether a secret name may be in them before the
+#: per-pair / per-string Python scanners run (see ``SecretHasher._may_name_secret``).
+_RE2_GATE_CHARS = 8192
 
 #: Nesting of JSON-in-a-string scanned by :meth:`SecretHasher.scrub_str`; deeper
 #: candidate strings are hashed whole.
@@ -253,7 +266,8 @@ def _loose_unescape(content: str) -> str:
     def one(m: re.Match[str]) -> str:
         e = m.group(1)
         if e[0] == "u":
-            return chr(int(e[1:], 16))
+            # a cut escape ("\\u12", "\\u" at the end) stays literal text
+            return chr(int(e[1:], 16)) if len(e) == 5 else "\\" + e
         return _SIMPLE_ESCAPES.get(e, e)
 
     return _ESCAPE_RE.sub(one, content)
@@ -393,7 +407,9 @@ class SecretHasher:
                 any(w in self._words for w in key_words(key))
                 or any(n in joined for n in self._needles)
             )
-            if len(self._key_cache) < 65_536:
+            # bounded in count and in key length (keys are attacker data: 65,536 keys of
+            # a megabyte each must not stay in memory)
+            if len(self._key_cache) < 65_536 and len(key) <= 256:
                 self._key_cache[key] = hit
         return hit
 
@@ -418,7 +434,8 @@ class SecretHasher:
                 raw = orjson.dumps(value)
             except TypeError:
                 raw = _canonical(value)
-        return HASH_PREFIX + hmac.new(self._key, raw, hashlib.sha256).hexdigest()[:32]
+        # one-shot C HMAC: ~4x cheaper than hmac.new(...).hexdigest() per secret
+        return HASH_PREFIX + hmac.digest(self._key, raw, "sha256").hex()[:32]
 
     def _hash_value(self, value: Any, found: list[str]) -> Any:
         """The stored form of a value under a secret key (``None`` stays ``None``)."""
@@ -505,12 +522,15 @@ class SecretHasher:
         """
         found: list[str] = []
         src = line
-        if _SHAPE_GATE_B_RE.search(line):
-            # Token formats hold no JSON-escaped character: replaced in the raw text
-            # before parsing (one pass over the line, not one per string).
-            todo = {_SHAPE_BY_ANCHOR[m.group(0)] for m in _SHAPE_GATE_B_RE.finditer(line)}
-            for i in sorted(todo):  # in _TOKEN_SHAPES order, like the string path
-                src = _SHAPES_B[i][1].sub(lambda m: self._hash_bytes(m.group(0), found), src)
+        # Token formats hold no JSON-escaped character: replaced in the raw text before
+        # parsing (one pass over the line, not one per string). Which formats to run is
+        # decided by plain substring tests (C, linear, no per-match Python work however
+        # many times a literal repeats).
+        for lits, rx in _SHAPES_B:  # in _TOKEN_SHAPES order, like the string path
+            for x in lits:
+                if x in line:
+                    src = rx.sub(lambda m: self._hash_bytes(m.group(0), found), src)
+                    break
         try:
             obj = orjson.loads(src)
         except orjson.JSONDecodeError:
@@ -573,21 +593,51 @@ class SecretHasher:
             if any(x in out for x in lits):
                 out = rx.sub(lambda m: self._hash_match(m.group(0), found), out)
         if tail:
-            out = _SHAPE_TAIL_RE.sub(lambda m: self._hash_match(m.group(0), found), out)
+            # Both tail rules match only at the end: run them on a window that holds any
+            # possible match (not the whole text, where ``re`` would try every position).
+            run = len(out) - len(out.rstrip(_TAIL_CHARS))
+            ws = max(0, len(out) - run - 256)
+            win = out[ws:]
+            if any(x in win for x in _TAIL_LITERALS):
+                t = _SHAPE_TAIL_RE.sub(lambda m: self._hash_match(m.group(0), found), win)
+                if t != win:
+                    out = out[:ws] + t
         if "earer" in out or "EARER" in out or "asic" in out:
             out = _SCHEME_RE.sub(lambda m: self._hash_group(m, found), out)
         if ":" in out:
             if "@" in out and (":/" in out or ":\\/" in out):
                 out = _URL_RE.sub(lambda m: self._hash_userinfo(m, found), out)
             if tail:
-                out = _URL_TAIL_RE.sub(
-                    lambda m: m.group(1) + self._hash_match(m.group(2), found), out
-                )
-        if "=" in out or ":" in out:
-            out = self._scan_kv(out, found)
-        if '"' in out:
-            out = self._scan_json_text(out, found, _depth)
+                ws = max(out.rfind(c) for c in _URL_TAIL_STOPS) + 1
+                win = out[ws:]
+                if ":/" in win or ":\\/" in win:
+                    t = _URL_TAIL_RE.sub(
+                        lambda m: m.group(1) + self._hash_match(m.group(2), found), win
+                    )
+                    if t != win:
+                        out = out[:ws] + t
+        # The two scanners below hash only under a secret *name*; they step through
+        # every pair / string in Python. On a long text, first ask RE2 (one linear pass)
+        # whether any secret name may be there at all, so a megabyte of ordinary pairs
+        # or strings costs a few ns per byte instead of ~1 us per pair.
+        if ("=" in out or ":" in out or '"' in out) and self._may_name_secret(out):
+            if "=" in out or ":" in out:
+                out = self._scan_kv(out, found)
+            if '"' in out:
+                out = self._scan_json_text(out, found, _depth)
         return text if out == text else out
+
+    def _may_name_secret(self, text: str) -> bool:
+        """Whether ``text`` may hold a secret name (key, ``name=``, query parameter).
+
+        True for short texts (a pyarrow call costs ~20 us; the Python scanners are
+        cheaper there); for long ones, one RE2 pass of :attr:`candidate_pattern`.
+        """
+        if len(text) < _RE2_GATE_CHARS:
+            return True
+        arr = pa.array([text.encode("utf-8", "surrogatepass")], pa.binary())
+        hit = pc.match_substring_regex(arr, self.candidate_pattern, ignore_case=True)
+        return bool(hit[0].as_py())
 
     def _hash_match(self, secret: str, found: list[str]) -> str:
         if secret.startswith(HASH_PREFIX):
@@ -618,20 +668,30 @@ class SecretHasher:
         """Hash the values of ``name=value`` / ``name: value`` pairs with a secret name."""
         pieces: list[str] = []
         last = pos = 0
+        cache = self._key_cache
         while True:
             m = _KV_RE.search(text, pos)
             if m is None:
                 break
             pos = m.end()
-            name, sep = m.group(1), m.group(2)
+            run, sep = m.group(1), m.group(2)
+            if cache.get(run) is False and (sep != "=" or run.lower() not in QUERY_NEEDLES):
+                continue  # the common case, cheaply
+            # the name as a bounded pattern found it: the run's last 64 characters, from
+            # the first letter among them
+            nm = _KV_NAME_RE.search(run, max(0, len(run) - 64))
+            if nm is None:
+                continue
+            name = nm.group(0)
             if sep != "=" and name[-1].isdigit():  # "T10:00" is a time, not a pair
                 continue
             # a query-only name (sig, key) counts only as a query parameter: "key: value"
             # in prose is not one
             if not (
                 self.is_secret_key(name)
-                or (sep == "=" and name.lower() in QUERY_NEEDLES and m.start() > 0
-                    and text[m.start() - 1] in "?&;#")
+                or (sep == "=" and name.lower() in QUERY_NEEDLES
+                    and m.start(1) + len(run) - len(name) > 0
+                    and text[m.start(1) + len(run) - len(name) - 1] in "?&;#")
             ):
                 continue
             v = _KV_VALUE_RE.match(text, pos)

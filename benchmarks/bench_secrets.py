@@ -1,0 +1,77 @@
+"""Micro-benchmark of secret redaction cost per byte (``SecretHasher.redact_line``).
+
+Prints ns/byte (best of ``--repeat`` runs, CPU time of this process) for lines an agent
+controls: long lines full of secret-ish keys, a long line with one secret at its end, a
+normal line with a secret, and the pathological shapes the scanner must stay linear on.
+A linear scanner shows about the same ns/byte at every size; a quadratic one grows with
+the size (``--scale`` multiplies the long lines to check).
+
+Run: ``.venv/bin/python benchmarks/bench_secrets.py [--repeat 5] [--scale 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from toolwatch.secrets import SecretHasher
+
+
+def cases(scale: int) -> dict[str, bytes]:
+    """Name -> one line, for the benchmark (sizes scale with ``scale``)."""
+    k = 1_000 * scale
+    return {
+        "300KB secret-ish keys": (
+            b'{"a":1,' + b'"passwordHint":"x","tokenizer":1,' * (9 * k) + b'"z":1}'
+        ),
+        "300KB secret keys (each hashed)": b'{' + b'"password":"x","y":1,' * (14 * k) + b'"z":1}',
+        "1MB, one secret at end": b'{"a":"' + b"x" * (1_000 * k) + b'","token":"sek"}',
+        "400B normal line + secret": (
+            b'{"ts":"2026-01-01T00:00:00Z","session":"s-81","tool":"login","args":'
+            b'{"user":"bob","password":"hunter2","note":"' + b"design doc " * 22 + b'"}}'
+        ),
+        "1MB unterminated string": b'{"password":"' + b"ab" * (500 * k),
+        "1MB ://-without-@": b'{"a":"' + b"http://x" * (125 * k) + b'"}',
+        "1MB eyJ run": b'{"a":"' + b"eyJ" * (333 * k) + b'"}',
+        "1MB backslash run": b'{"a":"' + b"\\\\" * (500 * k) + b'"}',
+        "1MB escaped password keys": b'{"a":"' + b'\\"password\\":1,' * (70 * k) + b'"}',
+        "1MB name=value pairs": b'{"a":"' + b"q=1&" * (250 * k) + b'"}',
+        "1MB scrub_text (cut line)": b'{"x":"' + b'a:b=c ' * (170 * k),
+    }
+
+
+def best_cpu(fn: Callable[[], object], repeat: int) -> float:
+    """Best CPU seconds of ``fn`` over ``repeat`` runs."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--scale", type=int, default=1, help="multiply the long lines' size")
+    args = ap.parse_args()
+    h = SecretHasher(b"k" * 32)
+    print(f"{'case':36s} {'bytes':>10s} {'ns/byte':>9s} {'ms':>9s}")
+    for name, line in cases(args.scale).items():
+        if name.startswith("1MB scrub_text"):
+            fn: Callable[[], object] = lambda line=line: h.scrub_text(line)  # noqa: E731
+        else:
+            fn = lambda line=line: h.redact_line(line)  # noqa: E731
+        fn()  # warm caches (key memo, compiled patterns)
+        n = 2_000 if len(line) < 10_000 else 1
+        s = best_cpu(lambda fn=fn, n=n: [fn() for _ in range(n)], args.repeat) / n
+        print(f"{name:36s} {len(line):10,d} {s * 1e9 / len(line):9.1f} {s * 1e3:9.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,6 +19,11 @@ from __future__ import annotations
 #: that really ran for weeks (which would put it "in flight" at every moment of a replay).
 MAX_DURATION_MS = 86_400_000.0
 
+#: Longest duration *stored* in ``duration_ms`` (~31.7 years, the bound the ``sessions``
+#: view also uses). A ``SESSION_END`` summary's duration is a session's length, which may
+#: well exceed a day; only the call interval (``start_ts``/``end_ts``) keeps the 1-day bound.
+MAX_STORED_DURATION_MS = 1e12
+
 #: Values of ``ingest.ts_marks``.
 TS_MARKS = ("end", "start")
 
@@ -27,6 +32,10 @@ CREATE OR REPLACE MACRO tw_okdur(d) AS
     CASE WHEN isfinite(d) AND d >= 0 AND d <= {MAX_DURATION_MS} THEN d END;
 CREATE OR REPLACE MACRO tw_dur(ms_s, sec_s) AS
     tw_okdur(coalesce(try_cast(ms_s AS DOUBLE), try_cast(sec_s AS DOUBLE) * 1000.0));
+CREATE OR REPLACE MACRO tw_okdur_stored(d) AS
+    CASE WHEN isfinite(d) AND d >= 0 AND d <= {MAX_STORED_DURATION_MS} THEN d END;
+CREATE OR REPLACE MACRO tw_dur_stored(ms_s, sec_s) AS
+    tw_okdur_stored(coalesce(try_cast(ms_s AS DOUBLE), try_cast(sec_s AS DOUBLE) * 1000.0));
 CREATE OR REPLACE MACRO tw_plausible(x) AS
     CASE WHEN x >= TIMESTAMPTZ '2000-01-01' AND x <= TIMESTAMPTZ '2100-01-01' THEN x END;
 CREATE OR REPLACE MACRO tw_time(s) AS CASE WHEN s IS NOT NULL THEN
@@ -79,7 +88,7 @@ def output_columns(ts_marks: str) -> str:
         f"tw_dur(duration_s, iv_dur_sec_s), {mark_end}"
     )
     return (
-        "coalesce(tw_dur(duration_s, iv_dur_sec_s), CASE WHEN "
+        "coalesce(tw_dur_stored(duration_s, iv_dur_sec_s), CASE WHEN "
         "tw_pair_ok(tw_time(iv_start_s), tw_time(iv_end_s)) THEN "
         "epoch_us(tw_time(iv_end_s)) / 1000.0 - epoch_us(tw_time(iv_start_s)) / 1000.0 END)"
         " AS duration_ms,\n"

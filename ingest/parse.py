@@ -53,7 +53,7 @@ CREATE OR REPLACE MACRO tw_bad(d) AS
     d IS NOT NULL AND NOT (d >= 0 AND d < 9007199254740992.0);
 CREATE OR REPLACE MACRO tw_baddur(d) AS
     d IS NOT NULL AND NOT (isfinite(d) AND d >= 0 AND d <= {max_dur});
-""".replace("{max_dur}", repr(float(intervals.MAX_DURATION_MS)))
+""".replace("{max_dur}", repr(float(intervals.MAX_STORED_DURATION_MS)))
 #: Counts, sizes and durations are stored only inside ``[0, 2**53)`` (exact in a double,
 #: so every reader agrees, and far inside BIGINT); outside it, or NaN/infinite, the value
 #: is null and the row's ``flags`` say ``out_of_range:<column>``.

@@ -183,6 +183,24 @@ def test_summary_with_huge_duration_keeps_views_working(tmp_path: Path) -> None:
     assert sess[0]["session_id"] == "s9"
 
 
+def test_session_longer_than_a_day_keeps_its_duration(tmp_path: Path) -> None:
+    # A SESSION_END's duration is a session's length (days are plausible); only a call's
+    # in-flight interval is bounded by a day (a 2-day "call" gets no start/end).
+    data = (
+        b'{"event":"SESSION_END","sessionId":"long","ts":"2026-11-05T12:00:00Z",'
+        b'"durationMs":259200000,"callCount":3}\n'
+        b'{"ts":"2026-11-05T12:00:00Z","session_id":"c1","tool":"t","duration_ms":172800000}\n'
+    )
+    res = ingest_cli(tmp_path, data)
+    accounted(res, 2)
+    su = rows(tmp_path / "store", "SELECT duration_ms, flags FROM summaries")[0]
+    assert su == {"duration_ms": 259200000.0, "flags": None}
+    ev = rows(tmp_path / "store", "SELECT duration_ms, start_ts, end_ts FROM events")[0]
+    assert ev == {"duration_ms": 172800000.0, "start_ts": None, "end_ts": None}
+    first = rows(tmp_path / "store", "SELECT first_seen FROM sessions WHERE session_id='long'")
+    assert str(first[0]["first_seen"]).startswith("2026-11-02")
+
+
 @pytest.mark.parametrize(
     "ts", ['"nan"', '"NaN"', "1e30", "-1e30", '"1e30"', '"Infinity"', "1e308", "1e309",
            '"-inf"', "-1", "[1]", '{"a":1}', "true"]

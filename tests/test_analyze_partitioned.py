@@ -120,6 +120,7 @@ def test_missing_keys_keep_partitions_equivalent(
     assert _analyze(tmp, paths, partitions=k, tag="part") == a
 
 
+@pytest.mark.slow
 def test_budget_switches_to_sampled_partitions_through_the_cli(
     single: list[bytes], tmp_path: Path
 ) -> None:

@@ -17,14 +17,29 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import PY, make_file, run_measured
+from bench_ingest import PY, make_file
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_measured(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (KiB), CPU seconds of ``cmd`` run in ``cwd``: the measured
+    tree, since ``python -m`` puts the working directory ahead of ``PYTHONPATH``."""
+    code = (
+        "import resource,subprocess,sys,time;t=time.perf_counter();"
+        "subprocess.run(sys.argv[1:],check=True,stdout=subprocess.DEVNULL);"
+        "u=resource.getrusage(resource.RUSAGE_CHILDREN);"
+        "print(time.perf_counter()-t, u.ru_maxrss, u.ru_utime+u.ru_stime)"
+    )
+    out = subprocess.run([PY, "-c", code, *cmd], check=True, capture_output=True, text=True,
+                         env=env, cwd=cwd).stdout.split()
+    return float(out[0]), int(out[1]), float(out[2])
 
 
 def main() -> None:
@@ -47,7 +62,7 @@ def main() -> None:
                 shutil.rmtree(store, ignore_errors=True)
                 cmd = [PY, "-m", "toolwatch.cli", "analyze", str(path), "-d", str(store),
                        "--no-progress", "-q", "--alerts-out", str(work / f"alerts-{tag}.jsonl")]
-                runs[tag].append(run_measured(cmd, env))
+                runs[tag].append(run_measured(cmd, env, tree.resolve()))
         best = {}
         for tag, rs in runs.items():
             wall = min(r[0] for r in rs)

@@ -73,8 +73,12 @@ def make_log(path: Path, callers: int, events: int) -> None:
     con.close()
 
 
-def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, float]:
-    """Wall seconds, peak RSS (KiB) and CPU seconds of ``cmd`` run as a child."""
+def run_measured(cmd: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (KiB) and CPU seconds of ``cmd`` run as a child.
+
+    ``cwd`` must be the measured tree: ``python -m`` puts the working directory first on
+    ``sys.path``, ahead of ``PYTHONPATH``.
+    """
     code = (
         "import resource,subprocess,sys,time;t=time.perf_counter();"
         "subprocess.run(sys.argv[1:],check=True,stdout=subprocess.DEVNULL);"
@@ -82,7 +86,7 @@ def run_measured(cmd: list[str], env: dict[str, str]) -> tuple[float, int, float
         "print(time.perf_counter()-t, u.ru_maxrss, u.ru_utime+u.ru_stime)"
     )
     out = subprocess.run(
-        [PY, "-c", code, *cmd], check=True, capture_output=True, text=True, env=env
+        [PY, "-c", code, *cmd], check=True, capture_output=True, text=True, env=env, cwd=cwd
     ).stdout.split()
     return float(out[0]), int(out[1]), float(out[2])
 
@@ -121,7 +125,7 @@ def main() -> None:
             out = work / "alerts.jsonl"
             cmd = [PY, "-m", "toolwatch.cli", "analyze", str(path), "-d", str(store),
                    "--no-progress", "-q", "--alerts-out", str(out)]
-            wall, rss, cpu = run_measured(cmd, env)
+            wall, rss, cpu = run_measured(cmd, env, cwd=tree)
             n_alerts = len(out.read_bytes().splitlines())
             print(f"{n:>10,} {events:>11,} {n_alerts:>7} {wall:>7.1f} {cpu:>7.1f} "
                   f"{rss / 2**20:>7.2f} GiB", flush=True)

@@ -531,6 +531,7 @@ FROM res
             # runs one DFA pass either way.
             maybe = pc.match_substring_regex(lines, self._scan_pattern, ignore_case=True)
             idx = set(arrays.to_numpy(pc.indices_nonzero(maybe)).tolist())
+            todo: list[tuple[int, bytes]] = []
             for i in sorted(idx.union(repl)):
                 if pre_reason.get(i) == "line_too_long":
                     continue
@@ -538,8 +539,16 @@ FROM res
                 fixed, flags = self._repair(raw)
                 if flags:
                     pre_flags[i] = flags
+                todo.append((i, fixed))
+            # Which redaction passes each line needs: one RE2 pass over all of them.
+            try:
+                picked = pa.array([f for _, f in todo], pa.binary())
+                plans: list[int | None] = list(self.hasher.plan(picked))
+            except Exception:  # the per-line tests decide instead
+                plans = [None] * len(todo)
+            for (i, fixed), plan in zip(todo, plans, strict=True):
                 try:
-                    red, h = self.hasher.redact_line(fixed)
+                    red, h = self.hasher.redact_line(fixed, plan)
                 except Exception as exc:  # one line must not stop a batch
                     # Never store what could not be redacted: quarantine a textual scrub.
                     pre_reason.setdefault(i, "unprocessable")

@@ -9,8 +9,10 @@ its input.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -193,3 +195,25 @@ def test_redaction_never_raises_on_any_bytes(line: bytes) -> None:
     assert isinstance(out, bytes)
     assert h is None or h.startswith(HASH_PREFIX)
     assert isinstance(HASHER.scrub_text(line), bytes)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(
+    st.lists(st.sampled_from([*FRAGMENTS, '"a":', ":b", "x :", "ghp_", "xoxb-", "AIza"]),
+             max_size=40).map(lambda xs: "".join(xs).encode("utf-8", "surrogateescape")),
+    max_size=8,
+))
+def test_batch_plan_gives_the_same_redaction(lines: list[bytes]) -> None:
+    # plan() decides with RE2 over the batch what redact_line otherwise tests per line
+    plans = HASHER.plan(pa.array(lines, pa.binary()))
+    assert [HASHER.redact_line(x, p) for x, p in zip(lines, plans, strict=True)] == [
+        HASHER.redact_line(x) for x in lines
+    ]
+
+
+def test_short_secret_words_pick_names_not_prose() -> None:
+    rx = re.compile(HASHER.candidate_pattern, re.I)
+    assert not rx.search('{"tool":"search","args":{"query":"design doc auth","page":1}}')
+    for line in ['{"auth":"x"}', '{"userPin" : 1}', '{"a":"{\\"otp\\":1}"}', "pw=1",
+                 '{"auth\\"x":1}', 'x PIN: 1', '{"a":{"Auth-Token":"t"}}']:
+        assert rx.search(line), line

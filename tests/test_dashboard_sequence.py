@@ -122,7 +122,7 @@ def test_hostile_evidence_never_breaks_the_sequence(evidence: object) -> None:
     ev = pl.DataFrame({"ts": [T0, T0 + timedelta(seconds=1)], "server": ["s", "s"],
                        "tool": [HOSTILE_TOOL, "x"], "resource_id": [None, "r"],
                        "status": ["ok", "ok"], "bytes": [1, 2]})
-    for form in (evidence, orjson.dumps(evidence).decode() if evidence is not None else None,
+    for form in (evidence, json.dumps(evidence) if evidence is not None else None,
                  "{not json"):
         out = call_sequence(ev, form)
         assert out["step"].to_list() == [1, 2]

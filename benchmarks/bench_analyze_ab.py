@@ -1,4 +1,4 @@
-"""Benchmark: ``toolwatch analyze`` throughput of two checkouts, interleaved in one run.
+"""Benchmark: ``toolwatch analyze`` (or ``ingest``) throughput of two checkouts, interleaved.
 
 Runs the real CLI (``python -m toolwatch.cli analyze FILE -q``) on one generated file
 (``bench_ingest.make_file``), alternating the checkouts ``--repeat`` times, each with its
@@ -10,6 +10,7 @@ Usage::
 
     git archive HEAD~3 | tar -x -C /tmp/old
     python benchmarks/bench_analyze_ab.py --old /tmp/old --events 1000000 --repeat 3
+    python benchmarks/bench_analyze_ab.py --old /tmp/old --command ingest
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--new", type=Path, default=ROOT, help="checkout measured (default: this)")
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--command", choices=("analyze", "ingest"), default="analyze")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tw-bench-ab-"))
     try:
@@ -60,8 +62,12 @@ def main() -> None:
                        "PYTHONPATH": str(tree.resolve()), "TOOLWATCH_HMAC_KEY": "00" * 32}
                 store = work / "store"
                 shutil.rmtree(store, ignore_errors=True)
-                cmd = [PY, "-m", "toolwatch.cli", "analyze", str(path), "-d", str(store),
-                       "--no-progress", "-q", "--alerts-out", str(work / f"alerts-{tag}.jsonl")]
+                alerts = work / f"alerts-{tag}.jsonl"
+                alerts.write_bytes(b"")
+                cmd = [PY, "-m", "toolwatch.cli", args.command, str(path), "-d", str(store),
+                       "--no-progress"]
+                if args.command == "analyze":  # ingest has no -q: its summary goes to /dev/null
+                    cmd += ["-q", "--alerts-out", str(alerts)]
                 runs[tag].append(run_measured(cmd, env, tree.resolve()))
         best = {}
         for tag, rs in runs.items():

@@ -145,7 +145,7 @@ class AnalyzeConfig:
         "Above this many events, analyze detects in hash partitions of callers (and of "
         "client addresses) read back from the store instead of holding every event; "
         "population baselines are then fitted on a uniform sample of callers. 0 = never.",
-        1_000_000,
+        2_500_000,
     )
     partitions: int = doc(
         "Force this many partitions (0 = chosen from max_events_in_memory). For tests "

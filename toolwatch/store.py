@@ -485,18 +485,7 @@ class Store:
             con = duckdb.connect(config={"threads": 2})
             try:
                 con.execute("SET TimeZone = 'UTC'")
-                for name in DATASETS:
-                    files = self.files(name)
-                    if files:
-                        src = (
-                            f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
-                            "hive_partitioning=true, union_by_name=true)"
-                        )
-                    else:
-                        con.register(f"_empty_{name}", schema.DATASETS[name].empty_table())
-                        src = f"SELECT * FROM _empty_{name}"
-                    _create_view(con, name, src)
-                _create_derived_views(con)
+                self._create_views(con)
                 return con
             except duckdb.IOException:
                 con.close()
@@ -504,6 +493,24 @@ class Store:
                     raise
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _create_views(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """Create every view on ``con``; returns the data files the views read."""
+        read: list[str] = []
+        for name in DATASETS:
+            files = self.files(name)
+            read.extend(files)
+            if files:
+                src = (
+                    f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
+                    "hive_partitioning=true, union_by_name=true)"
+                )
+            else:
+                con.register(f"_empty_{name}", schema.DATASETS[name].empty_table())
+                src = f"SELECT * FROM _empty_{name}"
+            _create_view(con, name, src)
+        _create_derived_views(con)
+        return read
 
     def _query_connection(self, limits: QueryConfig) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
         """A locked-down connection for analysts' SQL, and the files its views read.
@@ -533,19 +540,7 @@ class Store:
         try:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET python_enable_replacements = false")
-            for name in DATASETS:
-                files = self.files(name)
-                snapshot.extend(files)
-                if files:
-                    src = (
-                        f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
-                        "hive_partitioning=true, union_by_name=true)"
-                    )
-                else:
-                    con.register(f"_empty_{name}", schema.DATASETS[name].empty_table())
-                    src = f"SELECT * FROM _empty_{name}"
-                _create_view(con, name, src)
-            _create_derived_views(con)
+            snapshot.extend(self._create_views(con))
             con.execute(f"SET allowed_paths = {_sql_list(snapshot)}")
             con.execute("SET allowed_directories = []")
             con.execute("SET enable_external_access = false")

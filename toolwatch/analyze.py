@@ -76,8 +76,7 @@ def run_detectors(
         return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     if model_path is None:
-        candidate = config.data_dir / "models" / "forest.skops"
-        model_path = candidate if candidate.exists() else None
+        model_path = config.trained_forest
     alerts = detectors.run_batch(events, summaries, dcfg, model_path=model_path)
     return apply_triage_suppressions(alerts, config.data_dir)
 
@@ -287,8 +286,7 @@ def run_partitioned(
         return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     if model_path is None:
-        candidate = config.data_dir / "models" / "forest.skops"
-        model_path = candidate if candidate.exists() else None
+        model_path = config.trained_forest
     budget = config.analyze.max_events_in_memory
     where, params = _where(fingerprints)
     ew, _ = _where(fingerprints, "e.")

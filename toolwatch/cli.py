@@ -259,7 +259,7 @@ def train(
     try:
         cfg = config_for(config, data_dir)
         events, summaries = load_events(Store(cfg.data_dir), None)
-        path = model or cfg.data_dir / "models" / "forest.skops"
+        path = model or cfg.forest_path
         info = detectors.train(
             events, summaries, detectors.DetectorsConfig.from_dict(cfg.detectors), path
         )

@@ -178,6 +178,16 @@ class Config:
         """The store directory as a :class:`~pathlib.Path`."""
         return Path(self.store.data_dir)
 
+    @property
+    def forest_path(self) -> Path:
+        """Where ``toolwatch train`` saves the isolation forest (skops)."""
+        return self.data_dir / "models" / "forest.skops"
+
+    @property
+    def trained_forest(self) -> Path | None:
+        """The saved forest if there is one (detection then loads it instead of fitting)."""
+        return self.forest_path if self.forest_path.exists() else None
+
 
 def _check_type(value: Any, tp: Any, where: str, path: str | None) -> Any:
     origin = typing.get_origin(tp)

@@ -288,8 +288,7 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
     from toolwatch.analyze import apply_triage_suppressions
 
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
-    candidate = config.data_dir / "models" / "forest.skops"
-    model_path = candidate if candidate.exists() else None
+    model_path = config.trained_forest
     retention = max(
         float(getattr(dcfg, "entity_window_minutes", 60)),
         float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,

@@ -38,6 +38,7 @@ import orjson
 import polars as pl
 
 from detectors.config import CATEGORIES
+from ingest.sessionize import DERIVED_PREFIX, parse_derived
 
 #: Slack when comparing label and alert times (log clocks, derived-session boundaries).
 SLACK = timedelta(seconds=5)
@@ -61,14 +62,10 @@ def _overlap(a0: Any, a1: Any, b0: Any, b1: Any) -> bool:
 
 def _parse_derived(sid: str) -> tuple[str, str, datetime | None]:
     """``derived:caller:alice@2026-11-02T10:00:00.000000Z`` → (caller_id, alice, start)."""
-    body = sid[len("derived:"):]
-    actor, _, start = body.rpartition("@")
+    parsed = parse_derived(sid)
+    actor, ts = parsed if parsed else (sid[len(DERIVED_PREFIX):].rpartition("@")[0], None)
     kind, _, value = actor.partition(":")
     etype = {"caller": "caller_id", "ip": "client_ip"}.get(kind, kind)
-    try:
-        ts = _ts(start)
-    except ValueError:
-        ts = None
     return etype, value, ts
 
 
@@ -216,7 +213,7 @@ def evaluate(
             ev = orjson.loads(a["evidence"]) if a.get("evidence") else {}
             listed = set(ev.get("session_ids") or [])
             complete = bool(listed) and not ev.get("session_ids_truncated", False)
-            derived = [_parse_derived(x) for x in listed if x.startswith("derived:")]
+            derived = [_parse_derived(x) for x in listed if x.startswith(DERIVED_PREFIX)]
             for lb in by_entity.get((a["entity_type"], a["entity_id"]), []):
                 if not _overlap(lb["_first"], lb["_last"], a0, a1):
                     continue

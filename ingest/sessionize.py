@@ -14,9 +14,28 @@ keeping memory bounded by the number of *active* actors.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
+
+#: Every derived session id starts with this (the rest is ``<actor>@<start>``).
+DERIVED_PREFIX = "derived:"
+#: strftime/strptime format of the start time in a derived id (microseconds, UTC).
+DERIVED_START_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def parse_derived(sid: str) -> tuple[str, datetime] | None:
+    """``derived:caller:alice@2026-11-02T10:00:00.000000Z`` → (``caller:alice``, start).
+
+    None for an id that is not a well-formed derived id (ids are log data: never raise).
+    """
+    if not sid.startswith(DERIVED_PREFIX):
+        return None
+    actor, _, start = sid[len(DERIVED_PREFIX):].rpartition("@")
+    try:
+        return actor, datetime.strptime(start, DERIVED_START_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 class Sessionizer:
@@ -78,9 +97,10 @@ class Sessionizer:
         )
         todo = todo.with_columns(
             (
-                pl.lit("derived:")
+                pl.lit(DERIVED_PREFIX)
                 + pl.col("actor")
                 + pl.lit("@")
+                # polars' %.6f is strptime's .%f (the same six digits)
                 + pl.col("_start").dt.strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
             ).alias("session_id"),
             pl.lit(True).alias("session_derived"),

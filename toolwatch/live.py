@@ -1137,19 +1137,20 @@ class LivePipeline:
 
     def _seed_sessionizer(self, ev: pl.DataFrame) -> None:
         """Restore derived-session state (actor -> last/start time) from stored events."""
-        d = ev.filter(pl.col("session_derived") & pl.col("session_id").str.starts_with("derived:"))
+        from ingest.sessionize import DERIVED_PREFIX, parse_derived
+
+        d = ev.filter(
+            pl.col("session_derived") & pl.col("session_id").str.starts_with(DERIVED_PREFIX)
+        )
         if d.height == 0:
             return
         per = d.group_by("session_id").agg(pl.col("ts").max().alias("last_ts"))
         rows = []
-        for sid, last in per.iter_rows():
-            body = sid[len("derived:") :]
-            actor, _, start = body.rpartition("@")
-            try:
-                start_ts = datetime.strptime(start, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-            except ValueError:
+        for sid, last in per.iter_rows():  # one row per derived session, not per event
+            parsed = parse_derived(sid)
+            if parsed is None:
                 continue
-            rows.append({"actor": actor, "last_ts": last, "start_ts": start_ts})
+            rows.append({"actor": parsed[0], "last_ts": last, "start_ts": parsed[1]})
         if not rows:
             return
         sz = self.pipe.sessionizer

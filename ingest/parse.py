@@ -542,7 +542,9 @@ FROM res
                 todo.append((i, fixed))
             # Which redaction passes each line needs: one RE2 pass over all of them.
             try:
-                picked = pa.array([f for _, f in todo], pa.binary())
+                # arrays.strings, not pa.array: pa.array on a Python list imports pandas
+                # (~0.2 s per process; tests/test_ingest_arrays.py checks it never does).
+                picked = arrays.strings([f for _, f in todo], pa.binary())
                 plans: list[int | None] = list(self.hasher.plan(picked))
             except Exception:  # the per-line tests decide instead
                 plans = [None] * len(todo)

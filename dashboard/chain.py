@@ -40,6 +40,11 @@ def _ms_key(col: pl.Expr) -> pl.Expr:
     return col.dt.replace_time_zone(None).dt.truncate("1ms")
 
 
+def _text(v: Any) -> str | None:
+    """Evidence values are log-derived and may have any JSON type: only strings match."""
+    return v if isinstance(v, str) else None
+
+
 def call_sequence(events: pl.DataFrame, evidence: Any) -> pl.DataFrame:
     """The session's calls in order, numbered, with ``chain_step`` set on the chain's calls.
 
@@ -62,8 +67,8 @@ def call_sequence(events: pl.DataFrame, evidence: Any) -> pl.DataFrame:
             ev = ev.with_columns(pl.lit(None).alias(c))
     chain = chain_records(evidence)
     rows = [
-        {"chain_step": i + 1, "_t": c.get("time"), "_server": c.get("server"),
-         "_tool": c.get("tool")}
+        {"chain_step": i + 1, "_t": _text(c.get("time")), "_server": _text(c.get("server")),
+         "_tool": _text(c.get("tool"))}
         for i, c in enumerate(chain)
     ]
     if not rows or ev.height == 0:

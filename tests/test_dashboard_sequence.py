@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import polars as pl
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
@@ -110,6 +110,8 @@ def test_flagged_filter_lists_categories_in_the_one_order(analysed: dict) -> Non
 
 
 @settings(max_examples=60, deadline=None)
+@example({"chain": [{"chain": None, "time": [None, False, 0]}]})  # time not a string (CI found)
+@example({"chain": [{"time": [], "server": 1, "tool": {"x": 1}}]})
 @given(st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=30),
     lambda inner: st.lists(inner, max_size=4)

@@ -41,6 +41,7 @@ from typing import Any, Self
 import polars as pl
 
 from detectors.base import Detector, FeatureSet, session_frame
+from detectors.config import DetectorsConfig
 from detectors.features import US_PER_DAY, entity_names, window_starts
 from detectors.scoring import all_of, band, gate
 from detectors.text import clean, duration
@@ -309,6 +310,21 @@ def _caller_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     return out
 
 
+
+def _usual_peaks(peaks: pl.DataFrame, time_col: str, cfg: DetectorsConfig) -> pl.DataFrame:
+    """Per caller (``ceh``): the median of its peaks, for callers with an established
+    history (enough sessions/windows on enough distinct days)."""
+    return (
+        peaks.group_by("ceh")
+        .agg(
+            pl.col("peak").median().alias("usual_peak"),
+            pl.len().alias("own_sessions"),
+            (pl.col(time_col) // US_PER_DAY).n_unique().alias("own_days"),
+        )
+        .filter((pl.col("own_sessions") >= cfg.baseline_min_sessions)
+                & (pl.col("own_days") >= cfg.baseline_min_days))
+    )
+
 class ConcurrencyAbuseDetector(Detector):
     """Flags sessions with far more calls in flight at once than their caller and peers."""
 
@@ -324,18 +340,7 @@ class ConcurrencyAbuseDetector(Detector):
         enough = s.height >= self.settings.pop_min_sessions
         self.pop_peak_ = float(s["peak"].median()) if enough else None  # type: ignore[arg-type]
         cfg = self.config
-        own = (
-            s.filter(pl.col("ceh").is_not_null())
-            .group_by("ceh")
-            .agg(
-                pl.col("peak").median().alias("usual_peak"),
-                pl.len().alias("own_sessions"),
-                (pl.col("first_t") // US_PER_DAY).n_unique().alias("own_days"),
-            )
-            .filter((pl.col("own_sessions") >= cfg.baseline_min_sessions)
-                    & (pl.col("own_days") >= cfg.baseline_min_days))
-        )
-        self.own_ = own
+        self.own_ = _usual_peaks(s.filter(pl.col("ceh").is_not_null()), "first_t", cfg)
         self._fit_callers(history)
         self.fitted_ = True
         return self
@@ -352,16 +357,7 @@ class ConcurrencyAbuseDetector(Detector):
         if not c.callers:
             return
         cp, _ = _caller_sweep(history)
-        self.caller_own_ = (
-            cp.group_by("ceh")
-            .agg(
-                pl.col("peak").median().alias("usual_peak"),
-                pl.len().alias("own_sessions"),
-                (pl.col("w") // US_PER_DAY).n_unique().alias("own_days"),
-            )
-            .filter((pl.col("own_sessions") >= cfg.baseline_min_sessions)
-                    & (pl.col("own_days") >= cfg.baseline_min_days))
-        )
+        self.caller_own_ = _usual_peaks(cp, "w", cfg)
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session; evidence columns for those reaching the threshold."""

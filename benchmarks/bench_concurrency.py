@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_detectors import _ingest, _load  # noqa: E402
+from toolwatch.sample_logs.generate import generate_bench  # noqa: E402
 
-import detectors  # noqa: E402
-from sample_logs.generate import generate_bench  # noqa: E402
+from toolwatch import detectors  # noqa: E402
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import detectors  # noqa: E402
+from toolwatch import detectors  # noqa: E402
 from toolwatch.analyze import load_events  # noqa: E402
 from toolwatch.store import Store  # noqa: E402
 

@@ -62,7 +62,7 @@ def bench_lines(work: Path, events: int) -> tuple[Path, list[bytes]]:
     """The generator's bench file (cached) and its lines without newlines."""
     path = work / f"bench-{events}.jsonl"
     if not path.exists():
-        from sample_logs.generate import generate_bench
+        from toolwatch.sample_logs.generate import generate_bench
 
         t = time.perf_counter()
         generate_bench(events, path)
@@ -94,8 +94,12 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
     ``fast``: with toolwatch's lean record decoder installed (a-fast).
     """
     from kafka import KafkaConsumer
+    from toolwatch.ingest.sources.kafka import (
+        consumer_settings,
+        install_fast_records,
+        message_batch,
+    )
 
-    from ingest.sources.kafka import consumer_settings, install_fast_records, message_batch
     from toolwatch.live import LiveConfig, merge_batches
     from toolwatch.pipeline import Pipeline
 
@@ -225,7 +229,7 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
                            "compression": a.compression or "none",
                            "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
     # Detectors are imported once up front so no mode pays scikit-learn's import.
-    import detectors.pipeline  # noqa: F401
+    import toolwatch.detectors.pipeline  # noqa: F401
 
     runs: dict[str, list[dict[str, Any]]] = {}
 

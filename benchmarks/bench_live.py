@@ -54,7 +54,7 @@ def bench_file(work: Path, events: int) -> Path:
     """The generator's bench file with ``events`` lines (cached in ``work``)."""
     path = work / f"bench-{events}.jsonl"
     if not path.exists():
-        from sample_logs.generate import generate_bench
+        from toolwatch.sample_logs.generate import generate_bench
 
         t = time.perf_counter()
         generate_bench(events, path)

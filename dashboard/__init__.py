@@ -3,5 +3,5 @@
 ``dashboard.data`` holds every query (plain functions returning polars frames),
 ``dashboard.triage`` the analysts' verdicts and suppression rules, ``dashboard.app`` the
 Streamlit entry point and ``dashboard.views`` one module per page. ``toolwatch dashboard``
-(:func:`dashboard.launch.dashboard_command`) starts it.
+(:func:`toolwatch.dashboard.launch.dashboard_command`) starts it.
 """

@@ -1,8 +1,8 @@
 """Entry point of the toolwatch dashboard (``toolwatch dashboard`` runs it).
 
 Run directly with ``streamlit run dashboard/app.py -- --data-dir DIR``. Pages live in
-``dashboard/views/``; shared helpers in :mod:`dashboard.ui`; queries in
-:mod:`dashboard.data`.
+``dashboard/views/``; shared helpers in :mod:`toolwatch.dashboard.ui`; queries in
+:mod:`toolwatch.dashboard.data`.
 
 Access control: if ``$TOOLWATCH_DASHBOARD_PASSWORD`` is set, every session must enter it
 first. If ``$TOOLWATCH_DASHBOARD_AUTH=oidc`` and ``.streamlit/secrets.toml`` has an
@@ -14,18 +14,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import sys
 from pathlib import Path
 
-try:
-    import dashboard  # noqa: F401
-except ImportError:  # run from a checkout without an install
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import streamlit as st
-
-from dashboard import ui
-from dashboard.launch import LOGIN_THROTTLE
+from toolwatch.dashboard import ui
+from toolwatch.dashboard.launch import LOGIN_THROTTLE
 
 ICON = Path(__file__).resolve().parent / "icon.png"
 
@@ -42,7 +35,7 @@ def _password_gate() -> bool:
     """Ask for the shared password once per session; True when access is granted.
 
     Wrong guesses are throttled per client address and for the whole process
-    (:data:`dashboard.launch.LOGIN_THROTTLE`), not per browser session: a password is not
+    (:data:`toolwatch.dashboard.launch.LOGIN_THROTTLE`), not per browser session: a password is not
     even checked while its address (or the process) is in its back-off.
     """
     expected = os.environ.get("TOOLWATCH_DASHBOARD_PASSWORD", "")

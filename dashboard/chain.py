@@ -51,7 +51,7 @@ def call_sequence(events: pl.DataFrame, evidence: Any) -> pl.DataFrame:
     Parameters
     ----------
     events
-        :func:`dashboard.data.session_events` output (``ts`` UTC, ``server``, ``tool`` …).
+        :func:`toolwatch.dashboard.data.session_events` output (``ts`` UTC, ``server``, ``tool`` …).
     evidence
         The alert's evidence (JSON text or dict), or None.
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 import polars as pl
+from toolwatch.detectors.config import CATEGORIES as _CATEGORIES
+from toolwatch.detectors.config import SEVERITIES as _SEVERITIES
 
-from detectors.config import CATEGORIES as _CATEGORIES
-from detectors.config import SEVERITIES as _SEVERITIES
 from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError
 from toolwatch.store import Store
@@ -362,7 +362,7 @@ def list_alerts(
     flt
         Filters; default none.
     triage
-        Current triage state (:meth:`dashboard.triage.TriageStore.current_frame`), joined
+        Current triage state (:meth:`toolwatch.dashboard.triage.TriageStore.current_frame`), joined
         as ``status``/``triaged_by``/``triaged_at``; alerts without a verdict are ``open``.
 
     Returns

@@ -1,7 +1,7 @@
 """A session's calls as intervals on a time axis, stacked in lanes (no Streamlit here).
 
 Concurrency alerts are about calls that were *in flight at the same time*; a point per
-call hides that. :func:`swimlane` turns :func:`dashboard.data.session_events` rows (with
+call hides that. :func:`swimlane` turns :func:`toolwatch.dashboard.data.session_events` rows (with
 ``start_ts`` / ``end_ts``) into one bar per call, overlapping calls in separate lanes,
 and marks the calls an alert is about:
 
@@ -111,7 +111,7 @@ def swimlane(
     Parameters
     ----------
     events
-        :func:`dashboard.data.session_events` output (``start_ts``, ``end_ts`` UTC).
+        :func:`toolwatch.dashboard.data.session_events` output (``start_ts``, ``end_ts`` UTC).
     session_id
         The session shown (race evidence may list calls of several sessions).
     evidence, category

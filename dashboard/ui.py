@@ -24,8 +24,8 @@ from typing import Any
 
 import polars as pl
 import streamlit as st
+from toolwatch.dashboard import data
 
-from dashboard import data
 from toolwatch.output import safe_text
 from toolwatch.store import Store
 
@@ -351,9 +351,9 @@ def query_param(name: str) -> str | None:
 
 # ---------------------------------------------------------------- triage-aware alert list
 def triage_store() -> Any:
-    """The :class:`~dashboard.triage.TriageStore` of this store (never cached: verdicts
+    """The :class:`~toolwatch.dashboard.triage.TriageStore` of this store (never cached: verdicts
     must show at once)."""
-    from dashboard.triage import TriageStore
+    from toolwatch.dashboard.triage import TriageStore
 
     return TriageStore(data_dir())
 
@@ -368,7 +368,7 @@ def alerts(flt: data.AlertFilter | None = None) -> pl.DataFrame:
         [c for c in ("status", "triaged_by", "triaged_at", "note") if c in base.columns]
     )
     df = data.attach_triage(base, triage_store().current_frame())
-    from dashboard.triage import is_suppressed, load_suppressions
+    from toolwatch.dashboard.triage import is_suppressed, load_suppressions
 
     rules = load_suppressions(data_dir())
     df = df.with_columns(

@@ -24,28 +24,34 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from detectors.alerts import ALERT_COLUMNS, alert_id
-    from detectors.base import Detector, FeatureSet
-    from detectors.config import CATEGORIES, DetectorsConfig
-    from detectors.pipeline import DetectResult, IncrementalDetector, detect, run_batch, train
-    from detectors.registry import REGISTRY
+    from toolwatch.detectors.alerts import ALERT_COLUMNS, alert_id
+    from toolwatch.detectors.base import Detector, FeatureSet
+    from toolwatch.detectors.config import CATEGORIES, DetectorsConfig
+    from toolwatch.detectors.pipeline import (
+        DetectResult,
+        IncrementalDetector,
+        detect,
+        run_batch,
+        train,
+    )
+    from toolwatch.detectors.registry import REGISTRY
 
 #: Public name -> module defining it. Imported on first use (PEP 562), so that importing a
 #: light submodule — ``detectors.config`` for CATEGORIES / SEVERITIES in the CLI's and the
 #: live engine's start-up path — does not pull polars and every detector in.
 _LAZY = {
-    "ALERT_COLUMNS": "detectors.alerts",
-    "alert_id": "detectors.alerts",
-    "Detector": "detectors.base",
-    "FeatureSet": "detectors.base",
-    "CATEGORIES": "detectors.config",
-    "DetectorsConfig": "detectors.config",
-    "DetectResult": "detectors.pipeline",
-    "IncrementalDetector": "detectors.pipeline",
-    "detect": "detectors.pipeline",
-    "run_batch": "detectors.pipeline",
-    "train": "detectors.pipeline",
-    "REGISTRY": "detectors.registry",
+    "ALERT_COLUMNS": "toolwatch.detectors.alerts",
+    "alert_id": "toolwatch.detectors.alerts",
+    "Detector": "toolwatch.detectors.base",
+    "FeatureSet": "toolwatch.detectors.base",
+    "CATEGORIES": "toolwatch.detectors.config",
+    "DetectorsConfig": "toolwatch.detectors.config",
+    "DetectResult": "toolwatch.detectors.pipeline",
+    "IncrementalDetector": "toolwatch.detectors.pipeline",
+    "detect": "toolwatch.detectors.pipeline",
+    "run_batch": "toolwatch.detectors.pipeline",
+    "train": "toolwatch.detectors.pipeline",
+    "REGISTRY": "toolwatch.detectors.registry",
 }
 
 
@@ -56,9 +62,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(mod), name)
     else:
         try:
-            value = importlib.import_module(f"detectors.{name}")
+            value = importlib.import_module(f"toolwatch.detectors.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"detectors.{name}":
+            if exc.name != f"toolwatch.detectors.{name}":
                 raise
             raise AttributeError(f"module 'detectors' has no attribute {name!r}") from None
     globals()[name] = value

@@ -23,10 +23,9 @@ from typing import Any
 
 import orjson
 import polars as pl
-
-from detectors.base import Detector
-from detectors.config import SEVERITIES, DetectorsConfig  # noqa: F401 - re-exported
-from detectors.text import iso
+from toolwatch.detectors.base import Detector
+from toolwatch.detectors.config import SEVERITIES, DetectorsConfig  # noqa: F401 - re-exported
+from toolwatch.detectors.text import iso
 
 #: Output columns and types (mirrors ``toolwatch.schema.ALERTS``).
 ALERT_COLUMNS: dict[str, pl.DataType] = {

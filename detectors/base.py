@@ -1,6 +1,6 @@
 """The detector contract, stated once.
 
-A :class:`Detector` is built from the :class:`~detectors.config.DetectorsConfig` (its
+A :class:`Detector` is built from the :class:`~toolwatch.detectors.config.DetectorsConfig` (its
 constructor arguments *are* config), learns whatever it needs from history in
 :meth:`Detector.fit` (learned state ends in ``_``, river/scikit-learn style), and
 :meth:`Detector.score` turns a :class:`FeatureSet` into one row per scored entity with a
@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import polars as pl
-
-from detectors.config import DetectorsConfig
-from detectors.features import (
+from toolwatch.detectors.config import DetectorsConfig
+from toolwatch.detectors.features import (
     prepare_events,
     prepare_summaries,
     session_features,
@@ -51,9 +50,10 @@ class FeatureSet:
     Attributes
     ----------
     events
-        Prepared events (:func:`detectors.features.prepare_events`).
+        Prepared events (:func:`toolwatch.detectors.features.prepare_events`).
     sessions
-        Session features (:func:`detectors.features.session_features`), one row per session.
+        Session features (:func:`~toolwatch.detectors.features.session_features`), one row
+        per session.
     config
         The configuration the features were computed with.
     """
@@ -117,7 +117,7 @@ class Detector(ABC):
 
     #: Registry name (also the ``detector`` field of alerts).
     name: ClassVar[str]
-    #: Alert category (one of :data:`detectors.config.CATEGORIES`).
+    #: Alert category (one of :data:`toolwatch.detectors.config.CATEGORIES`).
     category: ClassVar[str]
     #: Attribute of :class:`DetectorsConfig` holding this detector's settings.
     config_key: ClassVar[str]

@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import polars as pl
-
-from detectors.features import SEED, US_PER_DAY, group_agg
+from toolwatch.detectors.features import SEED, US_PER_DAY, group_agg
 
 MAD_SCALE = 1.4826
 
@@ -195,8 +194,9 @@ def habitual_gate(
 ) -> pl.DataFrame:
     """Add ``habitual`` and ``p_own``: 1.0 unless the entity habitually scores at alert
     level (its typical score within ``slack`` of ``threshold``), in which case the row must
-    also be ``self_z`` robust z-scores above its own median (:func:`detectors.scoring.gate`)."""
-    from detectors.scoring import gate
+    also be ``self_z`` robust z-scores above its own median
+    (:func:`toolwatch.detectors.scoring.gate`)."""
+    from toolwatch.detectors.scoring import gate
 
     if habit is None or habit.height == 0:
         return frame.with_columns(

@@ -28,13 +28,12 @@ import math
 from typing import Any, Self
 
 import polars as pl
-
-from detectors.base import Detector, FeatureSet, session_frame
-from detectors.baseline import Baseline, habits, habitual_gate
-from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import ENTITY_TYPES, explode_entities, group_agg
-from detectors.scoring import all_of, any_of, band, gate
-from detectors.text import clean, duration, num, size
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
+from toolwatch.detectors.features import ENTITY_TYPES, explode_entities, group_agg
+from toolwatch.detectors.scoring import all_of, any_of, band, gate
+from toolwatch.detectors.text import clean, duration, num, size
 
 #: Figures with baselines.
 _VOL = ["beyond_bytes", "beyond_rows", "max_bytes", "max_pages"]

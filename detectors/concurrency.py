@@ -15,7 +15,7 @@ Every call with a known duration was in flight from ``start_ts`` to ``end_ts`` (
   durations are point calls: each counts as in flight for ``burst_window_ms`` after it
   started, i.e. the peak becomes a burst rate, and the evidence says so.
 * **race_condition** (``race_rules``) — two or more *mutating* calls (tool roles from
-  :mod:`detectors.tools`) on the same resource / business key, from one actor (the caller,
+  :mod:`toolwatch.detectors.tools`) on the same resource / business key, from one actor (the caller,
   else the client address, else the session), whose intervals overlap: sorted by start
   within (actor, key), a call overlaps an earlier one when it starts before the running
   maximum of the earlier ends; such calls chain into clusters (a new cluster starts where
@@ -39,14 +39,13 @@ from datetime import UTC, datetime
 from typing import Any, Self
 
 import polars as pl
-
-from detectors.base import Detector, FeatureSet, session_frame
-from detectors.config import DetectorsConfig
-from detectors.features import US_PER_DAY, entity_names, window_starts
-from detectors.scoring import all_of, band, gate
-from detectors.text import clean, duration
-from detectors.tools import annotate, tool_table
-from ingest.intervals import MAX_DURATION_MS
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.config import DetectorsConfig
+from toolwatch.detectors.features import US_PER_DAY, entity_names, window_starts
+from toolwatch.detectors.scoring import all_of, band, gate
+from toolwatch.detectors.text import clean, duration
+from toolwatch.detectors.tools import annotate, tool_table
+from toolwatch.ingest.intervals import MAX_DURATION_MS
 
 _CACHE = "_concurrency_cache"
 #: Columns only caller-wide rows fill.
@@ -584,7 +583,7 @@ class ConcurrencyAbuseDetector(Detector):
 
 # --------------------------------------------------------------------------- races
 def _cached_annotation(features: FeatureSet) -> pl.DataFrame | None:
-    """:func:`detectors.tools.annotated` of the feature set if some detector computed it.
+    """:func:`toolwatch.detectors.tools.annotated` of the feature set if some detector computed it.
 
     Annotating every event costs more than the race detector's own work on the few
     mutating calls, so it is reused when present and not computed for this alone.

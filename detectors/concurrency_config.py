@@ -1,5 +1,5 @@
 """Settings of the concurrency detectors (``[detectors.concurrency_abuse]`` and
-``[detectors.race_condition]``), kept beside :mod:`detectors.config` (which lists them).
+``[detectors.race_condition]``), kept beside :mod:`toolwatch.detectors.config` (which lists them).
 """
 
 from __future__ import annotations

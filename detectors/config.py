@@ -6,7 +6,7 @@ a few to a few hundred calls per session, and lean towards *ratios, sequences, r
 and per-entity baselines* rather than absolute volumes (see ``docs/detectors.md``).
 
 Scores are in ``[0, 1]``; a detector raises an alert when its score reaches its
-``threshold``. Most rule scores are built with :func:`detectors.scoring.band`: 0.5 exactly
+``threshold``. Most rule scores are built with :func:`toolwatch.detectors.scoring.band`: 0.5 exactly
 at the signal's ``*_lo`` figure (the point where it starts to count) rising linearly to 1.0
 at ``*_hi`` (where it is unmistakable), so with the default threshold of 0.5 the ``*_lo``
 keys read as "alert from here" and the ``*_hi`` keys as "critical from here".
@@ -30,7 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from detectors.concurrency_config import ConcurrencyAbuseConfig, RaceConditionConfig
+from toolwatch.detectors.concurrency_config import ConcurrencyAbuseConfig, RaceConditionConfig
+
 from toolwatch.config import doc, from_dict
 from toolwatch.errors import ConfigError
 

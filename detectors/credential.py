@@ -21,12 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 import polars as pl
-
-from detectors.base import Detector, FeatureSet, empty_scores, session_frame
-from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import explode_entities, group_agg
-from detectors.scoring import all_of, any_of, band, ratio
-from detectors.text import clean, duration, pct
+from toolwatch.detectors.base import Detector, FeatureSet, empty_scores, session_frame
+from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
+from toolwatch.detectors.features import explode_entities, group_agg
+from toolwatch.detectors.scoring import all_of, any_of, band, ratio
+from toolwatch.detectors.text import clean, duration, pct
 
 _EVIDENCE = ["calls", "auth_failures", "failed_creds", "auth_fail_ratio", "ok_calls", "span_s",
              "basis", "top_tool"]

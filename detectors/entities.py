@@ -8,9 +8,8 @@ the windows that matter.
 from __future__ import annotations
 
 import polars as pl
-
-from detectors.base import FeatureSet
-from detectors.features import entity_names, group_agg
+from toolwatch.detectors.base import FeatureSet
+from toolwatch.detectors.features import entity_names, group_agg
 
 KEYS = ["et", "eh", "w"]
 

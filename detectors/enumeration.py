@@ -21,13 +21,17 @@ from __future__ import annotations
 from typing import Any, Self
 
 import polars as pl
-
-from detectors.base import Detector, FeatureSet, empty_scores, session_frame
-from detectors.baseline import Baseline, habits, habitual_gate
-from detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from detectors.features import ENTITY_TYPES, explode_entities, group_agg, resource_features
-from detectors.scoring import all_of, any_of, band, gate, ratio
-from detectors.text import clean, duration, iso, pct, span_us
+from toolwatch.detectors.base import Detector, FeatureSet, empty_scores, session_frame
+from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
+from toolwatch.detectors.features import (
+    ENTITY_TYPES,
+    explode_entities,
+    group_agg,
+    resource_features,
+)
+from toolwatch.detectors.scoring import all_of, any_of, band, gate, ratio
+from toolwatch.detectors.text import clean, duration, iso, pct, span_us
 
 _EVIDENCE = [
     "calls", "distinct_resources", "resource_key", "resource_calls", "res_misses",

@@ -36,9 +36,8 @@ from typing import Any
 
 import orjson
 import polars as pl
-
-from detectors.config import CATEGORIES
-from ingest.sessionize import DERIVED_PREFIX, parse_derived
+from toolwatch.detectors.config import CATEGORIES
+from toolwatch.ingest.sessionize import DERIVED_PREFIX, parse_derived
 
 #: Slack when comparing label and alert times (log clocks, derived-session boundaries).
 SLACK = timedelta(seconds=5)

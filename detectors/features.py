@@ -33,8 +33,7 @@ from __future__ import annotations
 import re
 
 import polars as pl
-
-from detectors.config import DetectorsConfig
+from toolwatch.detectors.config import DetectorsConfig
 
 #: Columns of ``schema.EVENTS`` the detectors read, with their polars types.
 EVENT_COLUMNS: dict[str, pl.DataType] = {

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 import polars as pl
+from toolwatch.detectors.config import CATEGORIES, SEVERITIES
 
-from detectors.config import CATEGORIES, SEVERITIES
 from toolwatch.errors import ToolwatchError
 
 

@@ -40,10 +40,11 @@ import polars as pl
 if TYPE_CHECKING:
     from sklearn.ensemble import IsolationForest
 
-from detectors.base import Detector, FeatureSet, session_frame
-from detectors.baseline import habits, habitual_gate
-from detectors.scoring import all_of, gate
-from detectors.text import clean, num, pct
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.baseline import habits, habitual_gate
+from toolwatch.detectors.scoring import all_of, gate
+from toolwatch.detectors.text import clean, num, pct
+
 from toolwatch.errors import ModelError
 
 #: (feature, transform, plain words, tolerance). ``log`` = log1p of a count; ``ratio`` as

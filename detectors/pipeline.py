@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from toolwatch.detectors import registry
+from toolwatch.detectors.alerts import build_alerts, empty_alerts
+from toolwatch.detectors.base import Detector, FeatureSet
+from toolwatch.detectors.config import DetectorsConfig
+from toolwatch.detectors.forest import IsolationForestDetector, load_or_fit
+from toolwatch.detectors.sequence import WORKFLOWS_FILE, learn_workflows, save_workflows
+from toolwatch.detectors.tools import annotate
 
-from detectors import registry
-from detectors.alerts import build_alerts, empty_alerts
-from detectors.base import Detector, FeatureSet
-from detectors.config import DetectorsConfig
-from detectors.forest import IsolationForestDetector, load_or_fit
-from detectors.sequence import WORKFLOWS_FILE, learn_workflows, save_workflows
-from detectors.tools import annotate
 from toolwatch.errors import ModelError
 
 log = logging.getLogger("toolwatch.detectors")

@@ -1,20 +1,20 @@
 """Registry of detectors: name → class. ``run_batch`` runs every enabled one.
 
-Add a detector by subclassing :class:`detectors.base.Detector` and listing it here; the
+Add a detector by subclassing :class:`toolwatch.detectors.base.Detector` and listing it here; the
 contract test (``tests/test_detectors_contract.py``) then checks it automatically.
 """
 
 from __future__ import annotations
 
-from detectors.base import Detector
-from detectors.bulk import BulkExtractionDetector
-from detectors.concurrency import ConcurrencyAbuseDetector, RaceConditionDetector
-from detectors.config import DetectorsConfig
-from detectors.credential import CredentialStuffingDetector
-from detectors.enumeration import EnumerationDetector
-from detectors.forest import IsolationForestDetector
-from detectors.scraping import ScrapingLoopDetector
-from detectors.sequence import SEQUENCE_DETECTORS
+from toolwatch.detectors.base import Detector
+from toolwatch.detectors.bulk import BulkExtractionDetector
+from toolwatch.detectors.concurrency import ConcurrencyAbuseDetector, RaceConditionDetector
+from toolwatch.detectors.config import DetectorsConfig
+from toolwatch.detectors.credential import CredentialStuffingDetector
+from toolwatch.detectors.enumeration import EnumerationDetector
+from toolwatch.detectors.forest import IsolationForestDetector
+from toolwatch.detectors.scraping import ScrapingLoopDetector
+from toolwatch.detectors.sequence import SEQUENCE_DETECTORS
 
 REGISTRY: dict[str, type[Detector]] = {
     cls.name: cls

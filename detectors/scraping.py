@@ -28,11 +28,10 @@ from __future__ import annotations
 from typing import Any, Self
 
 import polars as pl
-
-from detectors.base import Detector, FeatureSet, session_frame
-from detectors.baseline import Baseline, habits, habitual_gate
-from detectors.scoring import all_of, any_of, band, ratio
-from detectors.text import clean, duration, num, pct
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.scoring import all_of, any_of, band, ratio
+from toolwatch.detectors.text import clean, duration, num, pct
 
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",

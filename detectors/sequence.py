@@ -38,14 +38,13 @@ from typing import Any, ClassVar, Self
 
 import orjson
 import polars as pl
-
-from detectors.base import Detector, FeatureSet, session_frame
-from detectors.baseline import Baseline, habits, habitual_gate
-from detectors.config import DetectorsConfig, WorkflowRule
-from detectors.features import SEED
-from detectors.scoring import all_of, any_of, band
-from detectors.text import clean, num, size
-from detectors.tools import _extract, _words, annotated
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.config import DetectorsConfig, WorkflowRule
+from toolwatch.detectors.features import SEED
+from toolwatch.detectors.scoring import all_of, any_of, band
+from toolwatch.detectors.text import clean, num, size
+from toolwatch.detectors.tools import _extract, _words, annotated
 
 log = logging.getLogger("toolwatch.detectors")
 
@@ -377,7 +376,7 @@ def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[
     Parameters
     ----------
     events
-        Annotated events (:func:`detectors.tools.annotate`) with ``t``, ``ceh``/``sh``.
+        Annotated events (:func:`toolwatch.detectors.tools.annotate`) with ``t``, ``ceh``/``sh``.
 
     Returns
     -------

@@ -15,8 +15,7 @@ from typing import Any
 
 import orjson
 import polars as pl
-
-from detectors.features import EVENT_COLUMNS, SUMMARY_COLUMNS
+from toolwatch.detectors.features import EVENT_COLUMNS, SUMMARY_COLUMNS
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 

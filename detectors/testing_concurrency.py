@@ -1,5 +1,5 @@
 """Synthetic concurrency scenarios for tests (bursts of parallel calls, races, and the
-hard negatives each must not flag), written into a :class:`detectors.testing.Traffic`.
+hard negatives each must not flag), written into a :class:`toolwatch.detectors.testing.Traffic`.
 
 Calls are placed by their *start* here; :meth:`Traffic.call` takes the completion time
 (``ts``, as access logs write it) plus ``duration_ms``, so each helper passes
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from detectors.testing import Traffic
+from toolwatch.detectors.testing import Traffic
 
 
 def _call(tr: Traffic, sid: str, start: datetime, dur_ms: float, tool: str, **kw: object) -> None:

@@ -1,6 +1,6 @@
 """Sequence-abuse scenarios for tests: each class's attack and its named hard negatives.
 
-Small, readable builders over :class:`detectors.testing.Traffic` (one session each unless
+Small, readable builders over :class:`toolwatch.detectors.testing.Traffic` (one session each unless
 said), used by ``tests/test_detectors_sequence.py`` and the contract test.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from detectors.testing import Traffic
+from toolwatch.detectors.testing import Traffic
 
 
 def _s(k: float) -> timedelta:

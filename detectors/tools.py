@@ -41,7 +41,7 @@ Interface (also used by ``detectors/concurrency.py``):
   argument text), ``bk`` (business-key value: the configured argument, else the
   resource id found at ingest), ``bk_arg`` (its argument name), ``bkh`` (64-bit hash of
   ``bk``), ``idem`` (idempotency-key value or null) and ``idemh`` (its hash).
-* :func:`annotated` — :func:`annotate` of a :class:`~detectors.base.FeatureSet`'s events,
+* :func:`annotated` — :func:`annotate` of a :class:`~toolwatch.detectors.base.FeatureSet`'s events,
   computed once per feature set and cached on it.
 
 Keys and values are compared as stored: a secret argument already hashed at ingest
@@ -54,12 +54,11 @@ import re
 from typing import TYPE_CHECKING
 
 import polars as pl
-
-from detectors.config import TOOL_ROLES as ROLES
-from detectors.config import DetectorsConfig, ToolsConfig
+from toolwatch.detectors.config import TOOL_ROLES as ROLES
+from toolwatch.detectors.config import DetectorsConfig, ToolsConfig
 
 if TYPE_CHECKING:
-    from detectors.base import FeatureSet
+    from toolwatch.detectors.base import FeatureSet
 
 __all__ = ["MUTATING_ROLES", "ROLES", "annotate", "annotated", "role_of", "tool_table"]
 

@@ -4,7 +4,7 @@ A per-call line may carry both ends (``start_ts`` / ``end_ts`` and their aliases
 timestamp plus a duration (``duration_ms`` and aliases in milliseconds, ``duration_s`` and
 aliases in seconds). By default the single timestamp marks the call's **completion** (as
 access logs do), so the start is ``ts - duration``; ``ingest.ts_marks = "start"`` declares
-the opposite. JSON-RPC transcripts give both ends directly (:mod:`ingest.pair`).
+the opposite. JSON-RPC transcripts give both ends directly (:mod:`toolwatch.ingest.pair`).
 
 The parser's one SQL statement uses the macros below (DuckDB inlines them), so intervals
 cost a few expressions per row and no extra pass. Hostile values never crash and never

@@ -12,8 +12,7 @@ import re
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from ingest import arrays
+from toolwatch.ingest import arrays
 
 _OK, _ERROR, _UNKNOWN = (arrays.scalar(s) for s in ("ok", "error", "unknown"))
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import polars as pl
-
-from ingest.intervals import MAX_DURATION_MS
+from toolwatch.ingest.intervals import MAX_DURATION_MS
 
 _KEY = ["session_id", "rpc_id"]
 _RESP_COLS = ["status", "status_raw", "is_error_b", "bytes", "ts"]

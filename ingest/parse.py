@@ -3,7 +3,7 @@
 The hot path is columnar. A batch's lines stay in one Arrow buffer; DuckDB's
 ``json_transform`` (yyjson) reads every alias of every field in one parse, and SQL
 expressions normalize times, numbers and resources; outcomes are normalized once per
-distinct value (:mod:`ingest.outcome`). Python touches a line only on the rare paths:
+distinct value (:mod:`toolwatch.ingest.outcome`). Python touches a line only on the rare paths:
 invalid UTF-8, or a line that may carry a secret (found by one regex scan over the
 chunk) and must be redacted before anything else sees it. :class:`ParserPool` parses
 several batches at once, one single-threaded DuckDB connection each.
@@ -29,11 +29,11 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+from toolwatch.ingest import arrays, intervals
+from toolwatch.ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
+from toolwatch.ingest.outcome import outcome_column
+from toolwatch.ingest.records import RawBatch, slice_batch
 
-from ingest import arrays, intervals
-from ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
-from ingest.outcome import outcome_column
-from ingest.records import RawBatch, slice_batch
 from toolwatch.config import Config, IngestConfig
 from toolwatch.secrets import SecretHasher, load_or_create_key
 

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-
-from ingest import arrays
+from toolwatch.ingest import arrays
 
 NEWLINE = 10
 

@@ -310,7 +310,7 @@ and when; the ingester never touches it. From a notebook:""",
     ),
     (
         "code",
-        """from dashboard.triage import TriageStore
+        """from toolwatch.dashboard.triage import TriageStore
 
 triage = TriageStore(DATA_DIR)
 triage.mark(alert["alert_id"], "escalated", actor="forensics-notebook",

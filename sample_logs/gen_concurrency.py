@@ -1,7 +1,7 @@
 """Concurrency classes for the demo generator: bursts of parallel calls, check-then-act
 races, and the hard negatives each must not flag.
 
-Called once from :meth:`sample_logs.generate._Demo.build` (``add_concurrency(self)``); all
+Called once from :meth:`toolwatch.sample_logs.generate._Demo.build` (``add_concurrency(self)``); all
 randomness comes from the demo's generator, so a seed still gives byte-identical files.
 Calls are placed by their start (``Call.t``) with a duration; the renderer writes the
 completion time (``ts = start + duration``, as access logs do), and the kb-server's
@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sample_logs.generate import Session, _Demo
+    from toolwatch.sample_logs.generate import Session, _Demo
 
 #: Attack labels added by this module.
 LABELS = ("concurrency_abuse", "race_condition")
@@ -47,7 +47,7 @@ _RACE_TOOLS = ("applyCoupon", "redeemVoucher", "chargePayment")
 
 def _call(demo: _Demo, t: float, tool: str, args: dict[str, Any], resource: str | None,
           dur_ms: float, *, status: str = "ok", nbytes: int | None = None) -> Any:
-    from sample_logs.generate import Call
+    from toolwatch.sample_logs.generate import Call
 
     r = demo.rng
     return Call(t, tool, args, status, nbytes if nbytes is not None else r.randrange(300, 3000),
@@ -62,7 +62,7 @@ def _booking(demo: _Demo) -> tuple[str, dict[str, Any]]:
 def _prefix(demo: _Demo, s: Session, server: str, t: float, n: int) -> float:
     """A few ordinary sequential calls (the session looks like any other at first)."""
     u = demo.pick_user()
-    from sample_logs.generate import _CATALOG
+    from toolwatch.sample_logs.generate import _CATALOG
 
     tools, w = _CATALOG[server]
     for _ in range(n):
@@ -112,7 +112,7 @@ def _doc_fetches(demo: _Demo, s: Session, t: float, width: int, dur: tuple[float
 
 def burst_spread(demo: _Demo, t: float) -> None:
     """One caller's parallelism spread over 4–5 sessions opened at once."""
-    from sample_logs.generate import _iso_z
+    from toolwatch.sample_logs.generate import _iso_z
 
     r = demo.rng
     u = demo.pick_user() if r.random() < 0.5 else None
@@ -156,7 +156,7 @@ def race(demo: _Demo, t: float) -> Session:
 
 def race_multi(demo: _Demo, t: float) -> None:
     """One mutating call from each of 2–3 sessions of one caller, opened at once."""
-    from sample_logs.generate import _iso_z
+    from toolwatch.sample_logs.generate import _iso_z
 
     r = demo.rng
     u = demo.pick_user()
@@ -275,7 +275,7 @@ def parallel_workers(demo: _Demo, night: int) -> list[Session]:
 
 def add_concurrency(demo: _Demo) -> None:
     """Add both classes (≥ 3 examples of each variant) and their hard negatives."""
-    from sample_logs.generate import DAYS
+    from toolwatch.sample_logs.generate import DAYS
 
     r = demo.rng
     k = demo.n(3, 3)

@@ -40,7 +40,7 @@ import numpy as np
 import orjson
 
 try:  # package import (tests) or script run (python sample_logs/generate.py)
-    from sample_logs import gen_concurrency, gen_sequence
+    from toolwatch.sample_logs import gen_concurrency, gen_sequence
 except ImportError:  # pragma: no cover
     import gen_concurrency  # type: ignore[no-redef]
     import gen_sequence  # type: ignore[no-redef]

@@ -150,9 +150,9 @@ def test_budget_switches_to_sampled_partitions_through_the_cli(
 def test_only_the_address_detectors_score_client_addresses(single: list[bytes]) -> None:
     """The address pass runs ADDRESS_DETECTORS only: no other detector may score an address
     (checked on the demo's full score frames, every session and entity window)."""
-    from detectors import registry
-    from detectors.config import DetectorsConfig
-    from detectors.pipeline import detect
+    from toolwatch.detectors import registry
+    from toolwatch.detectors.config import DetectorsConfig
+    from toolwatch.detectors.pipeline import detect
 
     assert set(ADDRESS_DETECTORS) <= set(registry.REGISTRY)
     ev, su = load_events(Store(Path(STORES["single"])), None)

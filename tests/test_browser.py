@@ -20,8 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from dashboard.testdata import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
+from toolwatch.dashboard.testdata import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,8 +234,8 @@ def test_hostile_log_strings_render_as_text(server, page):
 def test_live_refresh_shows_new_alerts_without_reload(server, page):
     """Runs last: adds an alert to the store while the flagged list is open."""
     import pyarrow as pa
+    from toolwatch.dashboard.testdata import BASE
 
-    from dashboard.testdata import BASE
     from toolwatch import schema
     from toolwatch.store import Store
 

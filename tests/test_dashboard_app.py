@@ -8,9 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-
-from dashboard.testdata import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
-from dashboard.triage import TriageStore, load_suppressions
+from toolwatch.dashboard.testdata import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
+from toolwatch.dashboard.triage import TriageStore, load_suppressions
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 TIMEOUT = 120  # generous: CI is a 2-core shared box
@@ -351,7 +350,7 @@ def test_no_unsafe_rendering_in_source():
 
 
 def test_flagged_shows_and_deletes_suppression_rules(fresh_store):
-    from dashboard.triage import add_suppression
+    from toolwatch.dashboard.triage import add_suppression
 
     rule = add_suppression(
         fresh_store,

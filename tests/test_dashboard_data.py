@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
+from toolwatch.dashboard import data, triage
+from toolwatch.dashboard.launch import is_loopback, streamlit_argv
+from toolwatch.dashboard.testdata import BASE, XSS_TOOL, build_store
 
-from dashboard import data, triage
-from dashboard.launch import is_loopback, streamlit_argv
-from dashboard.testdata import BASE, XSS_TOOL, build_store
 from toolwatch.errors import QueryError
 from toolwatch.store import Store
 

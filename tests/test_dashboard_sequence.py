@@ -17,9 +17,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
+from toolwatch.dashboard.chain import call_sequence, chain_records
+from toolwatch.detectors.config import CATEGORIES
 
-from dashboard.chain import call_sequence, chain_records
-from detectors.config import CATEGORIES
 from tests.conftest import CLI
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
@@ -96,7 +96,8 @@ def test_session_without_alert_shows_the_sequence_unmarked(analysed: dict) -> No
 
 
 def test_flagged_filter_lists_categories_in_the_one_order(analysed: dict) -> None:
-    from dashboard import data
+    from toolwatch.dashboard import data
+
     from toolwatch.store import Store
 
     assert data.CATEGORIES == CATEGORIES

@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
+from toolwatch.dashboard.swimlane import figure, swimlane
 
-from dashboard.swimlane import figure, swimlane
 from tests.conftest import CLI
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
@@ -125,7 +125,8 @@ def test_store_without_interval_columns_falls_back_to_duration(
     """Parquet written before start_ts/end_ts existed: start = ts - duration_ms."""
     import shutil
 
-    from dashboard import data
+    from toolwatch.dashboard import data
+
     from toolwatch.store import Store
 
     old = tmp_path / "old"

@@ -12,16 +12,15 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from detectors import DetectorsConfig, FeatureSet
-from detectors import testing_concurrency as tc
-from detectors.concurrency import (
+from toolwatch.detectors import DetectorsConfig, FeatureSet
+from toolwatch.detectors import testing_concurrency as tc
+from toolwatch.detectors.concurrency import (
     ConcurrencyAbuseDetector,
     RaceConditionDetector,
     race_clusters,
     sweep_peaks,
 )
-from detectors.testing import T0, Traffic
+from toolwatch.detectors.testing import T0, Traffic
 
 
 def _scores(tr: Traffic, det_cls: type) -> pl.DataFrame:
@@ -150,7 +149,7 @@ def test_caller_peaks_match_brute_force_per_window() -> None:
     """Caller-wide peaks per hop bucket vs brute force over random intervals."""
     import random
 
-    from detectors.concurrency import sweep_peaks
+    from toolwatch.detectors.concurrency import sweep_peaks
 
     rng = random.Random(4)
     hop = 1000
@@ -198,7 +197,7 @@ def test_race_across_sessions_of_one_caller_is_an_entity_alert(background: Traff
 
 def test_race_reuses_the_sequence_annotation_with_the_same_result(background: Traffic) -> None:
     """With the sequence detectors' cached annotation the race scores are the same."""
-    from detectors.tools import annotated
+    from toolwatch.detectors.tools import annotated
 
     tr = _with(background)
     tc.race(tr, "race-1", T0 + timedelta(hours=3), n=3)
@@ -313,7 +312,8 @@ def test_race_clusters_match_brute_force(rows: list[tuple[int, int, int]], m: in
 
 # ---------------------------------------------------------------- ingest
 def _ingest(tmp_path: Path, lines: list[dict], ts_marks: str = "end") -> pl.DataFrame:
-    from ingest.sources import FileSource
+    from toolwatch.ingest.sources import FileSource
+
     from toolwatch.config import Config
     from toolwatch.pipeline import Pipeline
 
@@ -397,7 +397,8 @@ def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
         from tests.test_live_support import config_for, stored_alerts
     except ImportError:
         from test_live_support import config_for, stored_alerts  # type: ignore[no-redef]
-    from ingest.sources.file_tail import LineAssembler
+    from toolwatch.ingest.sources.file_tail import LineAssembler
+
     from toolwatch.live import LivePipeline
     from toolwatch.store import Store
 

@@ -11,11 +11,11 @@ import orjson
 import polars as pl
 import pytest
 import skops.io as sio
+from toolwatch.detectors import DetectorsConfig, FeatureSet
+from toolwatch.detectors.forest import TRUSTED_TYPES, IsolationForestDetector
+from toolwatch.detectors.testing import T0, Traffic
 
-import detectors
-from detectors import DetectorsConfig, FeatureSet
-from detectors.forest import TRUSTED_TYPES, IsolationForestDetector
-from detectors.testing import T0, Traffic
+from toolwatch import detectors
 from toolwatch.errors import ModelError
 
 

@@ -14,9 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
-
-from detectors.config import DetectorsConfig
-from detectors.features import (
+from toolwatch.detectors.config import DetectorsConfig
+from toolwatch.detectors.features import (
     SEED,
     _arg_pattern,
     prepare_events,

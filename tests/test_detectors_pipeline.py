@@ -10,13 +10,12 @@ import jsonschema
 import orjson
 import polars as pl
 import pytest
+from toolwatch.detectors import DetectorsConfig, IncrementalDetector
+from toolwatch.detectors.evaluate import evaluate
+from toolwatch.detectors.filters import filter_alerts
+from toolwatch.detectors.testing import T0, Traffic
 
-import detectors
-from detectors import DetectorsConfig, IncrementalDetector
-from detectors.evaluate import evaluate
-from detectors.filters import filter_alerts
-from detectors.testing import T0, Traffic
-from toolwatch import schema
+from toolwatch import detectors, schema
 from toolwatch.errors import ConfigError, ToolwatchError
 
 ROOT = Path(__file__).resolve().parents[1]

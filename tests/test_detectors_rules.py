@@ -7,10 +7,10 @@ from datetime import timedelta
 import orjson
 import polars as pl
 import pytest
+from toolwatch.detectors import DetectorsConfig
+from toolwatch.detectors.testing import T0, Traffic
 
-import detectors
-from detectors import DetectorsConfig
-from detectors.testing import T0, Traffic
+from toolwatch import detectors
 
 
 def run(tr: Traffic, **cfg: object) -> detectors.DetectResult:

@@ -10,13 +10,13 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolwatch.detectors import DetectorsConfig
+from toolwatch.detectors import testing_sequence as seq
+from toolwatch.detectors.sequence import WORKFLOWS_FILE, load_workflows
+from toolwatch.detectors.testing import T0, Traffic
+from toolwatch.detectors.tools import annotate, role_of
 
-import detectors
-from detectors import DetectorsConfig
-from detectors import testing_sequence as seq
-from detectors.sequence import WORKFLOWS_FILE, load_workflows
-from detectors.testing import T0, Traffic
-from detectors.tools import annotate, role_of
+from toolwatch import detectors
 
 T = T0 + timedelta(hours=3)
 
@@ -222,8 +222,8 @@ def test_habitual_probe_loop_is_quiet_but_not_a_far_longer_one() -> None:
 def test_alert_schema_lists_every_category_and_detector() -> None:
     """docs/alert.schema.json names exactly the categories of detectors/config.py and the
     registered detectors (one definition: the schema follows it)."""
-    from detectors.config import CATEGORIES
-    from detectors.registry import REGISTRY
+    from toolwatch.detectors.config import CATEGORIES
+    from toolwatch.detectors.registry import REGISTRY
 
     schema = orjson.loads((Path(__file__).resolve().parents[1] / "docs" / "alert.schema.json")
                           .read_bytes())

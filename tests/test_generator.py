@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from sample_logs.generate import generate, generate_bench
+from toolwatch.sample_logs.generate import generate, generate_bench
 
 DEMO = Path(__file__).resolve().parents[1] / "sample_logs" / "demo"
 
@@ -209,7 +208,7 @@ def test_demo_size_and_mix(demo: Path, labels: list[dict[str, Any]]) -> None:
 
 
 def test_labels_cover_categories_and_roles(labels: list[dict[str, Any]]) -> None:
-    from detectors.config import CATEGORIES
+    from toolwatch.detectors.config import CATEGORIES
 
     assert {x["label"] for x in labels} == {"benign", *CATEGORIES} - {"anomaly"}
     assert {x["role"] for x in labels if x["label"] == "benign"} >= BENIGN_ROLES

@@ -290,7 +290,7 @@ def test_lone_surrogate_escape_is_repaired_not_fatal(tmp_path: Path) -> None:
 
 
 def test_wrong_types_under_every_alias_are_coerced_or_nulled(tmp_path: Path) -> None:
-    from ingest.aliases import merged_aliases
+    from toolwatch.ingest.aliases import merged_aliases
 
     hostile_values = [{"a": {"b": 1}}, [1, [2]], True, None, 1e308, -1, "", "x" * 300]
     lines = []
@@ -522,8 +522,8 @@ def test_hostile_messages_through_the_kafka_path(tmp_path: Path, monkeypatch) ->
     from collections import namedtuple
 
     from kafka import TopicPartition
+    from toolwatch.ingest.sources.kafka import message_batch
 
-    from ingest.sources.kafka import message_batch
     from toolwatch.cli_common import config_for
     from toolwatch.live import LivePipeline
 
@@ -568,8 +568,7 @@ def _check_one_unprocessable(tmp: Path, res: dict, n: int, marker: str) -> None:
 def test_sql_failure_on_one_line_quarantines_only_that_line(tmp_path: Path, monkeypatch) -> None:
     import duckdb
     import pyarrow.compute as pc
-
-    from ingest.parse import Parser
+    from toolwatch.ingest.parse import Parser
 
     real = Parser._run_sql
 
@@ -586,7 +585,7 @@ def test_sql_failure_on_one_line_quarantines_only_that_line(tmp_path: Path, monk
 
 
 def test_parse_failure_on_one_line_quarantines_only_that_line(tmp_path: Path, monkeypatch) -> None:
-    from ingest.parse import Parser
+    from toolwatch.ingest.parse import Parser
 
     real = Parser._prepare
 

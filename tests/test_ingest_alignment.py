@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-
-from ingest.parse import in_input_order
-from sample_logs.generate import generate_bench
+from toolwatch.ingest.parse import in_input_order
+from toolwatch.sample_logs.generate import generate_bench
 
 
 @pytest.fixture(scope="module")

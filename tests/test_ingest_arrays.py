@@ -16,8 +16,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ingest import arrays
+from toolwatch.ingest import arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,7 @@ import gzip
 import json
 
 import pytest
-
-from ingest.aliases import ALIASES
+from toolwatch.ingest.aliases import ALIASES
 
 BASE = {
     "ts": "2026-11-02T10:00:00Z",

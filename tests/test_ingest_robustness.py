@@ -124,7 +124,7 @@ def test_reader_keeps_only_a_prefix_of_an_endless_line():
     """A stream that never sends a newline is read to its end holding one chunk at a time."""
     import io
 
-    from ingest.sources.file import StreamReader
+    from toolwatch.ingest.sources.file import StreamReader
 
     class Endless(io.RawIOBase):
         def __init__(self, total: int):
@@ -418,7 +418,8 @@ def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
     )
 )
 def test_arbitrary_bytes_never_crash_and_every_line_is_accounted_for(tmp_path_factory, lines):
-    from ingest.sources import FileSource
+    from toolwatch.ingest.sources import FileSource
+
     from toolwatch.config import Config
     from toolwatch.pipeline import Pipeline
 

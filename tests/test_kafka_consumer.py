@@ -188,7 +188,8 @@ def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
 ) -> None:
     """Forced eviction discards what was read but not stored (the new owner re-reads it
     from the store checkpoint); an assignment seeks to the store's offset."""
-    from ingest.sources.kafka import KafkaLiveSource
+    from toolwatch.ingest.sources.kafka import KafkaLiveSource
+
     from toolwatch.live import LivePipeline
     from toolwatch.store import Store
 

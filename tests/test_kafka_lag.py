@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from toolwatch.ingest.sources.kafka import LagWatch
 
-from ingest.sources.kafka import LagWatch
 from toolwatch.live import LiveStatus, prometheus_text
 
 
@@ -64,7 +64,8 @@ def test_partition_lag_in_prometheus_with_safe_labels() -> None:
 
 
 def test_dashboard_health_lists_live_kafka_lag(tmp_path) -> None:
-    from dashboard.data import live_processes
+    from toolwatch.dashboard.data import live_processes
+
     from toolwatch.live import StatusPublisher
     from toolwatch.store import Store
 

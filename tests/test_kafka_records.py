@@ -18,8 +18,7 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import KafkaError
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.structs import TopicPartition
-
-from ingest.sources.kafka import _fast_partition_records
+from toolwatch.ingest.sources.kafka import _fast_partition_records
 
 TP = TopicPartition("logs", 3)
 Fast = _fast_partition_records(Fetcher.PartitionRecords)

@@ -9,8 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
-from dashboard.testdata import build_store
+from toolwatch.dashboard.testdata import build_store
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "forensics.ipynb"

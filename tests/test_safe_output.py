@@ -302,7 +302,8 @@ APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 def hostile_dashboard_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The dashboard fixture store plus a session, caller, tool and alert planted with
     Markdown images, HTML, a javascript: link and terminal escapes."""
-    from dashboard.testdata import BASE, _alert, _Events, build_store
+    from toolwatch.dashboard.testdata import BASE, _alert, _Events, build_store
+
     from toolwatch.store import Store
 
     root = tmp_path_factory.mktemp("hostile-dash")
@@ -404,7 +405,7 @@ def test_dashboard_renders_no_log_markup_and_fetches_nothing_remote(
 
 
 def test_md_text_disarms_markdown() -> None:
-    from dashboard.ui import md_text
+    from toolwatch.dashboard.ui import md_text
 
     out = md_text(f"{MD_IMAGE_CALLER} {HTML_IMAGE_TOOL} {JS_LINK_SESSION} :red[x] $x$")
     # Every Markdown-significant character is backslash-escaped (so shown literally).
@@ -414,7 +415,7 @@ def test_md_text_disarms_markdown() -> None:
 
 
 def test_login_throttle_is_per_address_and_per_process() -> None:
-    from dashboard.launch import LoginThrottle
+    from toolwatch.dashboard.launch import LoginThrottle
 
     now = [1000.0]
     th = LoginThrottle(base_s=1, max_s=60, process_burst=6, process_per_min=6,
@@ -440,8 +441,7 @@ def test_wrong_passwords_from_parallel_sessions_share_the_backoff(
     hostile_dashboard_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from streamlit.testing.v1 import AppTest
-
-    from dashboard import launch
+    from toolwatch.dashboard import launch
 
     monkeypatch.setenv("TOOLWATCH_DASHBOARD_PASSWORD", "correct horse")
     monkeypatch.setattr(launch, "LOGIN_THROTTLE", launch.LoginThrottle(base_s=300))

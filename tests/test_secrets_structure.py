@@ -372,7 +372,7 @@ def test_key_vocabulary_and_exceptions() -> None:
 
 def test_no_log_field_alias_is_a_secret_key() -> None:
     """Hashing a canonical field (session id, auth failure count) would break ingest."""
-    from ingest.aliases import ALIASES, NON_RESOURCE_KEYS
+    from toolwatch.ingest.aliases import ALIASES, NON_RESOURCE_KEYS
 
     names = [n for names in ALIASES.values() for n in names] + list(NON_RESOURCE_KEYS)
     assert [n for n in names if HASHER.is_secret_key(n)] == []

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ingest.sessionize import DERIVED_PREFIX, Sessionizer, parse_derived
+from toolwatch.ingest.sessionize import DERIVED_PREFIX, Sessionizer, parse_derived
 
 
 @settings(max_examples=60, deadline=None)

@@ -48,7 +48,7 @@ def _run_tail(tmp_path: Path, name: str, *, suppress_config: bool, triage: bool)
     if suppress_config:
         cfg.detectors = {"suppress": {"callers": ["eve"]}}
     if triage:
-        from dashboard.triage import add_suppression
+        from toolwatch.dashboard.triage import add_suppression
 
         add_suppression(data, entity_type="caller_id", entity_id="mallory",
                         created_by="analyst", note="pen test")
@@ -71,7 +71,7 @@ def test_suppressions_apply_in_live_mode_as_in_batch(tmp_path: Path) -> None:
 def test_forest_is_fitted_once_per_live_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from detectors.forest import IsolationForestDetector
+    from toolwatch.detectors.forest import IsolationForestDetector
 
     counts = {"fit": 0, "load": 0, "fitted": 0}
     real_fit, real_load = IsolationForestDetector.fit, IsolationForestDetector.load
@@ -88,7 +88,8 @@ def test_forest_is_fitted_once_per_live_process(
 
     monkeypatch.setattr(IsolationForestDetector, "fit", fit)
     monkeypatch.setattr(IsolationForestDetector, "load", load)
-    from ingest.sources.file_tail import LineAssembler
+    from toolwatch.ingest.sources.file_tail import LineAssembler
+
     from toolwatch.live import LivePipeline
     from toolwatch.store import Store
 

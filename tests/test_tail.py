@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from toolwatch.ingest.sources.file_tail import LineAssembler, TailSource
 
-from ingest.sources.file_tail import LineAssembler, TailSource
 from toolwatch.live_cli import tail_files
 
 try:

@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ingest import arrays
 from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
+from toolwatch.ingest import arrays
 from toolwatch.ingest_run import IngestResult, ingest_paths
 from toolwatch.output import safe_rich
 from toolwatch.store import Store
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     # paying for that import (see toolwatch.ingest_run).
     import polars as pl
 
-    from detectors.base import FeatureSet
+    from toolwatch.detectors.base import FeatureSet
     from toolwatch.pipeline import BatchOutput
 
 
@@ -71,7 +71,7 @@ def run_detectors(
     import polars as pl
 
     try:
-        import detectors
+        from toolwatch import detectors
     except ImportError:  # pragma: no cover - detectors package absent
         return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
@@ -89,7 +89,7 @@ def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path) -> pl.DataFr
     """
     import polars as pl
 
-    from dashboard.triage import is_suppressed, load_suppressions
+    from toolwatch.dashboard.triage import is_suppressed, load_suppressions
 
     rules = load_suppressions(data_dir)
     if not rules or alerts.height == 0:
@@ -278,10 +278,10 @@ def run_partitioned(
     import polars as pl
 
     try:
-        import detectors
-        from detectors import registry
-        from detectors.base import FeatureSet
-        from detectors.pipeline import fit_and_score
+        from toolwatch import detectors
+        from toolwatch.detectors import registry
+        from toolwatch.detectors.base import FeatureSet
+        from toolwatch.detectors.pipeline import fit_and_score
     except ImportError:  # pragma: no cover - detectors package absent
         return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
@@ -364,7 +364,7 @@ def _subset(fs: FeatureSet, mask_ev: pl.Series, summary_sids: pl.Series) -> Feat
     figures on the session's own rows. Row ids ``i`` are renumbered to stay positions."""
     import polars as pl
 
-    from detectors.base import FeatureSet
+    from toolwatch.detectors.base import FeatureSet
 
     ev = fs.events.filter(mask_ev).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"))
     sids = pl.concat([ev["session_id"], summary_sids.drop_nulls()]).unique()
@@ -401,7 +401,7 @@ def _read_partition(
 def _detector_columns() -> list[str]:
     """Event columns the detectors read (all but ``raw`` without the detectors package)."""
     try:
-        from detectors.features import EVENT_COLUMNS
+        from toolwatch.detectors.features import EVENT_COLUMNS
     except ImportError:  # pragma: no cover - detectors package absent
         return [n for n in schema.EVENTS.names if n != "raw"]
     return [n for n in schema.EVENTS.names if n in EVENT_COLUMNS]

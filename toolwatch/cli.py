@@ -20,10 +20,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from detectors.config import SEVERITIES
 from toolwatch import __version__
 from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
 from toolwatch.config import describe, load_config
+from toolwatch.detectors.config import SEVERITIES
 from toolwatch.errors import ToolwatchError
 from toolwatch.gc_pause import gc_paused
 from toolwatch.output import error_text, json_dumps, safe_text
@@ -252,7 +252,7 @@ def train(
 
     Example: toolwatch train -d /var/lib/toolwatch
     """
-    import detectors
+    from toolwatch import detectors
     from toolwatch.analyze import load_events
     from toolwatch.store import Store
 
@@ -283,8 +283,8 @@ def workflows(
 
     Example: toolwatch workflows -d /var/lib/toolwatch
     """
-    import detectors
-    from detectors.sequence import WORKFLOWS_FILE, load_workflows
+    from toolwatch import detectors
+    from toolwatch.detectors.sequence import WORKFLOWS_FILE, load_workflows
     from toolwatch.output import safe_text
 
     try:
@@ -349,7 +349,7 @@ def alerts(
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     import polars as pl
 
-    from detectors.filters import filter_alerts
+    from toolwatch.detectors.filters import filter_alerts
 
     try:
         cfg = config_for(config, data_dir)
@@ -403,8 +403,8 @@ def evaluate(
     """
     import polars as pl
 
-    from detectors.evaluate import evaluate as run_eval
     from toolwatch import schema
+    from toolwatch.detectors.evaluate import evaluate as run_eval
 
     for p in (labels, alerts_file):
         if not p.is_file():
@@ -440,7 +440,7 @@ def config_cmd(config: ConfigOpt = None) -> None:
 
     Example: toolwatch config
     """
-    from detectors.config import DetectorsConfig
+    from toolwatch.detectors.config import DetectorsConfig
     from toolwatch.live import LiveConfig
 
     try:
@@ -466,7 +466,7 @@ def version() -> None:
 # --- commands registered by other modules (one line each; keep this block last) ---
 # Each module defines plain typer-annotated functions; registering them here keeps
 # ``toolwatch --help`` in one place.
-from dashboard.launch import dashboard_command  # noqa: E402
+from toolwatch.dashboard.launch import dashboard_command  # noqa: E402
 from toolwatch.live_commands import collect, kafka, run, status, tail  # noqa: E402
 
 app.command("dashboard")(dashboard_command)

@@ -1,7 +1,7 @@
 """Live mode: micro-batches from followed sources, incremental detection, alert sinks.
 
 Every live source (a tailed file, a wrapped server's stderr, a followed pipe, a Kafka
-partition) hands :class:`~ingest.records.RawBatch` objects to a :class:`LivePipeline`.
+partition) hands :class:`~toolwatch.ingest.records.RawBatch` objects to a :class:`LivePipeline`.
 The pipeline buffers them and *flushes* at most every ``live.flush_interval_s`` seconds
 (or once ``live.flush_events`` lines are waiting). One flush:
 
@@ -49,9 +49,9 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from ingest.records import RawBatch
 from toolwatch import schema
 from toolwatch.config import Config, doc, from_dict
+from toolwatch.ingest.records import RawBatch
 from toolwatch.pipeline import BatchOutput, Pipeline
 from toolwatch.store import Checkpoint, Store
 
@@ -253,7 +253,7 @@ class LiveConfig:
                 )
 
 
-from detectors.config import SEVERITY_RANK  # noqa: E402  (one definition; light import)
+from toolwatch.detectors.config import SEVERITY_RANK  # noqa: E402  (one definition; light import)
 
 # --------------------------------------------------------------------------- detection
 #: ``(events, summaries, history=None) -> alerts``: the detectors' ``run_batch`` contract.
@@ -280,7 +280,7 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
     Returns ``(None, 0)`` when the detectors package is not available.
     """
     try:
-        import detectors
+        from toolwatch import detectors
     except ImportError:
         return None, 0.0
     if not hasattr(detectors, "run_batch"):
@@ -316,7 +316,7 @@ def window_columns() -> list[str]:
     to de-duplicate baseline history, ``source_fp`` to drop a revoked Kafka partition.
     """
     try:
-        from detectors.features import EVENT_COLUMNS
+        from toolwatch.detectors.features import EVENT_COLUMNS
 
         wanted = set(EVENT_COLUMNS)
     except ImportError:  # no detectors: keep everything (detection is off anyway)
@@ -1137,7 +1137,7 @@ class LivePipeline:
 
     def _seed_sessionizer(self, ev: pl.DataFrame) -> None:
         """Restore derived-session state (actor -> last/start time) from stored events."""
-        from ingest.sessionize import DERIVED_PREFIX, parse_derived
+        from toolwatch.ingest.sessionize import DERIVED_PREFIX, parse_derived
 
         d = ev.filter(
             pl.col("session_derived") & pl.col("session_id").str.starts_with(DERIVED_PREFIX)

@@ -153,7 +153,7 @@ def tail_files(
     on_flush: Callable[[FlushResult], None] | None = None,
 ) -> LivePipeline:
     """Follow files/globs into the store until stopped; returns the (closed) pipeline."""
-    from ingest.sources.file_tail import TailSource
+    from toolwatch.ingest.sources.file_tail import TailSource
 
     stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="tail", name=" ".join(patterns), sinks=sinks, detector=detector,
@@ -228,8 +228,8 @@ def _follow_pipe(
     stop: StopFlag | None,
     child: Any = None,
 ) -> None:
-    """Feed a :class:`~ingest.sources.process.PipeReader` into the pipeline until EOF."""
-    from ingest.sources.process import split_server_text
+    """Feed a :class:`~toolwatch.ingest.sources.process.PipeReader` into the pipeline until EOF."""
+    from toolwatch.ingest.sources.process import split_server_text
 
     lp = r.lp
     eof = False
@@ -278,8 +278,8 @@ def follow_stdin(
     verbose: bool = False,
 ) -> LivePipeline:
     """``ingest --follow -``: read a pipe continuously, flushing every interval, until EOF."""
-    from ingest.sources.file_tail import LineAssembler
-    from ingest.sources.process import stdin_reader
+    from toolwatch.ingest.sources.file_tail import LineAssembler
+    from toolwatch.ingest.sources.process import stdin_reader
 
     r = _Runner(config, kind="follow", name="stdin", sinks=sinks, detector=detector,
                 live=live, verbose=verbose)
@@ -329,7 +329,7 @@ def collect_spools(
     LivePipeline or None
         The closed pipeline (``None`` when stopped before getting the lock).
     """
-    from ingest.sources.process import split_server_text
+    from toolwatch.ingest.sources.process import split_server_text
     from toolwatch.spool import SpoolSource, try_collector_lock
 
     stop = stop if stop is not None else StopFlag()
@@ -531,9 +531,9 @@ def consume_kafka(
     """Consume topics as a member of ``group_id`` until stopped.
 
     ``on_flush`` runs after each store commit; ``on_start`` gets the
-    :class:`~ingest.sources.kafka.KafkaLiveSource` once it exists (benchmarks, tests).
+    :class:`~toolwatch.ingest.sources.kafka.KafkaLiveSource` once it exists (benchmarks, tests).
     """
-    from ingest.sources.kafka import KafkaLiveSource
+    from toolwatch.ingest.sources.kafka import KafkaLiveSource
 
     stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,

@@ -8,8 +8,9 @@ Two lines in a server (``pip install toolwatch[mcp]``)::
 Each ``tools/call`` becomes one JSON line on stderr in toolwatch's per-call log contract
 (docs/log-format.md): ``ts``, ``session_id``, ``caller_id``, ``client_ip`` (when known),
 ``client``, ``server``, ``tool``, ``args`` (values under secret-looking keys hashed),
-``status`` (``ok`` / ``not_found`` / ``denied`` / ``error``), ``isError``, ``bytes`` (of the result), ``rows`` (when the
-result says), ``duration_ms``, ``request_id`` (the JSON-RPC id). When the process ends, a
+``status`` (``ok`` / ``not_found`` / ``denied`` / ``error``), ``isError``, ``bytes`` (of
+the result), ``rows`` (when the result says), ``duration_ms``, ``request_id`` (the JSON-RPC
+id). When the process ends, a
 ``SESSION_END`` summary line follows (calls, distinct resources, bytes, errors, duration).
 Run the server under ``toolwatch run`` (or point ``toolwatch tail`` at its stderr).
 

@@ -20,13 +20,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import arrays
-from ingest.pair import Pairer
-from ingest.parse import ParserPool
-from ingest.records import RawBatch, slice_batch
-from ingest.sessionize import Sessionizer
 from toolwatch import schema
 from toolwatch.config import Config
+from toolwatch.ingest import arrays
+from toolwatch.ingest.pair import Pairer
+from toolwatch.ingest.parse import ParserPool
+from toolwatch.ingest.records import RawBatch, slice_batch
+from toolwatch.ingest.sessionize import Sessionizer
 from toolwatch.store import Checkpoint, Store
 
 log = logging.getLogger(__name__)

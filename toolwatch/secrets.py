@@ -46,8 +46,8 @@ try:  # google-re2: a pattern compiled once, searched in linear time (a pyprojec
 except ImportError:  # pragma: no cover - an environment installed before it was added
     _re2 = None
 
-from ingest.arrays import to_numpy
 from toolwatch.errors import ConfigError
+from toolwatch.ingest.arrays import to_numpy
 
 HASH_PREFIX = "hmac:"
 

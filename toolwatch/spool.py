@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
-    from ingest.records import RawBatch
-    from ingest.sources.file_tail import LineAssembler
+    from toolwatch.ingest.records import RawBatch
+    from toolwatch.ingest.sources.file_tail import LineAssembler
 
 #: Signals forwarded to the wrapped server.
 FORWARDED_SIGNALS = (
@@ -526,7 +526,7 @@ class SpoolSource:
     def _open(self, wid: str) -> _Entry | None:
         import json
 
-        from ingest.sources.file_tail import LineAssembler
+        from toolwatch.ingest.sources.file_tail import LineAssembler
 
         lock = None
         try:

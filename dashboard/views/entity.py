@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import plotly.express as px
 import streamlit as st
-
-from dashboard import data, ui
+from toolwatch.dashboard import data, ui
 
 st.title("Entity")
 ui.tz_caption()

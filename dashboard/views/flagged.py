@@ -7,9 +7,8 @@ from datetime import datetime, time, timedelta
 
 import polars as pl
 import streamlit as st
-
-from dashboard import data, ui
-from dashboard.triage import STATUSES
+from toolwatch.dashboard import data, ui
+from toolwatch.dashboard.triage import STATUSES
 
 st.title("Flagged sessions")
 ui.tz_caption()
@@ -126,7 +125,7 @@ flagged(flt)
 
 
 with st.expander("Suppression rules"):
-    from dashboard.triage import load_suppressions, remove_suppression, rules_frame
+    from toolwatch.dashboard.triage import load_suppressions, remove_suppression, rules_frame
 
     rules = load_suppressions(ui.data_dir())
     if not rules:

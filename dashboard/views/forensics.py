@@ -1,6 +1,6 @@
 """Forensics: read-only SQL over the store's views, with saved parameterized queries.
 
-Queries run through :func:`dashboard.data.run_forensic_sql`: the whitelist guard (one
+Queries run through :func:`toolwatch.dashboard.data.run_forensic_sql`: the whitelist guard (one
 plain SELECT over the views; see docs/query.md), a locked connection with no file access
 beyond the views' own files, bounded memory/threads (``[query]`` config), results capped,
 runaway queries interrupted. Saved queries bind their inputs as parameters (never pasted
@@ -12,8 +12,8 @@ id would make the browser fetch it).
 from __future__ import annotations
 
 import streamlit as st
+from toolwatch.dashboard import data, ui
 
-from dashboard import data, ui
 from toolwatch.config import QueryConfig, load_config
 from toolwatch.errors import QueryError, QueryRefusedError, ToolwatchError
 

@@ -8,8 +8,7 @@ from datetime import timedelta
 import plotly.express as px
 import polars as pl
 import streamlit as st
-
-from dashboard import data, ui
+from toolwatch.dashboard import data, ui
 
 st.title("Overview")
 ui.tz_caption()

@@ -12,10 +12,9 @@ import orjson
 import plotly.express as px
 import polars as pl
 import streamlit as st
-
-from dashboard import data, ui
-from dashboard.data import SEQUENCE_CATEGORIES
-from dashboard.triage import STATUSES, TriageStore, false_positive
+from toolwatch.dashboard import data, ui
+from toolwatch.dashboard.data import SEQUENCE_CATEGORIES
+from toolwatch.dashboard.triage import STATUSES, TriageStore, false_positive
 
 st.title("Session detail")
 ui.tz_caption()
@@ -261,7 +260,7 @@ def _session_panel(sid: str) -> None:
 
 def _call_sequence_panel(sid: str, alert: dict[str, Any] | None) -> None:
     """The session's calls in order, the alert's chain (evidence.chain) highlighted."""
-    from dashboard.chain import call_sequence
+    from toolwatch.dashboard.chain import call_sequence
 
     events = ui.q("session_events", sid)
     if events.height == 0:
@@ -311,7 +310,7 @@ def _swimlane_panel(sid: str, alert: dict[str, Any] | None) -> None:
     """Calls as bars on a time axis, overlapping calls stacked in lanes; the racing calls
     of a race_condition alert (or the calls in flight at a concurrency_abuse alert's
     peak) highlighted."""
-    from dashboard.swimlane import MAX_CALLS, figure, swimlane
+    from toolwatch.dashboard.swimlane import MAX_CALLS, figure, swimlane
 
     events = ui.q("session_events", sid)
     if events.height == 0:

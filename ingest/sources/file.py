@@ -13,8 +13,8 @@ from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
+from toolwatch.ingest.records import NEWLINE, RawBatch, fingerprint, split_lines
 
-from ingest.records import NEWLINE, RawBatch, fingerprint, split_lines
 from toolwatch.errors import SourceError
 
 _GZIP_MAGIC = b"\x1f\x8b"

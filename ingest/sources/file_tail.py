@@ -8,7 +8,7 @@ What is followed
 
 Stream identity and resume
     A file's stream identity is the fingerprint of its first line
-    (:func:`ingest.records.fingerprint`), computed once the first line is complete; its
+    (:func:`toolwatch.ingest.records.fingerprint`), computed once the first line is complete; its
     checkpoint is the byte offset after the last stored line. On start (and for every file
     that appears), the store's checkpoint for that fingerprint is applied: lines before it
     are skipped (counted so line numbers stay right). A restart therefore resumes exactly
@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from ingest.records import RawBatch, fingerprint, split_lines
+from toolwatch.ingest.records import RawBatch, fingerprint, split_lines
 
 _GZIP_MAGIC = b"\x1f\x8b"
 

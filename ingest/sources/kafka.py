@@ -53,8 +53,8 @@ import pyarrow as pa
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
+from toolwatch.ingest.records import RawBatch
 
-from ingest.records import RawBatch
 from toolwatch.live import FlushResult, LivePipeline, StopFlag
 from toolwatch.store import Store
 
@@ -762,7 +762,7 @@ def message_key(line: bytes) -> bytes | None:
     caller on one partition, hence on one ``toolwatch kafka`` member. A line that is not a
     JSON object, or has neither field, gets no key (the producer spreads those).
     """
-    from ingest.aliases import ALIASES
+    from toolwatch.ingest.aliases import ALIASES
 
     try:
         obj = orjson.loads(line)
@@ -803,18 +803,18 @@ def forward_lines(stream: BinaryIO, producer: Any, topic: str,
 
 
 def forward_main(argv: list[str] | None = None) -> int:
-    """``python -m ingest.sources.kafka -b HOST:PORT -t TOPIC``: stdin lines to Kafka.
+    """``python -m toolwatch.ingest.sources.kafka -b HOST:PORT -t TOPIC``: stdin lines to Kafka.
 
     For an MCP server that logs JSON lines to stderr::
 
-        python my_server.py 2> >(python -m ingest.sources.kafka -b kafka:9092 -t mcp-logs)
+        python my_server.py 2> >(python -m toolwatch.ingest.sources.kafka -b kafka:9092 -t mcp-logs)
     """
     import argparse
     import sys
 
     from kafka import KafkaProducer
 
-    p = argparse.ArgumentParser(prog="python -m ingest.sources.kafka",
+    p = argparse.ArgumentParser(prog="python -m toolwatch.ingest.sources.kafka",
                                 description="Forward JSON log lines from stdin to Kafka, "
                                 "keyed by caller id (else session id).")
     p.add_argument("-b", "--bootstrap-servers", required=True)

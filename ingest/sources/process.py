@@ -31,8 +31,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from ingest.records import RawBatch
+from toolwatch.ingest.records import RawBatch
 
 # The wrapped server itself lives in toolwatch.spool: it is started before anything
 # heavy is imported (this module pulls in numpy and pyarrow).

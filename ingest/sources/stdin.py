@@ -6,8 +6,8 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from ingest.records import RawBatch
-from ingest.sources.file import StreamReader
+from toolwatch.ingest.records import RawBatch
+from toolwatch.ingest.sources.file import StreamReader
 
 
 class StdinSource:
@@ -22,7 +22,8 @@ class StdinSource:
     stream
         Defaults to ``sys.stdin.buffer``; injectable for wrappers.
     max_line_bytes
-        Over-long lines are cut while read (see :class:`~ingest.sources.file.StreamReader`).
+        Over-long lines are cut while read (see
+        :class:`~toolwatch.ingest.sources.file.StreamReader`).
     """
 
     def __init__(

@@ -7,31 +7,17 @@ Streamlit page is run headless (AppTest) on it.
 from __future__ import annotations
 
 import json
-import os
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
-import orjson
 import polars as pl
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from streamlit.testing.v1 import AppTest
 from toolwatch.dashboard.chain import call_sequence, chain_records
 from toolwatch.detectors.config import CATEGORIES
 
-from tests.conftest import CLI
-
-APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
-HOSTILE_TOOL = "chargePayment<img src=x onerror=alert(1)>"
-
-
-def _line(t: datetime, sid: str, tool: str, **kw: object) -> bytes:
-    rec = {"ts": t.isoformat().replace("+00:00", "Z"), "session_id": sid, "caller_id": kw.pop(
-        "caller", "shopper"), "client_ip": "198.51.100.7", "server": "shop-server",
-        "tool": tool, "args": kw.pop("args", {}), "status": "ok", "bytes": 800}
-    return orjson.dumps({**rec, **kw}) + b"\n"
+from tests.shop_session import HOSTILE_TOOL, T0, analyse, session_page
+from tests.shop_session import shop_line as _line
 
 
 @pytest.fixture(scope="module")
@@ -53,33 +39,13 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> dict:
               _line(t + timedelta(seconds=5), "dup", "chargePayment", args={**o, "amount": 99}),
               _line(t + timedelta(seconds=8), "dup", "listOrders", args={"page": 1}),
               _line(t + timedelta(seconds=11), "dup", "chargePayment", args={**o, "amount": 99})]
-    log = tmp / "shop.jsonl"
-    log.write_bytes(b"".join(lines))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-    env["XDG_CONFIG_HOME"] = str(tmp / "cfg")
-    cli = CLI(data_dir=tmp / "store", env=env)
-    alerts = tmp / "alerts.jsonl"
-    cli("analyze", str(log), "-d", str(cli.data_dir), "--alerts-out", str(alerts))
-    rows = [json.loads(x) for x in alerts.read_text().splitlines() if x.strip()]
-    return {"store": cli.data_dir, "alerts": rows}
-
-
-def _page(store: Path, **query: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=120)
-    at.session_state["toolwatch_data_dir"] = str(store)
-    at.context["timezone"] = "UTC"
-    at = at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    at.query_params.update(query)
-    at.switch_page("views/session.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return analyse(tmp, lines)
 
 
 def test_session_detail_highlights_the_chain(analysed: dict) -> None:
     dup = [a for a in analysed["alerts"] if a["category"] == "duplicate_execution"]
     assert len(dup) == 1 and dup[0]["session_id"] == "dup"
-    at = _page(analysed["store"], alert=dup[0]["alert_id"])
+    at = session_page(analysed["store"], alert=dup[0]["alert_id"])
     assert "Call sequence" in [s.value for s in at.subheader]
     text = "\n".join(t.value for t in at.text)
     assert "2 of the session's 5 calls make the chain of this duplicate_execution alert" in text
@@ -90,7 +56,7 @@ def test_session_detail_highlights_the_chain(analysed: dict) -> None:
 
 
 def test_session_without_alert_shows_the_sequence_unmarked(analysed: dict) -> None:
-    at = _page(analysed["store"], session="ok-3")
+    at = session_page(analysed["store"], session="ok-3")
     table = next(d.value for d in at.dataframe if {"step", "chain"} <= set(d.value.columns))
     assert list(table["step"]) == [1, 2, 3] and set(table["chain"]) == {""}
 

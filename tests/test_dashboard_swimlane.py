@@ -9,8 +9,7 @@ tool names, and the session query against a store written before the interval co
 from __future__ import annotations
 
 import json
-import os
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
@@ -22,20 +21,8 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 from toolwatch.dashboard.swimlane import figure, swimlane
 
-from tests.conftest import CLI
-
-APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
-T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
-HOSTILE_TOOL = "chargePayment<img src=x onerror=alert(1)>"
-
-
-def _line(t: datetime, sid: str, tool: str, dur: float, **kw: object) -> bytes:
-    """A call that *completed* at ``t`` after ``dur`` ms (the default ts_marks = end)."""
-    rec = {"ts": t.isoformat().replace("+00:00", "Z"), "session_id": sid,
-           "caller_id": kw.pop("caller", "shopper"), "client_ip": "198.51.100.7",
-           "server": "shop-server", "tool": tool, "args": kw.pop("args", {}),
-           "status": "ok", "bytes": 800, "duration_ms": dur}
-    return orjson.dumps({**rec, **kw}) + b"\n"
+from tests.shop_session import HOSTILE_TOOL, T0, analyse, session_page
+from tests.shop_session import shop_line as _line
 
 
 @pytest.fixture(scope="module")
@@ -61,27 +48,7 @@ def analysed(tmp_path_factory: pytest.TempPathFactory) -> dict:
               _line(t + timedelta(seconds=3, milliseconds=50), "race", HOSTILE_TOOL, 800,
                     args={**o, "amount": 99}),
               _line(t + timedelta(seconds=6), "race", "getOrder", 90, args=o)]
-    log = tmp / "shop.jsonl"
-    log.write_bytes(b"".join(lines))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-    env["XDG_CONFIG_HOME"] = str(tmp / "cfg")
-    cli = CLI(data_dir=tmp / "store", env=env)
-    alerts = tmp / "alerts.jsonl"
-    cli("analyze", str(log), "-d", str(cli.data_dir), "--alerts-out", str(alerts))
-    rows = [json.loads(x) for x in alerts.read_text().splitlines() if x.strip()]
-    return {"store": cli.data_dir, "alerts": rows}
-
-
-def _page(store: Path, **query: str) -> AppTest:
-    at = AppTest.from_file(str(APP), default_timeout=120)
-    at.session_state["toolwatch_data_dir"] = str(store)
-    at.context["timezone"] = "UTC"
-    at = at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    at.query_params.update(query)
-    at.switch_page("views/session.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return analyse(tmp, lines)
 
 
 def _chart(at: AppTest, key: str) -> dict:
@@ -93,7 +60,7 @@ def _chart(at: AppTest, key: str) -> dict:
 def test_race_alert_highlights_the_racing_calls_in_lanes(analysed: dict) -> None:
     race = [a for a in analysed["alerts"] if a["category"] == "race_condition"]
     assert len(race) == 1 and race[0]["session_id"] == "race"
-    at = _page(analysed["store"], alert=race[0]["alert_id"])
+    at = session_page(analysed["store"], alert=race[0]["alert_id"])
     assert "Calls in flight (swimlane)" in [s.value for s in at.subheader]
     text = "\n".join(t.value for t in at.text)
     assert "Up to 2 call(s) in flight at once. 2 racing call(s) of the alert highlighted." \
@@ -113,7 +80,7 @@ def test_race_alert_highlights_the_racing_calls_in_lanes(analysed: dict) -> None
 
 
 def test_session_without_alert_draws_lanes_unmarked(analysed: dict) -> None:
-    at = _page(analysed["store"], session="ok-3")
+    at = session_page(analysed["store"], session="ok-3")
     spec = _chart(at, "sd_swimlane")
     assert [tr["name"] for tr in spec["data"]] == ["other"]
     assert spec["data"][0]["y"] == [0, 0, 0]  # sequential calls share one lane

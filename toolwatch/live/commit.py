@@ -1,0 +1,261 @@
+"""The commit thread: detect and commit transformed micro-batches in order, atomically."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import polars as pl
+import pyarrow as pa
+
+from toolwatch import schema
+from toolwatch.live.window import _US
+from toolwatch.store import Checkpoint
+
+log = logging.getLogger("toolwatch.live")
+
+#: The commit thread's queue holds at most this many times ``flush_events`` transformed
+#: events (4 or 8 measured the same throughput and peak RSS; the smaller bound wins).
+_QUEUE_FACTOR = 4
+
+
+@dataclass
+class FlushResult:
+    """What one flush stored and emitted."""
+
+    lines: int = 0
+    events: int = 0
+    alerts: pl.DataFrame | None = None
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    batch_id: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class _Job:
+    """One transformed micro-batch waiting for detection and its commit."""
+
+    events: pa.Table
+    summaries: pa.Table
+    quarantine: pa.Table
+    checkpoints: list[Checkpoint]
+    lines: int
+    lines_read: int
+    quarantined: dict[str, int]
+    #: Flushed by size (lines arrive faster than micro-batches), not by the interval.
+    backlog: bool = False
+    created: float = field(default_factory=time.monotonic)
+
+
+
+def _concat(tables: list[pa.Table], sch: pa.Schema) -> pa.Table:
+    tables = [t for t in tables if t is not None and t.num_rows]
+    if not tables:
+        return sch.empty_table()
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables([t.cast(sch) for t in tables])
+
+
+class CommitMixin:
+    """The commit thread of a :class:`~toolwatch.live.pipeline.LivePipeline`."""
+
+    def _enqueue(self, job: _Job) -> None:
+        """Hand a transformed micro-batch to the commit thread (blocks while it is full)."""
+        cap = self.live.flush_events * _QUEUE_FACTOR
+        with self._cv:
+            # Back-pressure: transformed rows waiting for the commit thread are bounded.
+            while self._queued_events >= cap and self._worker_error is None:
+                self._cv.wait()
+            self._raise_worker_error()
+            self._queue.append(job)
+            self._queued_events += max(1, job.events.num_rows)
+            if not job.backlog:
+                self._urgent = True
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._work, name="toolwatch-commit", daemon=True
+                )
+                self._worker.start()
+            self._cv.notify_all()
+
+    def _ready(self) -> float:
+        """0 when the queue should be committed now, else how long to wait at most.
+
+        Detection costs about the window of the touched entities, whatever the number of
+        new events, so under a backlog the commit thread waits until as many events as
+        the window holds (at least ``flush_events``, at most the queue bound) have queued
+        up, or ``backlog_detect_interval_s`` has passed since the first was queued (the
+        window's size measured 8% more throughput than a quarter of it). Lines that
+        waited for the flush interval (normal rates), a caught-up source, a drain and a
+        stop are committed at once, so the latency at normal rates does not change.
+        """
+        if not self._queue:
+            return float("inf")
+        if self._urgent or self._stopping:
+            return 0.0
+        base = self.live.flush_events
+        target = min(base * _QUEUE_FACTOR, max(base, self.window.size))
+        if self._queued_events >= target:
+            return 0.0
+        age = time.monotonic() - self._queue[0].created
+        return max(0.0, self.live.backlog_detect_interval_s - age)
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while True:
+                    wait = self._ready()
+                    if wait == 0.0 or (self._stopping and not self._queue):
+                        break
+                    self._cv.wait(None if wait == float("inf") else wait)
+                if not self._queue:
+                    return
+                jobs = list(self._queue)
+                self._queue.clear()
+                self._queued_events = 0
+                self._urgent = False
+                self._busy = True
+                self._cv.notify_all()
+            try:
+                self._commit(jobs)
+            except BaseException as exc:  # handed to the caller's thread
+                log.debug("commit thread stopped", exc_info=True)
+                with self._cv:
+                    self._worker_error = exc
+                    self._queue.clear()  # never commit past a failed batch
+                    self._busy = False
+                    self._cv.notify_all()
+                return
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+
+    def _raise_worker_error(self) -> None:
+        if self._worker_error is not None:
+            raise self._worker_error
+
+    def drain(self) -> None:
+        """Wait until every queued micro-batch is committed (re-raises its failure)."""
+        if self._worker is None:
+            return
+        with self._cv:
+            self._urgent = True
+            self._cv.notify_all()
+            while (self._queue or self._busy) and self._worker_error is None:
+                self._cv.wait()
+        self._raise_worker_error()
+
+    def _stop_worker(self) -> None:
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
+        self._stopping = False
+
+    def _commit(self, jobs: list[_Job], t0: float | None = None) -> FlushResult:
+        """Detect over transformed micro-batches, commit them as one batch, then emit.
+
+        ``t0``: when the flush started (synchronous flushes count their transform too).
+        """
+        t0 = time.monotonic() if t0 is None else t0
+        res = FlushResult()
+        if len(jobs) == 1:
+            events, summaries, quarantine = jobs[0].events, jobs[0].summaries, jobs[0].quarantine
+        else:
+            events = _concat([j.events for j in jobs], schema.EVENTS)
+            summaries = _concat([j.summaries for j in jobs], schema.SUMMARIES)
+            quarantine = _concat([j.quarantine for j in jobs], schema.QUARANTINE)
+        # One checkpoint per stream: the last one (micro-batches are in stream order).
+        last: dict[str, Checkpoint] = {}
+        for j in jobs:
+            for cp in j.checkpoints:
+                last.pop(cp.source_fp, None)
+                last[cp.source_fp] = cp
+        res.checkpoints = list(last.values())
+        res.lines = sum(j.lines for j in jobs)
+
+        alerts_tbl = None
+        new_alerts = None
+        td = time.monotonic()
+        if self.detector is not None:
+            new_alerts = self._detect(events, summaries)
+            if new_alerts is not None and new_alerts.height:
+                alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(
+                    schema.ALERTS
+                )
+        self.status.detect_ms = round((time.monotonic() - td) * 1000, 1)
+
+        tables = {"events": events, "summaries": summaries, "quarantine": quarantine}
+        if alerts_tbl is not None:
+            tables["alerts"] = alerts_tbl
+        if (
+            events.num_rows
+            or summaries.num_rows
+            or quarantine.num_rows
+            or res.checkpoints
+            or (alerts_tbl is not None)
+        ):
+            res.batch_id = self.store.write_batch(tables, res.checkpoints)
+        res.events = events.num_rows
+        res.alerts = new_alerts
+
+        c = self.pipe.counters
+        c.batches += 1
+        c.events_stored += events.num_rows
+        c.summaries_stored += summaries.num_rows
+        st = self.status
+        st.lines_read = jobs[-1].lines_read
+        st.events_stored = c.events_stored
+        st.summaries_stored = c.summaries_stored
+        st.quarantined = jobs[-1].quarantined
+        st.flushes += 1
+        self.rate.add(events.num_rows)
+        st.events_per_s = round(self.rate.rate(), 1)
+        st.window_events = self.window.size
+        st.window_evicted = self.window.evicted
+        st.late_events = self.window.late
+        st.active_sessions = self.window.active_sessions()
+        if self.window.newest_us is not None:
+            st.watermark = datetime.fromtimestamp(self.window.newest_us / _US, UTC).isoformat()
+            st.lag["log_time_s"] = round(time.time() - self.window.newest_us / _US, 3)
+
+        if new_alerts is not None and new_alerts.height and self.sinks is not None:
+            self.sinks.emit(new_alerts)
+        res.seconds = time.monotonic() - t0
+        for hook in self.on_commit:
+            hook(res)
+        if self.sinks is not None:
+            st.sinks = self.sinks.counters()
+        res.seconds = time.monotonic() - t0
+        st.last_flush_ms = round(res.seconds * 1000, 1)
+        st.last_flush_at = time.time()
+        if len(jobs) == 1 and not self.live.overlap_detection:
+            # Synchronous mode: under a backlog (size-triggered flushes that take longer
+            # than the interval) the micro-batch grows up to 8x flush_events, amortizing
+            # detection over more events; it shrinks back once the pipeline keeps up.
+            base = self.live.flush_events
+            if res.lines >= self._flush_events and res.seconds > self.live.flush_interval_s:
+                self._flush_events = min(self._flush_events * 2, base * 8)
+            elif res.lines < self._flush_events // 2:
+                self._flush_events = max(base, self._flush_events // 2)
+        self._maybe_compact()
+        return res
+
+
+    def _maybe_compact(self) -> None:
+        iv = self.live.compact_interval_s
+        if iv <= 0 or time.monotonic() - self._last_compact < iv:
+            return
+        self._last_compact = time.monotonic()
+        for ds in ("events", "quarantine", "summaries", "alerts"):
+            try:
+                self.store.compact(ds)
+            except Exception as exc:
+                log.warning("compaction of %s failed: %s", ds, exc)
+

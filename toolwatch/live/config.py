@@ -1,0 +1,191 @@
+"""Settings of live mode: the ``[live]`` table and its ``[[live.sinks]]``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolwatch.config import Config, doc, from_dict
+from toolwatch.detectors.config import SEVERITY_RANK  # one definition; light import
+
+
+@dataclass
+class SinkConfig:
+    """One alert destination (``[[live.sinks]]``)."""
+
+    type: str = doc("Sink kind: stdout, file, kafka or webhook.", "stdout")
+    path: str = doc("file: JSON-lines file alerts are appended to.", "")
+    url: str = doc("webhook: URL alerts are POSTed to (one JSON object per alert).", "")
+    slack: bool = doc(
+        'webhook: send Slack-compatible {"text": ...} payloads instead of the alert object.',
+        False,
+    )
+    retries: int = doc("webhook/kafka: attempts after the first one before giving up.", 5)
+    backoff_s: float = doc(
+        "webhook: first retry delay in seconds; doubles each attempt (with jitter).", 0.5
+    )
+    timeout_s: float = doc("webhook: HTTP timeout per attempt, seconds.", 5.0)
+    queue_size: int = doc(
+        "webhook/kafka: alerts waiting for delivery; past it the oldest are dropped (and "
+        "counted) so a dead endpoint never blocks ingestion. The store keeps every alert.",
+        10_000,
+    )
+    topic: str = doc("kafka: topic alerts are produced to (key = entity id).", "")
+    bootstrap_servers: str = doc(
+        "kafka: brokers for the alert producer; default: the consumer's brokers.", ""
+    )
+    min_severity: str = doc(
+        "Only alerts at or above this severity: low, medium, high, critical.", "low"
+    )
+
+
+@dataclass
+class LiveConfig:
+    """The ``[live]`` table: micro-batching, windows, sinks and metrics of live mode."""
+
+    flush_interval_s: float = doc(
+        "A micro-batch is flushed (stored, detected, alerted) at most this many seconds "
+        "after its first line arrived.",
+        1.0,
+    )
+    flush_events: int = doc(
+        "...or as soon as this many lines are waiting (under a backlog the micro-batch "
+        "grows up to 8x this, to amortize detection, and shrinks back once caught up).",
+        100_000,
+    )
+    poll_interval_s: float = doc(
+        "tail: how often files and globs are checked for new data when idle.", 0.1
+    )
+    read_bytes: int = doc(
+        "tail: bytes read from one file per read call (a backlog is read in such steps).",
+        4_194_304,
+    )
+    rotate_wait_s: float = doc(
+        "tail: after a file is renamed away or deleted, keep reading it until it has been "
+        "idle this long (a writer may still append before reopening).",
+        5.0,
+    )
+    start_at_end: bool = doc(
+        "tail: files found at startup that have no checkpoint are read from their end, not "
+        "their beginning (files created later are always read whole).",
+        False,
+    )
+    detect: bool = doc("Run the detectors incrementally (off: store events only).", True)
+    backlog_detect_interval_s: float = doc(
+        "Under a backlog (size-triggered flushes) with overlap_detection, micro-batches "
+        "wait up to this long to be detected together (detection costs about the window, "
+        "not the new events). Interval-triggered flushes never wait.",
+        5.0,
+    )
+    overlap_detection: bool = doc(
+        "tail/run/follow: detect and commit a micro-batch on a second thread while the "
+        "next one is read and parsed (same order and atomicity; a backlog's waiting "
+        "micro-batches are detected together). Off: one flush at a time.",
+        True,
+    )
+    session_idle_minutes: float = doc(
+        "A session with no event for this long (log time) is finished: it stops counting as "
+        "active and its events become eligible for expiry from the detection window.",
+        30.0,
+    )
+    window_minutes: float = doc(
+        "Events of finished sessions are kept this long (log time) for caller/address "
+        "windows. 0: max(detectors.entity_window_minutes, detectors.max_session_hours).",
+        0.0,
+    )
+    max_window_events: int = doc(
+        "Hard cap of events held for detection; past it the oldest events expire first "
+        "(counted as window_evicted). Bounds memory whatever the traffic: ~170 bytes per "
+        "held event (the detectors' columns only), so 500,000 events ≈ 85 MiB — about 14 h "
+        "of traffic at 10 events/s, 50 s at 10,000 events/s.",
+        500_000,
+    )
+    max_detect_events: int = doc(
+        "Most events one detection pass reads: the touched entities' events over the "
+        "window, newest first. When traffic is dense every entity is touched by every "
+        "micro-batch and a pass would read the whole window; detection needs roughly 2 KB "
+        "of working memory per event read, so this bounds live mode's peak memory "
+        "(0: no cap).",
+        100_000,
+    )
+    out_of_order_tolerance_s: float = doc(
+        "Events up to this much older than the newest event seen are on time; later ones "
+        "are still stored and detected, but counted as late_events. Expiry waits this long.",
+        60.0,
+    )
+    history_events: int = doc(
+        "Baselines (population, per caller) are fitted on the micro-batch's entities plus "
+        "up to this many of the most recent window events, as batch analyze fits them on "
+        "everything it sees (0: the touched entities only; cheaper, noisier early on).",
+        100_000,
+    )
+    history_dir: str = doc(
+        "Store whose recent events seed the baselines at start-up (default: this store). "
+        "Point it at a store holding past traffic to replay logs with the baselines batch "
+        "analyze had.",
+        "",
+    )
+    max_tracked_alerts: int = doc(
+        "Alert ids remembered to tell new/changed alerts from repeats (LRU).", 200_000
+    )
+    compact_interval_s: float = doc(
+        "How often live mode compacts the store's small files (0: never).", 300.0
+    )
+    status_interval_s: float = doc(
+        "How often the status file read by `toolwatch status` is rewritten.", 1.0
+    )
+    kafka_lag_warn_s: float = doc(
+        "kafka: warn (log, `toolwatch status`, metrics) when the consumer lag has been "
+        "growing, never back down to where it started, for longer than this (0: never).",
+        60.0,
+    )
+    metrics_port: int | None = doc(
+        "Serve Prometheus metrics on 127.0.0.1:PORT/metrics (unset: off; 0: any free port).",
+        None,
+    )
+    metrics_host: str = doc("Address the metrics endpoint binds to.", "127.0.0.1")
+    keep_server_text: bool = doc(
+        "run: keep non-JSON stderr lines in the quarantine dataset (reason server_text).", True
+    )
+    sinks: list[SinkConfig] = doc(
+        "Alert sinks ([[live.sinks]] tables). None configured: stdout for tail/kafka, "
+        "nothing but the store for run.",
+        factory=list,
+    )
+
+    @classmethod
+    def from_config(cls, config: Config) -> LiveConfig:
+        """Parse ``config.live`` (rejects unknown keys and wrong types)."""
+        lc = from_dict(cls, dict(config.live or {}), prefix="live")
+        lc.validate()
+        return lc
+
+    def validate(self) -> None:
+        """Check values.
+
+        Raises
+        ------
+        toolwatch.errors.ConfigError
+            On a non-positive interval or an unknown sink type.
+        """
+        from toolwatch.errors import ConfigError
+
+        if self.flush_interval_s <= 0 or self.flush_events <= 0:
+            raise ConfigError("must be positive", key="live.flush_interval_s")
+        for i, s in enumerate(self.sinks):
+            if s.type not in ("stdout", "file", "kafka", "webhook"):
+                raise ConfigError(
+                    f"unknown sink type {s.type!r}: stdout, file, kafka or webhook",
+                    key=f"live.sinks[{i}].type",
+                )
+            if s.type == "file" and not s.path:
+                raise ConfigError("file sink needs a path", key=f"live.sinks[{i}].path")
+            if s.type == "webhook" and not s.url:
+                raise ConfigError("webhook sink needs a url", key=f"live.sinks[{i}].url")
+            if s.type == "kafka" and not s.topic:
+                raise ConfigError("kafka sink needs a topic", key=f"live.sinks[{i}].topic")
+            if s.min_severity not in SEVERITY_RANK:
+                raise ConfigError(
+                    "must be low, medium, high or critical", key=f"live.sinks[{i}].min_severity"
+                )
+
+

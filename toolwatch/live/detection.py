@@ -1,0 +1,190 @@
+"""Incremental detection over the window: the detector function, baseline history."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from toolwatch import schema
+from toolwatch.config import Config
+from toolwatch.live.window import ENTITY_COLUMNS
+from toolwatch.store import Store
+
+log = logging.getLogger("toolwatch.live")
+
+
+#: ``(events, summaries, history=None) -> alerts``: the detectors' ``run_batch`` contract.
+DetectFn = Callable[..., pl.DataFrame]
+
+
+def _empty_alerts() -> pl.DataFrame:
+    df = pl.from_arrow(schema.ALERTS.empty_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def default_detector(config: Config) -> tuple[DetectFn | None, float]:
+    """The detectors package as a live detection function, and its retention in minutes.
+
+    Live means the same as batch: the config allowlists (``[detectors.suppress]``) are
+    applied by the detectors, and the suppressions an analyst created in triage
+    (``_triage/suppressions.json``) are applied to every micro-batch's alerts exactly as
+    ``analyze`` applies them (read at every flush, so a suppression made in the dashboard
+    applies from the next flush on). The isolation forest is
+    loaded (``models/forest.skops``) or fitted once per process and reused by every
+    flush (it is refitted only while there were too few sessions to fit it).
+
+    Returns ``(None, 0)`` when the detectors package is not available.
+    """
+    try:
+        from toolwatch import detectors
+    except ImportError:
+        return None, 0.0
+    if not hasattr(detectors, "run_batch"):
+        return None, 0.0
+    from toolwatch.analyze import apply_triage_suppressions
+
+    dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
+    model_path = config.trained_forest
+    retention = max(
+        float(getattr(dcfg, "entity_window_minutes", 60)),
+        float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,
+    )
+    reuse: dict[str, Any] = {}
+
+    def run(
+        events: pl.DataFrame, summaries: pl.DataFrame, history: pl.DataFrame | None = None
+    ) -> pl.DataFrame:
+        alerts = detectors.run_batch(
+            events, summaries, dcfg, history=history, model_path=model_path, reuse=reuse
+        )
+        return apply_triage_suppressions(alerts, config.data_dir)
+
+    return run, retention
+
+
+
+class DetectMixin:
+    """Detection of a :class:`~toolwatch.live.pipeline.LivePipeline` (runs on its commit thread)."""
+
+    def _detect(self, events_tbl: pa.Table, summaries_tbl: pa.Table) -> pl.DataFrame | None:
+        if self.detector is None:
+            return None
+        # Only the window's columns cross into polars: converting raw lines and the
+        # other store-only strings would copy them for nothing.
+        cols = [c for c in self.window.columns if c in events_tbl.column_names]
+        events = pl.from_arrow(events_tbl.select(cols))
+        summaries = pl.from_arrow(summaries_tbl)
+        assert isinstance(events, pl.DataFrame) and isinstance(summaries, pl.DataFrame)
+        self.window.add(events, summaries)
+        if events.height == 0 and summaries.height == 0:
+            return None
+        touched: dict[str, pl.Series] = {}
+        for col in ENTITY_COLUMNS.values():
+            parts = [
+                df.get_column(col).drop_nulls()
+                for df in (events, summaries)
+                if df.height and col in df.columns
+            ]
+            touched[col] = (
+                pl.concat(parts).unique() if parts else pl.Series(col, [], dtype=pl.String)
+            )
+        ev, su = self.window.select(touched)
+        if ev.height == 0 and su.height == 0:
+            return None
+        cap = self.live.max_detect_events
+        if cap > 0 and ev.height > cap:
+            # Dense traffic touches every entity: read the newest events only (sorted by
+            # ts), so a pass's memory follows the cap, not the window.
+            ev = ev.tail(cap)
+            self.status.extra["detect_capped"] = self.status.extra.get("detect_capped", 0) + 1
+        hist = self._history()
+        try:
+            alerts = self.detector(ev, su, history=hist)
+        except Exception:  # a detector bug must not stop ingestion
+            log.exception("detectors failed on a micro-batch; events are stored anyway")
+            self.status.extra["detector_errors"] = self.status.extra.get("detector_errors", 0) + 1
+            return None
+        if alerts is None or alerts.height == 0:
+            return None
+        # Only entities this micro-batch touched: others were seen partially.
+        mask = pl.lit(False)
+        for etype, col in ENTITY_COLUMNS.items():
+            ids = touched.get(col)
+            if ids is not None and len(ids):
+                mask = mask | (
+                    (pl.col("entity_type") == etype) & pl.col("entity_id").is_in(ids.implode())
+                )
+        mask = mask | ~pl.col("entity_type").is_in(list(ENTITY_COLUMNS))
+        alerts = alerts.filter(mask)
+        news, n_new, n_upd = self.tracker.news(alerts)
+        self.status.alerts_new += n_new
+        self.status.alerts_updated += n_upd
+        self.status.alerts_suppressed_repeats += alerts.height - news.height
+        if news.height == 0:
+            return None
+        now = datetime.now(UTC)
+        return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
+
+    def _load_history_base(self) -> None:
+        """Most recent events already stored when this process started (baselines)."""
+        self._history_loaded = True
+        n = self.live.history_events
+        if n <= 0:
+            return
+        st = Store(self.live.history_dir) if self.live.history_dir else self.store
+        if not st.files("events"):
+            return
+        cols = ", ".join(f'"{c}"' for c in self.window.columns)
+        try:
+            con = st.connect()
+            try:
+                df = _pl(con.sql(f"SELECT {cols} FROM events ORDER BY ts DESC LIMIT ?",
+                                 params=[n]))
+            finally:
+                con.close()
+        except Exception as exc:  # baselines then come from the window only
+            log.warning("cannot load baseline history: %s", exc)
+            return
+        if df.height:
+            sch = pa.schema([schema.EVENTS.field(c) for c in self.window.columns])
+            self._history_base = _conform(df.sort("ts"), sch)
+
+    def _history(self) -> pl.DataFrame | None:
+        """Baseline history for the detectors: stored past + the window (bounded)."""
+        n = self.live.history_events
+        if n <= 0:
+            return None
+        if not self._history_loaded:
+            self._load_history_base()
+        parts = [p for p in (self._history_base, self.window.events) if p is not None]
+        if not parts:
+            return None
+        if len(parts) == 1:
+            return parts[0].tail(n)
+        return (
+            pl.concat([parts[0], parts[1].tail(n)], how="vertical_relaxed")
+            .unique(subset="event_id", keep="last", maintain_order=True)
+            .tail(n)
+        )
+
+
+
+def _pl(result: Any) -> pl.DataFrame:
+    """A DuckDB result as a polars frame."""
+    df = pl.from_arrow(result.to_arrow_table())
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def _conform(df: pl.DataFrame, sch: pa.Schema) -> pl.DataFrame:
+    out = pl.from_arrow(df.select(sch.names).to_arrow().cast(sch))
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+

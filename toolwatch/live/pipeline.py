@@ -1,0 +1,373 @@
+"""The live pipeline: buffers batches, transforms them, hands them to the commit thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from toolwatch import schema
+from toolwatch.config import Config
+from toolwatch.ingest.records import RawBatch
+from toolwatch.live.commit import CommitMixin, FlushResult, _concat, _Job
+from toolwatch.live.config import LiveConfig
+from toolwatch.live.detection import DetectFn, DetectMixin, default_detector
+from toolwatch.live.status import LiveStatus, RateMeter
+from toolwatch.live.tracking import AlertTracker
+from toolwatch.live.warmup import WarmUpMixin
+from toolwatch.live.window import _ID_COLUMNS, DetectionWindow
+from toolwatch.pipeline import BatchOutput, Pipeline
+from toolwatch.store import Checkpoint, Store
+
+log = logging.getLogger("toolwatch.live")
+
+
+def merge_batches(batches: list[RawBatch]) -> RawBatch:
+    """Concatenate consecutive batches of one stream into one (no line copies)."""
+    if len(batches) == 1:
+        return batches[0]
+    first, last = batches[0], batches[-1]
+    lines = pa.concat_arrays([b.lines for b in batches])
+    offs = np.concatenate([b.offsets for b in batches])
+    nos = (
+        np.concatenate([b.line_nos for b in batches])  # type: ignore[misc]
+        if all(b.line_nos is not None for b in batches)
+        else None
+    )
+    return RawBatch(
+        source=last.source,
+        source_fp=first.source_fp,
+        lines=lines,  # type: ignore[arg-type]
+        offsets=offs,
+        line_nos=nos,
+        end_offset=last.end_offset,
+        final=last.final,
+    )
+
+
+class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
+    """Micro-batching, incremental detection and atomic commits for live sources.
+
+    Parameters
+    ----------
+    config
+        Full configuration (``config.live`` is parsed into :class:`LiveConfig`).
+    store
+        Destination store (the source of truth for checkpoints and alerts).
+    kind
+        ``tail``, ``run``, ``kafka`` or ``follow`` — names the status file.
+    name
+        Human-readable name of what is followed.
+    sinks
+        Alert sinks (:class:`toolwatch.sinks.SinkSet`); ``None``: store only.
+    detector
+        Detection function ``(events, summaries) -> alerts``; default: the detectors
+        package (absent: detection off). Tests inject simple rules here.
+    live
+        Pre-parsed live settings (default: from ``config``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        *,
+        kind: str = "tail",
+        name: str = "",
+        sinks: Any = None,
+        detector: DetectFn | None = None,
+        live: LiveConfig | None = None,
+    ):
+        self.config = config
+        self.live = live or LiveConfig.from_config(config)
+        self.store = store
+        self.pipe = Pipeline(config, store)
+        self.sinks = sinks
+        retention = self.live.window_minutes
+        if detector is None and self.live.detect:
+            detector, det_retention = default_detector(config)
+            if detector is None:
+                log.warning("detectors package unavailable: live detection is off")
+            retention = retention or det_retention
+        self.detector = detector if self.live.detect else None
+        self.window = DetectionWindow(
+            retention or 60.0,
+            self.live.session_idle_minutes,
+            self.live.out_of_order_tolerance_s,
+            self.live.max_window_events,
+            # Without detection the window only holds warmed-up rows: no need to import
+            # the detectors (and scikit-learn) just to learn their columns.
+            columns=None if self.detector is not None else _ID_COLUMNS,
+        )
+        self.tracker = AlertTracker(self.live.max_tracked_alerts)
+        self.status = LiveStatus(kind=kind, name=name)
+        self.rate = RateMeter()
+        self.on_commit: list[Callable[[FlushResult], None]] = []
+        self._pending: dict[str, list[RawBatch]] = {}
+        self._pending_lines = 0
+        self._extra_quarantine: list[pa.Table] = []
+        self._first_pending_at: float | None = None
+        self._last_compact = time.monotonic()
+        self._warmed: set[str] = set()
+        self._history_base: pl.DataFrame | None = None
+        # Under a backlog (size-triggered flushes that take longer than the interval) the
+        # micro-batch grows up to 8x flush_events, amortizing detection over more events;
+        # it shrinks back once the pipeline keeps up. Latency is unaffected when caught up.
+        self._flush_events = self.live.flush_events
+        self._history_loaded = False
+        # Commit thread (flush(wait=False)): transformed micro-batches queue here, in
+        # order; the thread detects and commits whatever is queued when it gets free.
+        self._cv = threading.Condition()
+        self._queue: list[_Job] = []
+        self._queued_events = 0
+        self._busy = False
+        self._urgent = False
+        self._stopping = False
+        self._worker: threading.Thread | None = None
+        self._worker_error: BaseException | None = None
+        self._load_alert_memory()
+
+    # ------------------------------------------------------------------ input
+    def add(self, batch: RawBatch) -> None:
+        """Buffer one batch of a stream (flushed by :meth:`flush`)."""
+        if len(batch) == 0 and not batch.final and batch.end_offset <= 0:
+            return
+        self._pending.setdefault(batch.source_fp, []).append(batch)
+        self._pending_lines += len(batch)
+        if self._first_pending_at is None:
+            self._first_pending_at = time.monotonic()
+
+    def add_server_text(
+        self,
+        source: str,
+        source_fp: str,
+        lines: list[bytes],
+        offsets: list[int],
+        line_nos: list[int] | None,
+    ) -> None:
+        """Keep non-JSON stderr lines of a wrapped server (quarantine, reason ``server_text``)."""
+        self.status.server_text_lines += len(lines)
+        if not lines or not self.live.keep_server_text:
+            return
+        keep = self.config.ingest.quarantine_raw_chars
+        scrub = self.pipe.hasher.scrub_text
+        raws = [
+            scrub(b.rstrip(b"\r\n")[: keep * 4]).decode("utf-8", "backslashreplace")[:keep]
+            for b in lines
+        ]
+        now = datetime.now(UTC)
+        n = len(lines)
+        tbl = pa.table(
+            {
+                "event_id": [f"{source_fp}:{o}" for o in offsets],
+                "reason": ["server_text"] * n,
+                "detail": ["non-JSON line on the server's stderr"] * n,
+                "source": [source] * n,
+                "source_fp": [source_fp] * n,
+                "offset": pa.array(offsets, pa.int64()),
+                "line_no": pa.array(line_nos if line_nos else [None] * n, pa.int64()),
+                "raw": raws,
+                "raw_bytes": pa.array([len(b.rstrip(b"\r\n")) for b in lines], pa.int64()),
+                "ingested_at": pa.array([now] * n, schema.TS),
+            },
+            schema=schema.QUARANTINE,
+        )
+        self._extra_quarantine.append(tbl)
+        if self._first_pending_at is None:
+            self._first_pending_at = time.monotonic()
+
+    def drop_pending(self, fps: Iterable[str]) -> int:
+        """Discard unflushed lines of some streams (Kafka partitions lost); returns lines."""
+        n = 0
+        for fp in fps:
+            dropped = self._pending.pop(fp, None)
+            if dropped:
+                n += sum(len(b) for b in dropped)
+        self._pending_lines -= n
+        if not self._pending and not self._extra_quarantine:
+            self._first_pending_at = None
+        return n
+
+    @property
+    def pending_lines(self) -> int:
+        """Lines waiting for the next flush."""
+        return self._pending_lines
+
+    def _committing(self) -> bool:
+        """Whether the commit thread is detecting/committing right now.
+
+        Not merely "something is queued": queued backlog micro-batches may be waiting for
+        more, and an interval flush is what tells the commit thread to stop waiting.
+        """
+        return self._busy
+
+    def caught_up(self) -> None:
+        """The source has nothing more to read for now: commit what is queued at once.
+
+        Backlog micro-batches wait to be detected together; once the backlog is read
+        there is nothing left to wait for.
+        """
+        if self._queue:
+            with self._cv:
+                self._urgent = True
+                self._cv.notify_all()
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether a flush is due (interval elapsed since the first waiting line, or size).
+
+        While the commit thread is busy, only size makes a flush due: lines keep
+        gathering and are parsed once it is free, so the detection that follows includes
+        the newest lines instead of queueing a micro-batch that would wait anyway.
+
+        Raises
+        ------
+        Exception
+            The failure that stopped the commit thread, if any.
+        """
+        # Loops poll this: a failed commit thread stops them even when no data arrives.
+        self._raise_worker_error()
+        if self._first_pending_at is None:
+            return False
+        if self._pending_lines >= self._flush_events:
+            return True
+        if self._committing():
+            return False
+        now = time.monotonic() if now is None else now
+        return now - self._first_pending_at >= self.live.flush_interval_s
+
+    def time_to_due(self) -> float:
+        """Seconds until the pending data must be flushed (inf when nothing waits)."""
+        if self._first_pending_at is None:
+            return float("inf")
+        left = max(0.0, self._first_pending_at + self.live.flush_interval_s - time.monotonic())
+        # Busy commit thread: look again soon (not a busy loop) rather than at the interval.
+        return max(left, 0.02) if self._committing() else left
+
+
+    # ------------------------------------------------------------------ flush
+    def finalize_streams(self, fps: Iterable[str] | None = None) -> None:
+        """Mark streams ended: JSON-RPC requests still waiting are emitted unanswered."""
+        for fp in list(self.pipe.pairers if fps is None else fps):
+            if fp not in self.pipe.pairers:
+                continue
+            pend = self._pending.get(fp)
+            if pend:
+                pend[-1].final = True
+            else:
+                self.add(
+                    RawBatch(
+                        source=fp,
+                        source_fp=fp,
+                        lines=pa.array([], pa.large_binary()),  # type: ignore[arg-type]
+                        offsets=np.zeros(0, np.int64),
+                        line_nos=None,
+                        end_offset=-1,
+                        final=True,
+                    )
+                )
+
+    def flush(self, *, wait: bool = True) -> FlushResult:
+        """Transform the waiting lines, then detect, commit atomically, emit, run hooks.
+
+        Parameters
+        ----------
+        wait
+            True: everything happens before this returns (the result carries the batch
+            id and the alerts). False, with ``live.overlap_detection`` on: the transformed
+            micro-batch is queued for the commit thread, which detects and commits it
+            while the caller reads and parses the next one; the result then only says
+            what was transformed. Queued micro-batches are committed in order, and all
+            that wait when the commit thread becomes free are detected together and
+            committed as one atomic batch (under a backlog detection runs less often, as
+            its cost follows the window, not the new events). Call :meth:`drain` to wait.
+
+        Raises
+        ------
+        Exception
+            Whatever stopped the commit thread (re-raised here; nothing after the failed
+            batch is committed, so the checkpoints never skip data).
+        """
+        t0 = time.monotonic()
+        # A flush forced by size, not by the interval, means lines arrive faster than
+        # micro-batches: a backlog (or a very high rate).
+        by_size = self._pending_lines >= self._flush_events
+        job = self._transform_pending()
+        if not wait and self.live.overlap_detection:
+            self._raise_worker_error()
+            res = FlushResult()
+            if job is not None:
+                job.backlog = by_size
+                res.lines, res.events, res.checkpoints = job.lines, job.events.num_rows, \
+                    job.checkpoints
+                self._enqueue(job)
+            res.seconds = time.monotonic() - t0
+            return res
+        self.drain()
+        if job is None:
+            return FlushResult()
+        return self._commit([job], t0)
+
+    def _transform_pending(self) -> _Job | None:
+        """Run the transforms over every waiting stream (caller's thread; parser state)."""
+        if not self._pending and not self._extra_quarantine:
+            self._first_pending_at = None
+            return None
+        pending, self._pending = self._pending, {}
+        extra_q, self._extra_quarantine = self._extra_quarantine, []
+        lines = self._pending_lines
+        self._pending_lines = 0
+        self._first_pending_at = None
+
+        checkpoints: list[Checkpoint] = []
+        outs: list[BatchOutput] = []
+        for fp, bl in pending.items():
+            merged = merge_batches(bl)
+            if len(merged) == 0 and not (merged.final and fp in self.pipe.pairers):
+                # Nothing to parse (e.g. only server text): just advance the checkpoint.
+                if merged.end_offset >= 0:
+                    checkpoints.append(
+                        Checkpoint(merged.source_fp, merged.source, merged.end_offset)
+                    )
+                continue
+            try:
+                outs.append(self.pipe.transform(merged))
+            except ValueError:
+                if len(merged):
+                    raise
+                # An empty final batch only flushes waiting JSON-RPC requests; a parser
+                # that cannot take an empty batch must not stop the flush.
+                log.warning("could not flush pending requests of %s", merged.source)
+        c = self.pipe.counters
+        return _Job(
+            events=_concat([o.events for o in outs], schema.EVENTS),
+            summaries=_concat([o.summaries for o in outs], schema.SUMMARIES),
+            quarantine=_concat([o.quarantine for o in outs] + extra_q, schema.QUARANTINE),
+            checkpoints=checkpoints
+            + [o.checkpoint for o in outs if o.checkpoint.end_offset >= 0],
+            lines=lines,
+            # Snapshot on this thread: the parser keeps counting while the commit runs.
+            lines_read=c.lines_read,
+            quarantined=dict(c.quarantined),
+        )
+
+
+    def close(self) -> None:
+        """Flush what is pending and release resources (store writer lock, parser)."""
+        try:
+            self.finalize_streams()
+            self.flush()
+        finally:
+            self._stop_worker()
+            self.pipe.close()
+            if self.sinks is not None:
+                self.sinks.close()
+                self.status.sinks = self.sinks.counters()
+
+

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 from toolwatch.detectors.config import TOOL_ROLES as ROLES
 from toolwatch.detectors.config import DetectorsConfig, ToolsConfig
+from toolwatch.detectors.features import SEED as _FEATURES_SEED
 
 if TYPE_CHECKING:
     from toolwatch.detectors.base import FeatureSet
@@ -200,6 +201,13 @@ def _extract(args: pl.Expr, key: str) -> pl.Expr:
     return pl.coalesce(args.str.extract(pat, 1), args.str.extract(pat, 2))
 
 
+def _pair_key() -> pl.Expr:
+    # One 64-bit key per (server, tool): polars groups and joins one integer column far
+    # faster than two string columns. Null hashes differ from "" hashes, so a null tool
+    # stays distinct from an empty one, as the string columns were.
+    return pl.struct(pl.col("server").hash(_SEED), pl.col("tool").hash(_SEED)).hash(_SEED)
+
+
 def annotate(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     """Per-event role, sensitivity, business key and idempotency key (columnar).
 
@@ -216,6 +224,12 @@ def annotate(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     polars.DataFrame
         ``events`` plus ``tool_role``, ``mutates``, ``irreversible``, ``outbound``,
         ``sensitive``, ``bk_arg``, ``bk``, ``bkh``, ``idem``, ``idemh``.
+
+    Notes
+    -----
+    Cost: per event, two hashes (the (server, tool) pair and the argument text) and two
+    lookups on those integer keys; everything else runs on the few distinct tools and on
+    the distinct argument texts that mention a sensitive term or a configured key.
     """
     tc = config.tools
     ev = events
@@ -223,69 +237,67 @@ def annotate(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
                   ("resource_id", pl.String), ("resource_key", pl.String)):
         if c not in ev.columns:
             ev = ev.with_columns(pl.lit(None, dt).alias(c))
-    table = tool_table(ev, config)
-    keyed = ev.select("server", "tool").join(
-        table, on=["server", "tool"], how="left", maintain_order="left", nulls_equal=True
-    )
-    ah = pl.col("args").fill_null("").hash(_SEED)
-    base = ev.select(
-        ah.alias("_ah"), "args", keyed["idem_args"].alias("_ia"), keyed["bk_arg"].alias("_bka"),
-    )
+    keys = ev.select(_pair_key().alias("_pk"), pl.col("args").fill_null("").hash(_SEED)
+                     .alias("_ah"))
+    firsts = pl.concat([keys.select("_pk"), ev.select("server", "tool")], how="horizontal")
+    firsts = firsts.filter(pl.col("_pk").is_first_distinct())
+    table = tool_table(firsts, config)
+    table = firsts.join(table, on=["server", "tool"], how="left", nulls_equal=True)
+    # Per event, the columns it needs (not the list of idempotency argument names).
+    keyed = keys.select("_pk").join(
+        table.select("_pk", "tool_role", "mutates", "irreversible", "outbound",
+                     "sensitive_tool", "bk_arg"),
+        on="_pk", how="left", maintain_order="left")
     # Argument texts worth a regular expression: those mentioning a configured key or a
-    # sensitive term. One Aho-Corasick pass over the *distinct* texts finds them.
+    # sensitive term. One Aho-Corasick pass over the *distinct* texts finds them; only
+    # the texts with a finding are looked up per event.
     idem_keys = sorted({k for ks in table["idem_args"].to_list() for k in ks})
     bk_keys = sorted({k for k in table["bk_arg"].drop_nulls().to_list()})
-    distinct = base.filter(pl.col("_ah").is_first_distinct()).with_columns(
-        pl.col("args").fill_null("")
+    distinct = pl.concat([keys.select("_ah"), ev.select("args")], how="horizontal").filter(
+        pl.col("_ah").is_first_distinct()).with_columns(pl.col("args").fill_null(""))
+    args = pl.col("args")
+    sens = (pl.lit(False) if not tc.sensitive_terms else args.str.contains_any(
+        list(tc.sensitive_terms), ascii_case_insensitive=True))
+    has_idem = args.str.contains_any([f'"{k}"' for k in idem_keys]) if idem_keys else None
+    has_bk = args.str.contains_any([f'"{k}"' for k in bk_keys]) if bk_keys else None
+    conds = [pl.col("_sens_args"), *[c for c in (has_idem, has_bk) if c is not None]]
+    # The regular expressions then run on the few texts with a finding only.
+    d = distinct.with_columns(sens.alias("_sens_args")).filter(pl.any_horizontal(conds))
+    d = d.select(
+        "_ah", "_sens_args",
+        (pl.lit(None, pl.String) if has_idem is None else pl.when(has_idem).then(
+            pl.coalesce([_extract(args, k) for k in idem_keys]))).alias("idem"),
+        *[pl.when(has_bk).then(_extract(args, k)).alias(f"_bk_{i}")
+          for i, k in enumerate(bk_keys)],
     )
-    looked = distinct.select("_ah").with_columns(
-        pl.col("_ah").alias("_ah2"),
-        (pl.lit(False) if not tc.sensitive_terms else distinct["args"].str.contains_any(
-            list(tc.sensitive_terms), ascii_case_insensitive=True)).alias("_sens_args"),
-    ).drop("_ah2")
-    if idem_keys:
-        d_idem = distinct.filter(
-            pl.col("args").str.contains_any([f'"{k}"' for k in idem_keys])
-        )
-        idem = pl.coalesce([_extract(pl.col("args"), k) for k in idem_keys]) if d_idem.height \
-            else pl.lit(None, pl.String)
-        d_idem = d_idem.select("_ah", idem.alias("idem")) if d_idem.height else \
-            pl.DataFrame(schema={"_ah": pl.UInt64, "idem": pl.String})
-    else:
-        d_idem = pl.DataFrame(schema={"_ah": pl.UInt64, "idem": pl.String})
+    lk = keys.select("_ah").join(d, on="_ah", how="left", maintain_order="left")
     if bk_keys:
-        d_bk = distinct.filter(pl.col("args").str.contains_any([f'"{k}"' for k in bk_keys]))
-        d_bk = d_bk.select("_ah", *[_extract(pl.col("args"), k).alias(f"_bk_{i}")
-                                    for i, k in enumerate(bk_keys)])
-    lk = base.select("_ah", "_bka").join(looked, on="_ah", how="left", maintain_order="left")
-    lk = lk.join(d_idem, on="_ah", how="left", maintain_order="left")
-    if bk_keys:
-        lk = lk.join(d_bk, on="_ah", how="left", maintain_order="left")
         configured = pl.coalesce(
-            [pl.when(pl.col("_bka") == k).then(pl.col(f"_bk_{i}"))
-             for i, k in enumerate(bk_keys)]
+            [pl.when(keyed["bk_arg"] == k).then(pl.col(f"_bk_{i}")) for i, k in enumerate(bk_keys)]
         )
+        bk_conf = lk.select(configured.alias("_bk_conf"))["_bk_conf"]
+        bk = pl.when(keyed["bk_arg"].is_not_null()).then(bk_conf).otherwise(
+            pl.col("resource_id"))
     else:
-        configured = pl.lit(None, pl.String)
-    lk = lk.select(
-        pl.col("_sens_args").fill_null(False),
-        pl.col("idem"),
-        configured.alias("_bk_conf"),
-    )
-    bk = pl.when(keyed["bk_arg"].is_not_null()).then(lk["_bk_conf"]).otherwise(
-        pl.col("resource_id"))
+        bk = pl.col("resource_id")
     out = ev.with_columns(
         keyed["tool_role"],
         keyed["mutates"],
         keyed["irreversible"],
         keyed["outbound"],
-        (keyed["sensitive_tool"] | lk["_sens_args"]).alias("sensitive"),
+        (keyed["sensitive_tool"] | lk["_sens_args"].fill_null(False)).alias("sensitive"),
         pl.coalesce(keyed["bk_arg"], pl.col("resource_key")).alias("bk_arg"),
         bk.alias("bk"),
         lk["idem"].alias("idem"),
     )
+    if not bk_keys and _SEED == _FEATURES_SEED and out.schema.get("rh") == pl.UInt64:
+        # The business key is the resource id, whose hash (same seed, null for null) the
+        # prepared events already carry.
+        bkh = pl.col("rh")
+    else:
+        bkh = pl.when(pl.col("bk").is_not_null()).then(pl.col("bk").hash(_SEED))
     return out.with_columns(
-        pl.when(pl.col("bk").is_not_null()).then(pl.col("bk").hash(_SEED)).alias("bkh"),
+        bkh.alias("bkh"),
         pl.when(pl.col("idem").is_not_null()).then(pl.col("idem").hash(_SEED)).alias("idemh"),
     )
 

@@ -199,7 +199,6 @@ def main() -> None:
                for s in args.seeds]
 
     cats: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    variants: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     missed: list[str] = []
     ben_n = ben_k = 0
     roles: dict[str, list[int]] = defaultdict(lambda: [0, 0])
@@ -267,7 +266,7 @@ def main() -> None:
         p_lines += [f"seed {r['seed']}: {x}" for x in _flag_details(pev["false_positives"],
                                                                      r["power_alerts"])]
     calls = sum(lb["n_calls"] for r in results for lb in r["power_labels"])
-    print(f"\n== independent power-user days (benchmarks/power_day.py), mixed into each seed ==")
+    print("\n== independent power-user days (benchmarks/power_day.py), mixed into each seed ==")
     print(f"sessions: {sess_n} ({calls} calls, median "
           f"{sorted(lb['n_calls'] for r in results for lb in r['power_labels'])[sess_n // 2]} "
           f"calls per session)")
@@ -286,7 +285,7 @@ def main() -> None:
     for r in results:
         for m in r["mixed_gen_missed"]:
             print(f"  missed (mixed) seed {r['seed']}: {m['label']}/{m['variant']} {m['id']}")
-    print(f"\nanalyze wall time per seed: "
+    print("\nanalyze wall time per seed: "
           + ", ".join(f"{r['analyze_s']:.1f}s/{r['mixed_analyze_s']:.1f}s" for r in results)
           + f" (clean/mixed); total {time.perf_counter() - t0:.0f}s; files in {work}")
 

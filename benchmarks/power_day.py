@@ -177,9 +177,9 @@ class _Day:
                 self.robust_step("chat", "search_messages", {"query": q, "page": p, "count": 20},
                                  nbytes=int(r.uniform(5e3, 20e3)), rows=20, median_ms=500)
                 if r.random() < 0.5:
+                    thread = f"{1793600000 + r.randint(0, 400000)}.{r.randint(100000, 999999)}"
                     hits.append(("chat", "get_thread_replies",
-                                 {"channel": r.choice(u["channels"]),
-                                  "thread_ts": f"{1793600000 + r.randint(0, 400000)}.{r.randint(100000, 999999)}"}))
+                                 {"channel": r.choice(u["channels"]), "thread_ts": thread}))
             elif where == "tracker":
                 self.robust_step("tracker", "search_issues",
                                  {"jql": f'project = {u["project"]} AND text ~ "{q}"',
@@ -190,7 +190,10 @@ class _Day:
             else:
                 self.robust_step("web", "web_search", {"query": q, "offset": (p - 1) * 10},
                                  nbytes=int(r.uniform(3e3, 9e3)), rows=10, median_ms=900)
-                hits += [("web", "fetch", {"url": f"https://{r.choice(('docs.python.org', 'developer.mozilla.org', 'stackoverflow.com', 'learn.microsoft.com', 'kubernetes.io'))}/{r.randint(1, 99999)}"})
+                sites = ("docs.python.org", "developer.mozilla.org", "stackoverflow.com",
+                         "learn.microsoft.com", "kubernetes.io")
+                hits += [("web", "fetch",
+                          {"url": f"https://{r.choice(sites)}/{r.randint(1, 99999)}"})
                          for _ in range(r.randint(1, 3))]
         # Open hits, often several at once (parallel tool calls of one turn).
         r.shuffle(hits)
@@ -298,7 +301,9 @@ class _Day:
             size = 0
         else:
             self.step("analytics", "run_query",
-                      {"sql": f"select * from {u['login']}_workspace.{r.choice(('events', 'orders', 'usage', 'tickets'))} where day >= current_date - 30"},
+                      {"sql": f"select * from {u['login']}_workspace."
+                              f"{r.choice(('events', 'orders', 'usage', 'tickets'))} "
+                              "where day >= current_date - 30"},
                       nbytes=200, median_ms=400)
             job = "job_" + "".join(r.choices(string.ascii_lowercase + string.digits, k=12))
             runtime = min(400.0, r.lognormvariate(math.log(45), 0.8))
@@ -337,7 +342,8 @@ class _Day:
         site = r.choice(("docs.python.org/3/library", "docs.pola.rs/api", "duckdb.org/docs",
                          "kubernetes.io/docs/concepts"))
         for _ in range(r.randint(1, 5)):
-            self.robust_step("web", "fetch", {"url": f"https://{site}/{r.choice(_WORDS).replace(' ', '-')}"},
+            page = r.choice(_WORDS).replace(" ", "-")
+            self.robust_step("web", "fetch", {"url": f"https://{site}/{page}"},
                              nbytes=int(r.uniform(10e3, 90e3)), median_ms=800)
 
     def work(self) -> None:
@@ -379,7 +385,8 @@ def _user(r: random.Random, i: int) -> dict[str, Any]:
         "login": login,
         "caller": f"{login}@acme.example",
         "ip": r.choice((f"10.20.{r.randint(0, 3)}.{r.randint(2, 250)}",
-                        f"{r.choice((73, 98, 174, 24))}.{r.randint(1, 254)}.{r.randint(1, 254)}.{r.randint(1, 254)}")),
+                        ".".join(map(str, (r.choice((73, 98, 174, 24)), r.randint(1, 254),
+                                           r.randint(1, 254), r.randint(1, 254)))))),
         "tz": r.choice((-8, -5, -5, 0, 1, 1, 2, 5.5)),
         "org": "acme", "repo": repo, "files": files, "files_local": local,
         "fav_files": r.sample(local, 3),
@@ -398,7 +405,7 @@ def _style(call: dict[str, Any], sid: str, u: dict[str, Any]) -> tuple[bool, dic
     if call["server"] in CAMEL_SERVERS:
         outcome = {"ok": "success", "rate_limited": "429", "error": "500",
                    "not_found": "404", "denied": "forbidden"}[call["status"]]
-        rec = {"timestamp": int(round(end * 1000)), "sessionId": sid, "callerId": u["caller"],
+        rec = {"timestamp": round(end * 1000), "sessionId": sid, "callerId": u["caller"],
                "clientIp": u["ip"], "serverName": call["server"], "toolName": call["tool"],
                "arguments": call["args"], "outcome": outcome,
                "isError": call["status"] != "ok", "bytesReturned": call["bytes"],

@@ -209,3 +209,39 @@ def habitual_gate(
         habitual.alias("habitual"),
         pl.when(habitual).then(gate(z_own.fill_null(0.0), self_z)).otherwise(1.0).alias("p_own"),
     )
+
+
+def daily_habits(
+    frame: pl.DataFrame,
+    raw_col: str,
+    keys: list[str],
+    *,
+    min_rows: int,
+    min_days: int,
+    t_col: str = "first_t",
+) -> pl.DataFrame:
+    """Each established entity's typical *day*: the median over its active UTC days of the
+    day's highest raw pattern score.
+
+    :func:`habits` asks whether an entity's typical *session* scores at alert level; a
+    pattern that a person shows once or twice on every working day (reading from a few
+    servers, then posting a summary to chat) is in few of its many sessions, yet it is
+    that person's routine. Here each (entity, day) is one observation, so ``min_rows``
+    counts active days (an entity needs at least that many, and at least ``min_days``).
+
+    Returns
+    -------
+    polars.DataFrame
+        ``keys`` plus ``habit_score``, for established entities only.
+    """
+    if frame.height == 0:
+        empty = frame.select(keys).clear()
+        return empty.with_columns(pl.lit(None, pl.Float64).alias("habit_score"))
+    per_day = group_agg(
+        frame.filter(pl.all_horizontal([pl.col(k).is_not_null() for k in keys])).with_columns(
+            (pl.col(t_col) // US_PER_DAY).alias("_day")),
+        [*keys, "_day"],
+        pl.col(raw_col).fill_null(0.0).max().alias("_day_raw"),
+        (pl.col("_day") * US_PER_DAY).first().alias(t_col),
+    )
+    return habits(per_day, "_day_raw", keys, min_rows=min_rows, min_days=min_days, t_col=t_col)

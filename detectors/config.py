@@ -425,6 +425,21 @@ class CrossServerFlowConfig:
         1_000_000,
     )
     bytes_hi: int = doc("Bytes read elsewhere that make the flow critical.", 20_000_000)
+    source_share_lo: float = doc(
+        "A session the data was read in carries the alert too when it supplied at least "
+        "this share of the bytes read before the outbound call (or a sensitive read): a "
+        "busy caller's other connections with a few small reads in the hour are not where "
+        "the data came from (0: every session read in).",
+        0.2,
+    )
+    self_z: float = doc(
+        "When the caller's typical active day already holds a flow at alert level (a person "
+        "who reads from several servers and then posts to chat or saves to their own folder "
+        "every working day; over baseline_min_sessions days, at least baseline_min_days), a "
+        "flow by volume must also read this many robust z-scores more than the caller's own "
+        "usual flows. Flows from sensitive reads are never excused.",
+        3.0,
+    )
 
 
 @dataclass

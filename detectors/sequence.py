@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Self
 import orjson
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
-from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.baseline import Baseline, daily_habits, habits, habitual_gate
 from toolwatch.detectors.config import DetectorsConfig, WorkflowRule
 from toolwatch.detectors.features import SEED
 from toolwatch.detectors.scoring import all_of, any_of, band
@@ -687,16 +687,63 @@ class CrossServerFlowDetector(_SequenceDetector):
     _extra: ClassVar[list[str]] = ["out_tool", "out_server", "read_bytes", "sensitive_reads",
                                    "source_servers", "chain"]
 
-    def score(self, features: FeatureSet) -> pl.DataFrame:
-        """One row per session: the session of the outbound call."""
+    def _volume(self) -> pl.Expr:
         s = self.settings
-        found = self._find(features).with_columns(
-            any_of(
-                band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi),
-                pl.when(pl.col("sensitive_reads") > 0).then(
-                    0.75 + 0.05 * pl.col("sensitive_reads").clip(0, 5)).otherwise(0.0),
-            ).alias("_s"))
-        return _frame(features, found, self._extra)
+        return band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi)
+
+    def _sensitive(self) -> pl.Expr:
+        return pl.when(pl.col("sensitive_reads") > 0).then(
+            0.75 + 0.05 * pl.col("sensitive_reads").clip(0, 5)).otherwise(0.0)
+
+    def fit(self, history: FeatureSet) -> Self:
+        """Learn whose *routine* it is to read on some servers and send out through another
+        (its typical active day holds such a flow), and how much it usually reads first."""
+        cfg = self.config
+        found = self._find(history)
+        # Batch mode fits on the very sessions it then scores: keep the flows for score().
+        self._found_cache = (history.sessions, found)
+        callers = history.sessions.select("sh", "caller_id", "first_t")
+        per = callers.join(found.select("sh", self._volume().alias("_raw")), on="sh",
+                           how="left")
+        # A day's flows are what counts (one or two per working day, in a few of the many
+        # per-server sessions of that day), so habits are per active day, not per session.
+        self.habit_ = daily_habits(per, "_raw", ["caller_id"],
+                                   min_rows=cfg.baseline_min_sessions,
+                                   min_days=cfg.baseline_min_days)
+        # The caller's usual flow: one observation per outbound call (a flow is carried by
+        # several sessions), timed at the outbound call.
+        flows = found.join(callers.drop("first_t"), on="sh").filter(
+            pl.col("caller_id").is_not_null()).unique(["caller_id", "t_out"]).select(
+            "caller_id", "read_bytes", pl.col("t_out").alias("first_t"))
+        self.caller_baseline_ = Baseline(
+            ["read_bytes"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
+            min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
+        ).fit(flows)
+        self.fitted_ = True
+        return self
+
+    def score(self, features: FeatureSet) -> pl.DataFrame:
+        """One row per session: the session of the outbound call (and those read in).
+
+        Volume flows of a caller for whom they are routine must also read far more than
+        its own usual flows; flows from sensitive reads always count."""
+        if not self.is_fitted:
+            self.fit(FeatureSet.empty(self.config))
+        cached, self._found_cache = getattr(self, "_found_cache", None), None
+        found = (cached[1] if cached is not None and cached[0] is features.sessions
+                 else self._find(features))
+        if self.habit_.height and found.height:
+            callers = features.sessions.select("sh", "caller_id")
+            found = self.caller_baseline_.with_own(found.join(callers, on="sh", how="left"))
+            found = habitual_gate(found, self.habit_, ["caller_id"], self.threshold,
+                                  pl.col("own_z_read_bytes"), self.settings.self_z)
+        else:
+            found = found.with_columns(pl.lit(False).alias("habitual"),
+                                       pl.lit(1.0).alias("p_own"))
+        found = found.with_columns(
+            any_of(all_of(self._volume(), pl.col("p_own")), self._sensitive()).alias("_s"))
+        return _frame(features, found.select("sh", "_s", *self._extra, "habitual"),
+                      [*self._extra, "habitual"])
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
@@ -708,7 +755,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
             pl.col("status").alias("out_status"))
         if out.height == 0:
-            return _empty_found(schema)
+            return _empty_found({**schema, "t_out": pl.Int64})
         reads = ev.filter(
             pl.col("tool_role").is_in(["read", "list_search"])
             & (pl.col("ok") | pl.col("sensitive"))
@@ -720,13 +767,22 @@ class CrossServerFlowDetector(_SequenceDetector):
             (pl.col("server") != pl.col("out_server")) & (pl.col("t") <= pl.col("t_out"))
             & (pl.col("t") >= pl.col("t_out") - win))
         if pairs.height == 0:
-            return _empty_found(schema)
-        per_out = pairs.group_by("sh", "i").agg(
+            return _empty_found({**schema, "t_out": pl.Int64})
+        # The sessions the data was read in are named only when they supplied a real part
+        # of it (or a sensitive read): a busy caller's other connections, each with a few
+        # small reads in the hour, are not where a flow's data came from.
+        out_key, src_key = ["sh", "i"], ["sh", "i", "sh_r"]
+        supplied = (
+            (pl.col("bytes").sum().over(src_key)
+             >= s.source_share_lo * pl.col("bytes").sum().over(out_key))
+            | pl.col("sensitive").any().over(src_key)
+        )
+        per_out = pairs.with_columns(supplied.alias("_supplied")).group_by("sh", "i").agg(
             pl.col("bytes").sum().cast(pl.Int64).alias("read_bytes"),
             pl.struct("tool", "bk").filter(pl.col("sensitive")).n_unique().cast(pl.Int64)
             .alias("sensitive_reads"),
             pl.col("server").unique().sort().str.join(", ").alias("source_servers"),
-            pl.col("sh_r").unique().alias("_src"),
+            pl.col("sh_r").filter(pl.col("_supplied")).unique().alias("_src"),
             pl.col("out_tool").first(), pl.col("out_server").first(),
             pl.col("t_out").first(), pl.col("out_bk").first(), pl.col("out_status").first(),
             # The chain: sensitive reads first, then the largest reads, in time order.
@@ -740,8 +796,8 @@ class CrossServerFlowDetector(_SequenceDetector):
         # sessions the data was read in all carry it.
         per_out = pl.concat([
             per_out.drop("_src"),
-            per_out.explode("_src").drop("sh").rename({"_src": "sh"}).select(per_out.drop(
-                "_src").columns),
+            per_out.explode("_src").filter(pl.col("_src").is_not_null()).drop("sh")
+            .rename({"_src": "sh"}).select(per_out.drop("_src").columns),
         ])
         best = per_out.sort("_rank", descending=True).group_by("sh", maintain_order=True).first()
         outcall = pl.struct(
@@ -751,7 +807,7 @@ class CrossServerFlowDetector(_SequenceDetector):
         best = best.with_columns(
             pl.concat_list(pl.col("_reads").list.sort(), pl.concat_list(outcall))
             .alias("chain"))
-        return best.select("sh", pl.lit(0.0).alias("_s"), *schema)
+        return best.select("sh", pl.lit(0.0).alias("_s"), *schema, "t_out")
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: what was read where, then where it went out."""
@@ -763,6 +819,9 @@ class CrossServerFlowDetector(_SequenceDetector):
         if row.get("sensitive_reads"):
             reasons.append(f"{num(row['sensitive_reads'])} of those reads touched sensitive "
                            "places (credentials, secrets, system files, user/role tables).")
+        elif row.get("habitual"):
+            reasons.append("Reading elsewhere and then sending out is part of this caller's "
+                           "usual day, but this flow read far more than its usual ones.")
         return reasons, self._evidence(row, {
             "outbound_tool": row.get("out_tool"), "outbound_server": row.get("out_server"),
             "bytes_read_elsewhere": row.get("read_bytes"),

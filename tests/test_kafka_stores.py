@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from kafka import KafkaProducer
+from toolwatch.ingest.sources.kafka import KafkaLiveSource
 
 from toolwatch.live_cli import consume_kafka
 
@@ -30,7 +31,10 @@ except ImportError:  # tests/ itself on sys.path
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
-OPTS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 10000}
+# fetch_min_bytes 1 / fetch_max_wait_ms 10: a fetch answers at once, so the poll that
+# completes the join returns records (deterministically the case that exposed the bug).
+OPTS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 10000,
+        "fetch_min_bytes": 1, "fetch_max_wait_ms": 10}
 
 
 def produce(bs: str, topic: str, start: int, stop: int) -> None:
@@ -55,13 +59,24 @@ def member(bs: str, topic: str, group: str, data: Path) -> dict[str, int]:
     return dict(box["src"].counters)  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 14 note): on this host the third member stores offsets "
-    "200-299 twice; passed when written, fails since at that same commit, so it depends on "
-    "timing; under investigation",
-)
-def test_store_per_machine_resumes_at_group_commit(kafka_broker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lookup", ["listener", "after-poll"])
+def test_store_per_machine_resumes_at_group_commit(
+    kafka_broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lookup: str
+) -> None:
+    """B's second run resumes at the group's commit (200), not its own checkpoint (100).
+
+    OPTS make a fetch return at once, so the poll that completes the join already holds
+    records 100-299: the case that used to store 200-299 twice (the member sought back to
+    the commit after that poll had returned them, and re-read them before its store commit
+    raised the floor). ``listener``: the commit is looked up in the rebalance listener,
+    before any fetch. ``after-poll``: that lookup is unavailable (other kafka-python
+    internals) and the poll thread checks after the assigning poll.
+    """
+    if lookup == "after-poll":
+        async def unavailable(self, tps):  # type: ignore[no-untyped-def]
+            return None
+
+        monkeypatch.setattr(KafkaLiveSource, "fetch_committed_async", unavailable)
     bs = kafka_broker.bootstrap
     topic, group = f"stores-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic, partitions=2)

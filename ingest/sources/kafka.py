@@ -356,7 +356,13 @@ class _Listener(AsyncConsumerRebalanceListener):
                 self.owner.note_commit_error(exc)
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.owner.handle_assigned(set(assigned))
+        assigned = set(assigned)
+        # The group's committed offsets are read HERE, before the first fetch of the
+        # new partitions: a seek made after a poll has already returned records would
+        # send the fetcher back over messages this member has just read (the bug of
+        # test_store_per_machine_resumes_at_group_commit: offsets 200-299 stored twice).
+        committed = await self.owner.fetch_committed_async(assigned)
+        self.owner.handle_assigned(assigned, committed)
 
     async def on_partitions_lost(self, lost: Any) -> None:
         self.owner.handle_lost(set(lost))
@@ -533,8 +539,39 @@ class KafkaLiveSource:
         self._check_committed -= tps
         self.assigned -= tps
 
-    def handle_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Seek every assigned partition to the store's checkpoint (source of truth)."""
+    async def fetch_committed_async(
+        self, tps: set[TopicPartition]
+    ) -> dict[TopicPartition, int] | None:
+        """The group's committed offsets of ``tps``, read from the rebalance listener.
+
+        Awaited on kafka-python's IO thread (a blocking ``committed()`` there would wait
+        on itself). None when the lookup failed or kafka-python's internals differ: the
+        poll thread then checks after the assigning poll (:meth:`_skip_to_committed`).
+        """
+        fetch = getattr(getattr(self.consumer, "_coordinator", None),
+                        "fetch_committed_offsets_async", None)
+        if fetch is None or not tps:
+            return None if fetch is None else {}
+        try:
+            got = await fetch(set(tps), timeout_ms=5000)
+        except Exception as exc:
+            log.info("committed offsets unknown at assignment (%s): checked after the poll",
+                     exc)
+            return None
+        return {tp: om.offset for tp, om in got.items()
+                if om is not None and om.offset is not None and om.offset >= 0}
+
+    def handle_assigned(self, assigned: set[TopicPartition],
+                        committed: dict[TopicPartition, int] | None = None) -> None:
+        """Seek every assigned partition to where this store resumes it.
+
+        That is the store's checkpoint (source of truth), or the group's committed offset
+        when it is ahead of the checkpoint: with one store per machine, Kafka offsets are
+        committed only after some store holds the data, so a commit ahead of this store's
+        checkpoint means another machine stored those messages. ``committed`` (looked up
+        by the listener before any fetch) makes this one seek; None defers the check to
+        the poll thread.
+        """
         with self.lock:
             self.counters["assignments"] += 1
             self.store.recover()  # roll forward a batch a killed member committed
@@ -542,10 +579,17 @@ class KafkaLiveSource:
             for tp in assigned:
                 fp = partition_fp(tp.topic, tp.partition)
                 if fp in cps:
-                    self.consumer.seek(tp, cps[fp])
+                    target = cps[fp]
+                    if committed is None:
+                        self._check_committed.add(tp)
+                    elif committed.get(tp, -1) > target:
+                        log.info("%s: Kafka commit %d ahead of this store's checkpoint %d; "
+                                 "resuming there", tp, committed[tp], target)
+                        self.counters["skipped_to_committed"] += 1
+                        target = committed[tp]
+                    self.consumer.seek(tp, target)
                     with self._noted_lock:
-                        self.stored[fp] = cps[fp]
-                    self._check_committed.add(tp)
+                        self.stored[fp] = target
                 self._to_warm.add(fp)
             self.assigned |= assigned
 
@@ -576,7 +620,13 @@ class KafkaLiveSource:
             log.info("%s: Kafka commit %d ahead of this store's checkpoint %d; resuming there",
                      tp, committed, floor)
             self.counters["skipped_to_committed"] += 1
-            self.consumer.seek(tp, committed)
+            # The assigning poll may already have returned records past the commit (they
+            # are kept: the new floor only drops those below it). Seeking back to the
+            # commit would fetch them a second time, before the store commit that raises
+            # the floor past them: seek only forward of what this member already read.
+            pos = self._position(tp)
+            if pos is None or pos < committed:
+                self.consumer.seek(tp, committed)
 
     # ------------------------------------------------------------------ loop
     def _add(self, tp: TopicPartition, msgs: list[Any]) -> int:

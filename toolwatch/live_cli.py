@@ -16,6 +16,7 @@ from typing import Any
 
 from toolwatch.config import Config
 from toolwatch.errors import ToolwatchError
+from toolwatch.ingest.sources.base import LiveSource
 from toolwatch.live import (
     DetectFn,
     FlushResult,
@@ -25,6 +26,7 @@ from toolwatch.live import (
     StatusPublisher,
     StopFlag,
 )
+from toolwatch.live.driver import Driver
 from toolwatch.store import Store
 
 log = logging.getLogger("toolwatch.live")
@@ -106,7 +108,6 @@ class _Runner:
             self.lp.status, config.data_dir, self.live.metrics_port, self.live.metrics_host
         )
         self.verbose = verbose
-        self._last_status = 0.0
         if verbose:
             self.lp.on_commit.append(self._log_flush)
 
@@ -120,15 +121,24 @@ class _Runner:
             st.active_sessions, st.lag,
         )
 
-    def tick(self, extra: Callable[[], None] | None = None, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self._last_status >= self.live.status_interval_s:
-            self._last_status = now
-            st = self.lp.status
-            st.events_per_s = round(self.lp.rate.rate(), 1)
-            if extra is not None:
-                extra()
-            self.pub.write()
+    def drive(self, source: LiveSource, *, stop: StopFlag | None = None,
+              idle_exit_s: float | None = None, max_seconds: float | None = None) -> Driver:
+        """Run ``source`` with the one driver loop, then close it and the pipeline.
+
+        The source is closed before the pipeline: a source that commits on close (Kafka
+        offsets, its rebalance listener) still finds the pipeline open.
+        """
+        d = Driver(source, self.lp, stop=stop, publish=self.pub.write,
+                   idle_exit_s=idle_exit_s, max_seconds=max_seconds)
+        try:
+            d.run()
+        finally:
+            try:
+                source.close()
+            finally:
+                d.apply_status()
+                self.close()
+        return d
 
     def close(self) -> None:
         try:
@@ -153,119 +163,24 @@ def tail_files(
     on_flush: Callable[[FlushResult], None] | None = None,
 ) -> LivePipeline:
     """Follow files/globs into the store until stopped; returns the (closed) pipeline."""
-    from toolwatch.ingest.sources.file_tail import TailSource
+    from toolwatch.ingest.sources.file_tail import FileTailLive
 
-    stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="tail", name=" ".join(patterns), sinks=sinks, detector=detector,
                 live=live, verbose=verbose)
     lc = r.live
     if on_flush is not None:
         r.lp.on_commit.append(on_flush)
-    src = TailSource(
+    src = FileTailLive(
         patterns,
         r.store.checkpoints(),
         read_bytes=lc.read_bytes,
         rotate_wait_s=lc.rotate_wait_s,
         start_at_end=lc.start_at_end,
         max_line_bytes=config.ingest.max_line_bytes,
+        poll_interval_s=lc.poll_interval_s,
     )
-
-    def status_extra() -> None:
-        st = r.lp.status
-        st.lag["bytes"] = src.lag_bytes()
-        st.sources = src.streams()
-        st.extra["tail"] = dict(src.counters.__dict__)
-
-    started = last_data = time.monotonic()
-    # flush(wait=False): this thread reads and parses; detection and the store commit run
-    # on the pipeline's commit thread meanwhile (in order, atomically per batch).
-    try:
-        while not stop:
-            got = 0
-            for batch in src.poll():
-                if src.new_fingerprints:
-                    r.lp.warm_up(src.new_fingerprints)
-                    src.new_fingerprints.clear()
-                r.lp.add(batch)
-                got += len(batch)
-                if r.lp.due():
-                    r.lp.flush(wait=False)
-                if stop:
-                    break
-            if src.new_fingerprints:
-                r.lp.warm_up(src.new_fingerprints)
-                src.new_fingerprints.clear()
-            if r.lp.due():
-                r.lp.flush(wait=False)
-            r.tick(status_extra)
-            now = time.monotonic()
-            if got:
-                last_data = now
-            if max_seconds is not None and now - started >= max_seconds:
-                break
-            if (
-                idle_exit_s is not None
-                and now - last_data >= idle_exit_s
-                and r.lp.pending_lines == 0
-            ):
-                break
-            if not got:
-                r.lp.caught_up()
-                stop.event.wait(min(lc.poll_interval_s, r.lp.time_to_due()))
-    finally:
-        src.close()
-        status_extra()
-        r.close()
+    r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
     return r.lp
-
-
-def _follow_pipe(
-    r: _Runner,
-    reader: Any,
-    asm: Any,
-    *,
-    split_text: bool,
-    stop: StopFlag | None,
-    child: Any = None,
-) -> None:
-    """Feed a :class:`~toolwatch.ingest.sources.process.PipeReader` into the pipeline until EOF."""
-    from toolwatch.ingest.sources.process import split_server_text
-
-    lp = r.lp
-    eof = False
-    warmed = False
-    while not eof:
-        if stop is not None and stop:
-            break
-        timeout = min(0.2, lp.time_to_due())
-        got = False
-        for chunk in reader.chunks(timeout):
-            got = True
-            batch = asm.feed(b"", final=True) if chunk is None else asm.feed(chunk)
-            if chunk is None:
-                eof = True
-            if batch is None or (len(batch) == 0 and not batch.final):
-                continue
-            if not warmed and asm.fp is not None and not split_text:
-                lp.warm_up([asm.fp])
-                warmed = True
-            if split_text:
-                batch, text, offs, nos = split_server_text(batch)
-                if text:
-                    lp.add_server_text(batch.source, batch.source_fp, text, offs, nos)
-            lp.add(batch)
-            if lp.due():
-                lp.flush(wait=False)
-        if not got:
-            lp.caught_up()
-        cut = asm.cut_long_line()
-        if cut is not None:
-            lp.add(cut)
-        if lp.due():
-            lp.flush(wait=False)
-        r.tick(lambda: r.lp.status.lag.__setitem__("pipe_bytes_read", reader.bytes_read))
-    if asm.fp is not None:
-        lp.finalize_streams([asm.fp])
 
 
 def follow_stdin(
@@ -279,16 +194,13 @@ def follow_stdin(
 ) -> LivePipeline:
     """``ingest --follow -``: read a pipe continuously, flushing every interval, until EOF."""
     from toolwatch.ingest.sources.file_tail import LineAssembler
-    from toolwatch.ingest.sources.process import stdin_reader
+    from toolwatch.ingest.sources.process import PipeLive, stdin_reader
 
     r = _Runner(config, kind="follow", name="stdin", sinks=sinks, detector=detector,
                 live=live, verbose=verbose)
-    try:
-        asm = LineAssembler("stdin", r.store.checkpoints(),
-                            max_line_bytes=config.ingest.max_line_bytes)
-        _follow_pipe(r, stdin_reader(), asm, split_text=False, stop=stop)
-    finally:
-        r.close()
+    asm = LineAssembler("stdin", r.store.checkpoints(),
+                        max_line_bytes=config.ingest.max_line_bytes)
+    r.drive(PipeLive(stdin_reader(), asm), stop=stop)
     return r.lp
 
 
@@ -329,8 +241,8 @@ def collect_spools(
     LivePipeline or None
         The closed pipeline (``None`` when stopped before getting the lock).
     """
-    from toolwatch.ingest.sources.process import split_server_text
-    from toolwatch.spool import SpoolSource, try_collector_lock
+    from toolwatch.ingest.sources.spool import SpoolLive
+    from toolwatch.spool import try_collector_lock
 
     stop = stop if stop is not None else StopFlag()
     while lock is None:
@@ -343,54 +255,10 @@ def collect_spools(
         r = _Runner(config, kind=kind, name=name or f"spools of {config.data_dir}",
                     sinks=sinks, detector=detector, live=live, verbose=verbose)
         lc = r.live
-        src = SpoolSource(config.data_dir, r.store.checkpoints(), orphans_only=orphans_only,
-                          read_bytes=lc.read_bytes, max_line_bytes=config.ingest.max_line_bytes)
-
-        def status_extra() -> None:
-            r.lp.status.lag["bytes"] = src.lag_bytes()
-            r.lp.status.sources = {"spools": sorted(src.entries), "spool_bytes_read":
-                                   src.bytes_read}
-
-        last_data = time.monotonic()
-        try:
-            while True:
-                last = bool(stop)
-                got = 0
-                for batch in src.poll():
-                    if src.new_fingerprints:
-                        r.lp.warm_up(src.new_fingerprints)
-                        src.new_fingerprints.clear()
-                    batch, text, offs, nos = split_server_text(batch)
-                    if text:
-                        r.lp.add_server_text(batch.source, batch.source_fp, text, offs, nos)
-                    r.lp.add(batch)
-                    got += len(batch) + len(text)
-                    if r.lp.due():
-                        r.lp.flush(wait=False)
-                fin = src.finished()
-                if fin:
-                    fps = [e.asm.fp for w in fin if (e := src.entries.get(w)) and e.asm.fp]
-                    r.lp.finalize_streams(fps)
-                    r.lp.flush()  # the spools' last lines are committed before removal
-                    src.remove(fin)
-                elif r.lp.due():
-                    r.lp.flush(wait=False)
-                r.tick(status_extra)
-                now = time.monotonic()
-                if got:
-                    last_data = now
-                if last or (orphans_only and not src.entries):
-                    break
-                if (idle_exit_s is not None and not src.entries
-                        and now - last_data >= idle_exit_s and r.lp.pending_lines == 0):
-                    break
-                if not got:
-                    r.lp.caught_up()
-                    stop.event.wait(min(lc.poll_interval_s, max(r.lp.time_to_due(), 0.01)))
-        finally:
-            src.close()
-            status_extra()
-            r.close()
+        src = SpoolLive(config.data_dir, r.store.checkpoints(), orphans_only=orphans_only,
+                        read_bytes=lc.read_bytes, max_line_bytes=config.ingest.max_line_bytes,
+                        poll_interval_s=lc.poll_interval_s)
+        r.drive(src, stop=stop, idle_exit_s=idle_exit_s)
         return r.lp
     finally:
         lock.close()
@@ -533,35 +401,69 @@ def consume_kafka(
     ``on_flush`` runs after each store commit; ``on_start`` gets the
     :class:`~toolwatch.ingest.sources.kafka.KafkaLiveSource` once it exists (benchmarks, tests).
     """
-    from toolwatch.ingest.sources.kafka import KafkaLiveSource
+    from toolwatch.ingest.sources import kafka as kafka_source
 
     stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,
                 detector=detector, live=live, verbose=verbose)
-    src: KafkaLiveSource | None = None
+    if on_flush is not None:
+        r.lp.on_commit.append(on_flush)
+    source_cls = getattr(kafka_source, "KafkaSource", None)
+    if source_cls is None:  # kafka.py not on the source contract yet
+        return _consume_kafka_legacy(r, kafka_source, bootstrap_servers, topics, group_id,
+                                     consumer_options, stop, idle_exit_s, max_seconds,
+                                     on_start)
     try:
-        src = KafkaLiveSource(
+        src = source_cls(bootstrap_servers=bootstrap_servers, topics=topics,
+                         group_id=group_id, store=r.store, consumer_options=consumer_options)
+    except BaseException:
+        r.close()
+        raise
+    src.lag_warn_s = r.live.kafka_lag_warn_s
+    if on_start is not None:
+        on_start(src)
+    r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
+    return r.lp
+
+
+def _consume_kafka_legacy(r: _Runner, kafka_source: Any, bootstrap_servers: str,
+                          topics: list[str], group_id: str,
+                          consumer_options: dict[str, Any] | None, stop: StopFlag,
+                          idle_exit_s: float | None, max_seconds: float | None,
+                          on_start: Callable[[Any], None] | None) -> LivePipeline:
+    """The pre-contract Kafka loop (KafkaLiveSource drives the pipeline itself).
+
+    Kept only while ``ingest/sources/kafka.py`` has no ``KafkaSource``; delete with it.
+    """
+    src: Any = None
+    last = [0.0]
+
+    def tick(force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - last[0] < r.live.status_interval_s:
+            return
+        last[0] = now
+        st = r.lp.status
+        st.events_per_s = round(r.lp.rate.rate(), 1)
+        lag = src.lag()
+        st.lag = src.watch_lag(lag, r.live.kafka_lag_warn_s)
+        st.sources = {
+            "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in src.assigned),
+            "lag_by_partition": lag,
+        }
+        st.extra["kafka"] = dict(src.counters)
+        r.pub.write()
+
+    try:
+        src = kafka_source.KafkaLiveSource(
             r.lp, r.store, bootstrap_servers=bootstrap_servers, topics=topics,
             group_id=group_id, consumer_options=consumer_options,
         )
-        if on_flush is not None:
-            r.lp.on_commit.append(on_flush)
         if on_start is not None:
             on_start(src)
-
-        def status_extra() -> None:
-            assert src is not None
-            lag = src.lag()
-            r.lp.status.lag = src.watch_lag(lag, r.live.kafka_lag_warn_s)
-            r.lp.status.sources = {
-                "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in src.assigned),
-                "lag_by_partition": lag,
-            }
-            r.lp.status.extra["kafka"] = dict(src.counters)
-
-        src.on_poll = lambda: r.tick(status_extra)
+        src.on_poll = tick
         src.run(stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
-        r.tick(status_extra, force=True)
+        tick(force=True)
     finally:
         if src is not None:
             src.close()

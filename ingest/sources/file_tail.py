@@ -38,12 +38,17 @@ import errno
 import glob as _glob
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from toolwatch.ingest.records import RawBatch, fingerprint, split_lines
+from toolwatch.ingest.sources.base import Item, LiveSource, StreamsStarted
+
+if TYPE_CHECKING:  # the store (DuckDB) is not imported by sources
+    from toolwatch.store import Checkpoint
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -475,3 +480,80 @@ class TailSource:
         for tf in self.files.values():
             os.close(tf.fd)
         self.files.clear()
+
+
+class FileTailLive(LiveSource):
+    """``toolwatch tail`` as a :class:`~toolwatch.ingest.sources.base.LiveSource`.
+
+    Wraps :class:`TailSource` (the file follower). A file seen again with a stored
+    checkpoint is announced with :class:`StreamsStarted` (warm-up); acknowledgements
+    advance :attr:`committed` (fingerprint -> offset the store holds), which is also
+    where a file reopened after a truncation check resumes.
+
+    Parameters
+    ----------
+    patterns, checkpoints, read_bytes, rotate_wait_s, start_at_end, max_line_bytes
+        See :class:`TailSource`.
+    poll_interval_s
+        Sleep between polls that found nothing.
+    """
+
+    name = "tail"
+    blocking = False
+
+    def __init__(
+        self,
+        patterns: list[str],
+        checkpoints: dict[str, int],
+        *,
+        read_bytes: int = 4 << 20,
+        rotate_wait_s: float = 5.0,
+        start_at_end: bool = False,
+        max_line_bytes: int = 1_048_576,
+        poll_interval_s: float = 0.1,
+    ):
+        super().__init__()
+        self.committed = dict(checkpoints)
+        self.reader = TailSource(patterns, checkpoints, read_bytes=read_bytes,
+                                 rotate_wait_s=rotate_wait_s, start_at_end=start_at_end,
+                                 max_line_bytes=max_line_bytes)
+        self.idle_wait_s = poll_interval_s
+
+    def _started(self) -> StreamsStarted | None:
+        fps = self.reader.new_fingerprints
+        if not fps:
+            return None
+        ev = StreamsStarted(tuple(fps))
+        fps.clear()
+        return ev
+
+    def poll(self, timeout: float) -> Iterator[Item]:
+        """New complete lines of every followed file (never waits: files do not block)."""
+        for batch in self.reader.poll():
+            ev = self._started()
+            if ev is not None:
+                yield ev
+            self.counters.processed += len(batch)
+            yield batch
+        ev = self._started()
+        if ev is not None:
+            yield ev
+
+    def ack(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Record the offsets the store now holds."""
+        for c in checkpoints:
+            if c.end_offset > self.committed.get(c.source_fp, -1):
+                self.committed[c.source_fp] = c.end_offset
+
+    def status(self) -> dict[str, Any]:
+        """Unread bytes and the per-file state."""
+        c = self.reader.counters
+        self.counters.dropped = c.lost_partial_bytes
+        self.counters.extra = dict(c.__dict__)
+        return {"lag": {"bytes": self.reader.lag_bytes()}, "sources": self.reader.streams()}
+
+    def close(self) -> None:
+        """Close every file (partial lines stay: a restart resumes them)."""
+        if not self._closed:
+            self.reader.close()
+        super().close()

@@ -27,11 +27,13 @@ import queue
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from toolwatch.ingest.records import RawBatch
+from toolwatch.ingest.sources.base import Item, LiveSource, ServerText, StreamsEnded, StreamsStarted
 
 # The wrapped server itself lives in toolwatch.spool: it is started before anything
 # heavy is imported (this module pulls in numpy and pyarrow).
@@ -162,3 +164,70 @@ def stdin_reader() -> PipeReader:
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdin.flush()
     return PipeReader(0).start()
+
+
+class PipeLive(LiveSource):
+    """A pipe (``ingest --follow -``, a child's stderr) as a live source.
+
+    Reads chunks from a :class:`PipeReader`, assembles lines
+    (:class:`~toolwatch.ingest.sources.file_tail.LineAssembler`), announces the stream
+    once its fingerprint is known (:class:`StreamsStarted`, unless ``split_text``) and
+    ends it at EOF (:class:`StreamsEnded`). A pipe cannot be re-read: acknowledgements
+    need no action.
+
+    Parameters
+    ----------
+    reader
+        The started pipe reader.
+    asm
+        Line assembler of the stream (resumes from the store's checkpoint).
+    split_text
+        Separate non-JSON lines as :class:`ServerText` (a wrapped server's stderr).
+    """
+
+    name = "pipe"
+    blocking = True
+
+    def __init__(self, reader: PipeReader, asm: Any, *, split_text: bool = False):
+        super().__init__()
+        self.reader = reader
+        self.asm = asm
+        self.split_text = split_text
+        self._eof = False
+        self._warmed = False
+
+    def poll(self, timeout: float) -> Iterator[Item]:
+        """Lines read within ``timeout`` seconds; at EOF the stream's end."""
+        if self._eof:
+            return
+        asm = self.asm
+        for chunk in self.reader.chunks(timeout):
+            batch = asm.feed(b"", final=True) if chunk is None else asm.feed(chunk)
+            if chunk is None:
+                self._eof = True
+            if batch is None or (len(batch) == 0 and not batch.final):
+                continue
+            if not self._warmed and asm.fp is not None and not self.split_text:
+                self._warmed = True
+                yield StreamsStarted((asm.fp,))
+            if self.split_text:
+                batch, text, offs, nos = split_server_text(batch)
+                if text:
+                    self.counters.rejected += len(text)
+                    yield ServerText(batch.source, batch.source_fp, text, offs, nos)
+            self.counters.processed += len(batch)
+            yield batch
+        cut = asm.cut_long_line()
+        if cut is not None:
+            self.counters.processed += len(cut)
+            yield cut
+        if self._eof and asm.fp is not None:
+            yield StreamsEnded((asm.fp,))
+
+    def exhausted(self) -> bool:
+        """EOF reached: nothing more will come."""
+        return self._eof
+
+    def status(self) -> dict[str, Any]:
+        """Bytes read from the pipe."""
+        return {"lag": {"pipe_bytes_read": self.reader.bytes_read}}

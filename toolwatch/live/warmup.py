@@ -89,6 +89,19 @@ class WarmUpMixin:
         """Warm the stream up again if it comes back (a Kafka partition re-assigned)."""
         self._warmed.discard(fp)
 
+    def forget_streams(self, fps: Iterable[str]) -> int:
+        """Forget streams this process no longer owns (a Kafka partition revoked or lost).
+
+        Their rows leave the detection window, their JSON-RPC pairing state is dropped
+        and they are warmed up again if they come back. Returns window rows dropped.
+        """
+        fps = list(fps)
+        n = self.window.drop_streams(fps)
+        for fp in fps:
+            self.pipe.pairers.pop(fp, None)
+            self.forget_stream(fp)
+        return n
+
     def _seed_sessionizer(self, ev: pl.DataFrame) -> None:
         """Restore derived-session state (actor -> last/start time) from stored events."""
         from toolwatch.ingest.sessionize import DERIVED_PREFIX, parse_derived

@@ -10,6 +10,11 @@ queue is full).
 Every sink receives alerts as JSON objects shaped like ``toolwatch analyze
 --alerts-out`` lines (``docs/alert.schema.json``: ``evidence`` is an object, times are
 ISO-8601 UTC). The same ``alert_id`` arriving again is an *update* of that alert.
+
+Adding a sink: a :class:`Sink` subclass (``send``; ``requires`` names the
+:class:`~toolwatch.live.config.SinkConfig` fields it needs; ``build`` when its
+constructor needs more than the config) and one line in :data:`SINKS`. The ``type`` of a
+``[[live.sinks]]`` table is validated against :data:`SINKS`.
 """
 
 from __future__ import annotations
@@ -23,14 +28,16 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import orjson
 import polars as pl
 
 from toolwatch import schema
-from toolwatch.live import SEVERITY_RANK, SinkConfig
+from toolwatch.detectors.config import SEVERITY_RANK
+from toolwatch.live.config import SinkConfig
 
 log = logging.getLogger("toolwatch.sinks")
 
@@ -78,10 +85,27 @@ def slack_payload(row: dict[str, Any]) -> dict[str, Any]:
     return {"text": text, "alert_id": row.get("alert_id")}
 
 
+@dataclass
+class SinkContext:
+    """What a sink may need besides its config (see :meth:`Sink.build`)."""
+
+    #: False for ``toolwatch run``: stdout carries the MCP protocol there.
+    allow_stdout: bool = True
+    #: Brokers of the consumer, for a Kafka sink that names none.
+    default_bootstrap: str = ""
+
+
 class Sink:
     """Base class: ``send`` one alert; counters of sent/failed/dropped."""
 
     name = "sink"
+    #: SinkConfig fields this kind of sink cannot do without (checked at config load).
+    requires: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def build(cls, config: SinkConfig, ctx: SinkContext) -> Sink:
+        """Instantiate from a ``[[live.sinks]]`` entry (override to use ``ctx``)."""
+        return cls(config)
 
     def __init__(self, config: SinkConfig):
         self.config = config
@@ -127,6 +151,16 @@ class StdoutSink(Sink):
 
     name = "stdout"
 
+    @classmethod
+    def build(cls, config: SinkConfig, ctx: SinkContext) -> Sink:
+        """Refused where stdout carries the MCP protocol (``toolwatch run``)."""
+        if not ctx.allow_stdout:
+            raise ValueError(
+                "a stdout sink is not allowed in `toolwatch run`: stdout carries the MCP "
+                "protocol; use a file, webhook or kafka sink"
+            )
+        return cls(config)
+
     def __init__(self, config: SinkConfig, stream: BinaryIO | None = None):
         super().__init__(config)
         self.stream = stream
@@ -141,6 +175,7 @@ class FileSink(Sink):
     """JSON lines appended to a file (flushed after every micro-batch)."""
 
     name = "file"
+    requires = ("path",)
 
     def __init__(self, config: SinkConfig):
         super().__init__(config)
@@ -231,6 +266,7 @@ class WebhookSink(_QueuedSink):
     """POST each alert as JSON (or a Slack message) with retries and backoff."""
 
     name = "webhook"
+    requires = ("url",)
 
     def send(self, row: dict[str, Any]) -> None:
         body = orjson.dumps(
@@ -253,6 +289,12 @@ class KafkaSink(_QueuedSink):
     """Produce alerts to a Kafka topic; key = entity id (updates land on one partition)."""
 
     name = "kafka"
+    requires = ("topic",)
+
+    @classmethod
+    def build(cls, config: SinkConfig, ctx: SinkContext) -> Sink:
+        """Brokers default to the consumer's."""
+        return cls(config, ctx.default_bootstrap)
 
     def __init__(self, config: SinkConfig, default_bootstrap: str = ""):
         self._bootstrap = config.bootstrap_servers or default_bootstrap
@@ -327,6 +369,15 @@ class SinkSet:
                 log.warning("%s sink close failed: %s", s.name, exc)
 
 
+#: Sinks by ``[[live.sinks]] type``: adding a sink is a class above plus one line here.
+SINKS: dict[str, type[Sink]] = {
+    "stdout": StdoutSink,
+    "file": FileSink,
+    "kafka": KafkaSink,
+    "webhook": WebhookSink,
+}
+
+
 def build_sinks(
     configs: list[SinkConfig], *, allow_stdout: bool = True, default_bootstrap: str = ""
 ) -> SinkSet:
@@ -347,21 +398,11 @@ def build_sinks(
     ValueError
         On a stdout sink where stdout is not allowed.
     """
+    ctx = SinkContext(allow_stdout=allow_stdout, default_bootstrap=default_bootstrap)
     out: list[Sink] = []
     for c in configs:
-        if c.type == "stdout":
-            if not allow_stdout:
-                raise ValueError(
-                    "a stdout sink is not allowed in `toolwatch run`: stdout carries the MCP "
-                    "protocol; use a file, webhook or kafka sink"
-                )
-            out.append(StdoutSink(c))
-        elif c.type == "file":
-            out.append(FileSink(c))
-        elif c.type == "webhook":
-            out.append(WebhookSink(c))
-        elif c.type == "kafka":
-            out.append(KafkaSink(c, default_bootstrap))
-        else:  # pragma: no cover - LiveConfig.validate rejects it first
+        cls = SINKS.get(c.type)
+        if cls is None:  # pragma: no cover - LiveConfig.validate rejects it first
             raise ValueError(f"unknown sink type {c.type!r}")
+        out.append(cls.build(c, ctx))
     return SinkSet(out)

@@ -12,7 +12,8 @@ from toolwatch.detectors.config import SEVERITY_RANK  # one definition; light im
 class SinkConfig:
     """One alert destination (``[[live.sinks]]``)."""
 
-    type: str = doc("Sink kind: stdout, file, kafka or webhook.", "stdout")
+    type: str = doc("Sink kind: stdout, file, kafka or webhook (toolwatch.sinks.SINKS).",
+                    "stdout")
     path: str = doc("file: JSON-lines file alerts are appended to.", "")
     url: str = doc("webhook: URL alerts are POSTed to (one JSON object per alert).", "")
     slack: bool = doc(
@@ -171,18 +172,21 @@ class LiveConfig:
 
         if self.flush_interval_s <= 0 or self.flush_events <= 0:
             raise ConfigError("must be positive", key="live.flush_interval_s")
+        # The sinks registry (toolwatch.sinks.SINKS) says which types exist and what
+        # each needs: adding a sink never touches this file.
+        from toolwatch.sinks import SINKS
+
         for i, s in enumerate(self.sinks):
-            if s.type not in ("stdout", "file", "kafka", "webhook"):
+            cls = SINKS.get(s.type)
+            if cls is None:
                 raise ConfigError(
-                    f"unknown sink type {s.type!r}: stdout, file, kafka or webhook",
+                    f"unknown sink type {s.type!r}: {', '.join(SINKS)}",
                     key=f"live.sinks[{i}].type",
                 )
-            if s.type == "file" and not s.path:
-                raise ConfigError("file sink needs a path", key=f"live.sinks[{i}].path")
-            if s.type == "webhook" and not s.url:
-                raise ConfigError("webhook sink needs a url", key=f"live.sinks[{i}].url")
-            if s.type == "kafka" and not s.topic:
-                raise ConfigError("kafka sink needs a topic", key=f"live.sinks[{i}].topic")
+            for req in cls.requires:
+                if not getattr(s, req):
+                    raise ConfigError(f"{s.type} sink needs a {req}",
+                                      key=f"live.sinks[{i}].{req}")
             if s.min_severity not in SEVERITY_RANK:
                 raise ConfigError(
                     "must be low, medium, high or critical", key=f"live.sinks[{i}].min_severity"

@@ -11,7 +11,9 @@ detectors with the five sequence detectors of issue 11 disabled (``enabled = fal
 their config sections: tool_loop, privilege_chain, step_skip, duplicate_execution,
 cross_server_flow), and the core set (those five and the two concurrency detectors of
 issue 12 disabled), and prints the CPU ratios: what the new detectors add to
-``run_batch``.
+``run_batch``. "core" is the four rule detectors of the first release (enumeration,
+bulk extraction, credential stuffing, scraping loop) plus the isolation forest, over the
+same features; the output lists the detectors of each variant.
 
 ``--alerts-out DIR`` writes each dataset's alerts as canonical JSON lines (alert id,
 category, severity, score rounded to 9 digits, reasons, evidence, times) so two code
@@ -38,6 +40,8 @@ import polars as pl
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from toolwatch.detectors import registry  # noqa: E402
 
 from toolwatch import detectors  # noqa: E402
 from toolwatch.analyze import load_events  # noqa: E402
@@ -111,6 +115,10 @@ def _compare(name: str, ev: pl.DataFrame, su: pl.DataFrame, repeat: int) -> None
             cpu[k].append(c)
     print(f"[{name}] sequence detectors on/off, {ev.height:,} events, best of {repeat} "
           "interleaved runs:")
+    # Say exactly what each variant runs (feature extraction is the same for all three).
+    for k, cfg in cfgs.items():
+        names = ", ".join(d.name for d in registry.build(cfg))
+        print(f"  {k:<12} = features + {names}")
     for k in cfgs:
         print(f"  {k:<12} CPU {min(cpu[k]):7.3f} s  wall {min(wall[k]):7.3f} s  "
               f"(CPU runs {', '.join(f'{c:.3f}' for c in cpu[k])})")

@@ -5,8 +5,9 @@ Prints figures; not a test. One Tansu broker on loopback, one topic (``--partiti
 topic is read, each time by a fresh consumer group, by:
 
     a   a bare kafka-python consumer loop that only counts bytes
-    a-fast  (a) with toolwatch's lean record decoder (install_fast_records)
-    b   (a) plus toolwatch's parse/normalize (Pipeline.transform on the same Arrow batches
+    a-fast  (a) with toolwatch's record-batch decoder (install_fast_records(chunks=True):
+            one RecordChunk per record batch, no object per message)
+    b   a-fast plus toolwatch's parse/normalize (Pipeline.transform on the same Arrow batches
         `toolwatch kafka` builds, flush_events lines at a time; no store, no detection)
     c   `toolwatch kafka` (consume_kafka) without detection
     d   `toolwatch kafka` with detection
@@ -98,6 +99,7 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
         consumer_settings,
         install_fast_records,
         message_batch,
+        message_count,
     )
 
     from toolwatch.live import LiveConfig, merge_batches
@@ -108,7 +110,7 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
     opts.update(GROUP_OPTS)
     c = KafkaConsumer(**opts)
     if fast:
-        assert install_fast_records(c)
+        assert install_fast_records(c, chunks=True)
     c.subscribe([topic])
     cfg = _config(Path(tempfile.gettempdir()) / "unused")
     pipe = Pipeline(cfg, None) if transform else None
@@ -133,14 +135,17 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
             if recs and t_first is None:
                 t_first = time.perf_counter()
             for tp, msgs in recs.items():
-                n += len(msgs)
-                if pipe is None:
+                got = message_count(msgs)
+                n += got
+                if pipe is None and fast:
+                    nbytes += sum(len(m.value.data) for m in msgs)  # RecordChunks
+                elif pipe is None:
                     nbytes += sum(len(m.value) for m in msgs)
                 else:
                     b = message_batch(tp, msgs, 0)
                     nbytes += b.lines.nbytes
                     pending.setdefault(tp, []).append(b)
-                    pend_n += len(msgs)
+                    pend_n += got
             if pipe is not None and (pend_n >= flush_events or n >= total):
                 events += run_transform()
                 pend_n = 0
@@ -252,7 +257,7 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             elif m == "a-fast":
                 r = bare(broker.bootstrap, topic, total, transform=False, fast=True)
             elif m == "b":
-                r = bare(broker.bootstrap, topic, total, transform=True)
+                r = bare(broker.bootstrap, topic, total, transform=True, fast=True)
             elif m == "c":
                 r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=False)
             elif m == "d":
@@ -278,8 +283,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             res[m] = max(runs[m], key=lambda r: r["events_per_s"])
             res[m]["rounds_events_per_s"] = [r["events_per_s"] for r in runs[m]]
     labels = {"a": "bare kafka-python loop (count bytes)",
-              "a-fast": "(a) with toolwatch's record decoder",
-              "b": "(a) + parse/normalize (Pipeline.transform)",
+              "a-fast": "(a) with toolwatch's record-batch decoder",
+              "b": "a-fast + parse/normalize (Pipeline.transform)",
               "c": "toolwatch kafka, no detection",
               "d": "toolwatch kafka, detection",
               "tail": "toolwatch tail (file), detection",

@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 import orjson
@@ -100,14 +100,63 @@ def consumer_settings(bootstrap_servers: str, group_id: str) -> dict[str, Any]:
     }
 
 
+class RecordChunk(NamedTuple):
+    """The values of many Kafka records of one partition, as the chunk decoder yields them.
+
+    With :func:`install_fast_records` ``(chunks=True)`` a poll returns, per partition, one
+    ``ConsumerRecord`` per record batch whose ``value`` is a ``RecordChunk``: the record
+    values joined into one buffer, their lengths and their offsets. A null value
+    (tombstone) has length 0 (an empty line, quarantined as such).
+    """
+
+    data: bytes
+    lens: np.ndarray
+    offsets: np.ndarray
+
+
+def message_count(msgs: list[Any]) -> int:
+    """Messages in a poll's list for one partition (chunks or plain records)."""
+    if msgs and type(msgs[0].value) is RecordChunk:
+        return sum(len(m.value.offsets) for m in msgs)
+    return len(msgs)
+
+
+def _chunk_batch(tp: TopicPartition, chunks: list[RecordChunk], floor: int) -> RawBatch:
+    """:func:`message_batch` for chunk-decoded records: no per-message Python at all."""
+    fp = partition_fp(tp.topic, tp.partition)
+    source = f"kafka:{tp.topic}/{tp.partition}"
+    lens = chunks[0].lens if len(chunks) == 1 else np.concatenate([c.lens for c in chunks])
+    offs = (chunks[0].offsets if len(chunks) == 1
+            else np.concatenate([c.offsets for c in chunks]))
+    n = len(offs)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=starts[1:])
+    data = chunks[0].data if len(chunks) == 1 else b"".join(c.data for c in chunks)
+    lines = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(data)]
+    )
+    if n and offs[0] < floor:  # a redelivery below what the store holds
+        keep = offs >= floor
+        lines = lines.filter(pa.array(keep))
+        offs = offs[keep]
+        n = len(offs)
+    if n == 0:
+        return RawBatch(source, fp, pa.array([], pa.large_binary()),  # type: ignore[arg-type]
+                        np.empty(0, np.int64), None, floor)
+    return RawBatch(source, fp, lines, offs, None, int(offs[-1]) + 1)
+
+
 def message_batch(tp: TopicPartition, msgs: list[Any], floor: int) -> RawBatch:
     """One Arrow batch from the messages of one partition, skipping offsets below ``floor``.
 
-    The only per-message Python work is collecting each value and its offset; the values
-    are joined into ONE buffer and the offsets of the binary array are a cumulative sum
-    of their lengths, as the file source's batches share their read buffer. A tombstone
-    (null value) becomes an empty line (quarantined as such).
+    Chunk-decoded records (:class:`RecordChunk`) are concatenated with numpy. For plain
+    ``ConsumerRecord`` s the only per-message Python work is collecting each value and
+    its offset; the values are joined into ONE buffer and the offsets of the binary array
+    are a cumulative sum of their lengths, as the file source's batches share their read
+    buffer. A tombstone (null value) becomes an empty line (quarantined as such).
     """
+    if msgs and type(msgs[0].value) is RecordChunk:
+        return _chunk_batch(tp, [m.value for m in msgs], floor)
     if msgs and msgs[0].offset < floor:
         msgs = [m for m in msgs if m.offset >= floor]
     fp = partition_fp(tp.topic, tp.partition)
@@ -135,7 +184,103 @@ def message_batch(tp: TopicPartition, msgs: list[Any], floor: int) -> RawBatch:
     return RawBatch(source, fp, lines, offsets, None, last + 1)
 
 # --------------------------------------------------------------------------- fast records
-def _fast_partition_records(base: type) -> type:
+def _walk_v2(buf: bytes, pos: int, n: int) -> tuple[list[int], list[int], list[int], int]:
+    """Where the values of ``n`` v2 records start, their lengths and offset deltas.
+
+    The one per-record loop left on the consumer's path: it walks the varints of each
+    record (most are one or two bytes, decoded inline; longer ones by kafka-python's
+    ``decode_varint``), validates every record's size and header structure as
+    kafka-python does, and copies nothing. Returns ``(value_starts, value_lengths,
+    offset_deltas, end_position)``; a null value has length -1.
+    """
+    from kafka.errors import CorruptRecordError
+    from kafka.record.util import decode_varint as dv
+
+    vstarts: list[int] = []
+    vlens: list[int] = []
+    odeltas: list[int] = []
+    va, la, oa = vstarts.append, vlens.append, odeltas.append
+    for _ in range(n):
+        b = buf[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif buf[pos + 1] < 0x80:
+            r = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (r >> 1) ^ -(r & 1)
+            pos += 2
+        else:
+            length, pos = dv(buf, pos)
+        start = pos
+        if buf[pos] < 0x80:  # attributes (read as a varint, as kafka-python does)
+            pos += 1
+        else:
+            _, pos = dv(buf, pos)
+        if buf[pos] < 0x80:  # timestamp delta: not needed (toolwatch reads the line's)
+            pos += 1
+        else:
+            _, pos = dv(buf, pos)
+        b = buf[pos]
+        if b < 0x80:
+            od = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            od, pos = dv(buf, pos)
+        b = buf[pos]
+        if b < 0x80:
+            kl = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            kl, pos = dv(buf, pos)
+        if kl > 0:
+            pos += kl
+        b = buf[pos]
+        if b < 0x80:
+            vl = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif buf[pos + 1] < 0x80:
+            r = (b & 0x7F) | (buf[pos + 1] << 7)
+            vl = (r >> 1) ^ -(r & 1)
+            pos += 2
+        else:
+            vl, pos = dv(buf, pos)
+        va(pos)
+        la(vl)
+        oa(od)
+        if vl > 0:
+            pos += vl
+        if buf[pos] == 0:  # no headers
+            pos += 1
+        else:
+            nh, pos = dv(buf, pos)
+            if nh < 0:
+                raise CorruptRecordError(f"Found invalid number of record headers {nh}")
+            for _h in range(nh):
+                hk, pos = dv(buf, pos)
+                if hk < 0:
+                    raise CorruptRecordError(f"Invalid negative header key size {hk}")
+                bytes(buf[pos:pos + hk]).decode("utf-8")  # as kafka-python: keys are UTF-8
+                pos += hk
+                hv, pos = dv(buf, pos)
+                if hv > 0:
+                    pos += hv
+        if pos - start != length or pos > len(buf):
+            raise CorruptRecordError(
+                f"Invalid record size: expected to read {length} bytes in record "
+                f"payload, but instead read {pos - start}")
+    return vstarts, vlens, odeltas, pos
+
+
+def _chunk_of(buf: bytes, vstarts: list[int], vlens: list[int],
+              offsets: np.ndarray) -> RecordChunk:
+    """A :class:`RecordChunk` from value positions in ``buf`` (null values -> empty)."""
+    data = b"".join([buf[a:a + n] for a, n in zip(vstarts, vlens, strict=True) if n > 0])
+    lens = np.array(vlens, dtype=np.int64)
+    np.maximum(lens, 0, out=lens)
+    return RecordChunk(data, lens, offsets)
+
+
+def _fast_partition_records(base: type, chunks: bool = False) -> type:
     """kafka-python's ``Fetcher.PartitionRecords`` with a leaner v2 record decoder.
 
     After the C CRC-32C, decoding records was most of a consumer's CPU (~9.5 us per
@@ -174,6 +319,9 @@ def _fast_partition_records(base: type) -> type:
                     elif batch.is_control_batch:
                         self.leader_epoch = batch.leader_epoch
                         self.next_fetch_offset = batch.next_offset
+                    elif chunks:
+                        self.leader_epoch = batch.leader_epoch
+                        yield from self._v2_chunk(tp, batch)
                     else:
                         self.leader_epoch = batch.leader_epoch
                         yield from self._v2(tp, batch)
@@ -184,7 +332,49 @@ def _fast_partition_records(base: type) -> type:
             except StopIteration as exc:  # as kafka-python: never end the generator silently
                 raise RuntimeError("StopIteration raised unpacking messageset") from exc
 
+        def _v2_chunk(self, tp: Any, batch: Any) -> Any:
+            """One ``ConsumerRecord`` holding a :class:`RecordChunk` per record batch."""
+            batch._maybe_uncompress()
+            buf = bytes(batch._buffer)  # bytes: indexing is faster than a memoryview's
+            try:
+                vstarts, vlens, odeltas, pos = _walk_v2(buf, batch._pos,
+                                                        batch._num_records)
+            except (ValueError, IndexError) as err:
+                raise CorruptRecordError(f"Found invalid record structure: {err!r}") from err
+            if pos != len(buf):
+                raise CorruptRecordError(f"{len(buf) - pos} unconsumed bytes after all records")
+            n = len(odeltas)
+            self.records_read += n
+            self.bytes_read += pos - batch._pos
+            self.next_fetch_offset = batch.next_offset
+            if n == 0:
+                return
+            first = batch.base_offset
+            if odeltas[0] == 0 and odeltas[-1] == n - 1:
+                # Producer-written batches: deltas 0..n-1 (strictly increasing by format)
+                offsets = np.arange(first, first + n, dtype=np.int64)
+            else:
+                offsets = first + np.array(odeltas, dtype=np.int64)
+            # kafka-python drops records below the fetch offset one by one (a fetch from
+            # inside a batch returns the whole batch); the chunk does it here, once.
+            if offsets[0] < self.fetch_offset:
+                keep = np.flatnonzero(offsets >= self.fetch_offset)
+                if len(keep) == 0:
+                    return
+                vstarts = [vstarts[i] for i in keep]
+                vlens = [vlens[i] for i in keep]
+                offsets = offsets[keep]
+            chunk = _chunk_of(buf, vstarts, vlens, offsets)
+            self.next_fetch_offset = max(int(offsets[-1]) + 1, batch.next_offset)
+            yield ConsumerRecord(
+                tp.topic, tp.partition, self.leader_epoch, int(offsets[0]),
+                batch.first_timestamp, batch.timestamp_type, None, chunk, [], None, -1,
+                len(chunk.data), -1)
+
         def _old_format(self, tp: Any, batch: Any) -> Any:
+            if chunks:
+                yield from self._old_format_chunk(tp, batch)
+                return
             for record in batch:
                 if self.check_crcs and not record.validate_crc():
                     raise CorruptRecordError(
@@ -198,6 +388,28 @@ def _fast_partition_records(base: type) -> type:
                     record.timestamp, record.timestamp_type, key, value, record.headers,
                     record.checksum, -1 if key is None else len(key),
                     -1 if value is None else len(value), -1)
+
+        def _old_format_chunk(self, tp: Any, batch: Any) -> Any:
+            """Message formats v0/v1 (pre-0.11 brokers) as one chunk per wrapper batch."""
+            values: list[bytes] = []
+            offs: list[int] = []
+            for record in batch:
+                if self.check_crcs and not record.validate_crc():
+                    raise CorruptRecordError(
+                        f"Record for partition {tp} at offset {record.offset} failed crc check")
+                self.records_read += 1
+                self.bytes_read += record.size_in_bytes
+                self.next_fetch_offset = record.offset + 1
+                if record.offset >= self.fetch_offset:
+                    values.append(record.value or b"")
+                    offs.append(record.offset)
+            if offs:
+                yield ConsumerRecord(
+                    tp.topic, tp.partition, self.leader_epoch, offs[0], -1, 0, None,
+                    RecordChunk(b"".join(values),
+                                np.fromiter(map(len, values), np.int64, len(values)),
+                                np.array(offs, dtype=np.int64)),
+                    [], None, -1, -1, -1)
 
         def _v2(self, tp: Any, batch: Any) -> Any:
             batch._maybe_uncompress()
@@ -269,19 +481,36 @@ def _fast_partition_records(base: type) -> type:
     return FastPartitionRecords
 
 
-def install_fast_records(consumer: KafkaConsumer) -> bool:
+def install_fast_records(consumer: KafkaConsumer, chunks: bool = False) -> bool:
     """Make ``consumer`` decode fetched records with :func:`_fast_partition_records`.
 
     Only this consumer's fetcher is changed (an instance attribute), never kafka-python
     globally. Returns False, leaving the consumer as it was, when the kafka-python in
     use is not laid out as expected (another major version).
+
+    Parameters
+    ----------
+    consumer
+        A consumer that has not polled yet.
+    chunks
+        Yield one record per record batch whose value is a :class:`RecordChunk` (no
+        ``ConsumerRecord`` and no ``bytes`` object per message; ``max_records`` of a poll
+        then counts record batches, the fetch sizes bound a poll). Only for consumers
+        without deserializers reading uncommitted data (toolwatch's own): otherwise
+        the per-record decoder is installed.
     """
     fetcher = getattr(consumer, "_fetcher", None)
     base = getattr(type(fetcher), "PartitionRecords", None)
     if base is None or not hasattr(base, "_unpack_records"):
         return False
+    conf = getattr(consumer, "config", {})
+    if chunks and (conf.get("key_deserializer") is not None
+                   or conf.get("value_deserializer") is not None
+                   or conf.get("isolation_level", "read_uncommitted") != "read_uncommitted"):
+        chunks = False
     try:
-        fetcher.PartitionRecords = _fast_partition_records(base)  # type: ignore[union-attr]
+        fetcher.PartitionRecords = _fast_partition_records(  # type: ignore[union-attr]
+            base, chunks=chunks)
     except ImportError:
         return False
     return True
@@ -416,7 +645,7 @@ class KafkaLiveSource:
         opts["enable_auto_commit"] = False
         self.max_poll_records = int(opts["max_poll_records"])
         self.consumer = KafkaConsumer(**opts)
-        self.fast_records = fast_records and install_fast_records(self.consumer)
+        self.fast_records = fast_records and install_fast_records(self.consumer, chunks=True)
         self.lock = threading.RLock()
         self.stored: dict[str, int] = {}  # fp -> offset the store holds up to
         self._noted: dict[str, int] = {}  # fp -> stored offset not yet committed to Kafka
@@ -633,7 +862,7 @@ class KafkaLiveSource:
         fp = partition_fp(tp.topic, tp.partition)
         batch = message_batch(tp, msgs, self.stored.get(fp, 0))
         n = len(batch)
-        self.counters["redelivered_skipped"] += len(msgs) - n
+        self.counters["redelivered_skipped"] += message_count(msgs) - n
         if not n:
             return 0
         self.lp.add(batch)

@@ -189,7 +189,8 @@ class LiveConfig:
                                       key=f"live.sinks[{i}].{req}")
             if s.min_severity not in SEVERITY_RANK:
                 raise ConfigError(
-                    "must be low, medium, high or critical", key=f"live.sinks[{i}].min_severity"
+                    f"must be one of {', '.join(SEVERITY_RANK)}",
+                    key=f"live.sinks[{i}].min_severity",
                 )
 
 

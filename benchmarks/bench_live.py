@@ -17,11 +17,14 @@ Everything runs on loopback / local files; the Kafka part starts its own Tansu b
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -304,55 +307,288 @@ def latency(work: Path, rate: int, seconds: float,
     return res
 
 
-def rss(work: Path, events: int, log_rate: int | None = None,
-        live: dict[str, Any] | None = None) -> dict[str, Any]:
-    """RSS samples while tail (with detection) works through ``events`` lines.
+def _steady(samples: list[tuple[float, float, int]], events: int) -> dict[str, Any]:
+    """Peak, steady-state figures and trend of ``(t, rss_mib, events_done)`` samples.
 
-    ``log_rate``: lines at that many events/s of log time (:func:`rate_file`) instead of the
-    generator's bench file (~50 events/s of log time). ``live``: ``[live]`` overrides.
+    Steady state is the second half of the run by events (the window and the allocator
+    caches are long warm by then); *flat* means no upward trend there: the least-squares
+    slope of RSS against events stored, in MiB per million events.
     """
-    src = bench_file(work, events) if log_rate is None else rate_file(work, events, log_rate)
-    data = work / "store-rss"
-    shutil.rmtree(data, ignore_errors=True)
-    cfg = _config(data, **(live or {}))
-    holder: dict[str, Any] = {}
-
-    def on_flush(res: Any) -> None:
-        holder["n"] = holder.get("n", 0) + res.events
-
-    with _Rss(every=2.0) as meter:
-        meter.progress = lambda: holder.get("n", 0)
-        t = time.perf_counter()
-        lp = tail_files(cfg, [str(src)], idle_exit_s=0.5, on_flush=on_flush)
-        secs = time.perf_counter() - t
-    s = meter.samples
-    print(f"  RSS over {events:,} events ({secs:.0f}s, {lp.status.events_stored / secs:,.0f} ev/s,"
-          f" window {lp.status.window_events:,} events, evicted {lp.status.window_evicted:,}):")
-    for t_, mb, n in s[:: max(1, len(s) // 15)]:
-        print(f"    t={t_:6.1f}s  events={n:>10,}  rss={mb:7.1f} MiB")
-    half = [mb for _, mb, n in s if n >= events // 2]
-    # Flat means no upward trend once the window is full: the least-squares slope of RSS
-    # against events stored over the second half, in MiB per million events.
-    pts = [(n, mb) for _, mb, n in s if n >= events // 2]
+    half = [mb for _, mb, n in samples if n >= events // 2]
+    pts = [(n, mb) for _, mb, n in samples if n >= events // 2]
     trend = None
     if len({n for n, _ in pts}) >= 2:
         mx = statistics.fmean(n for n, _ in pts)
         my = statistics.fmean(mb for _, mb in pts)
         trend = sum((n - mx) * (mb - my) for n, mb in pts) / sum((n - mx) ** 2 for n, _ in pts)
-    res = {
-        "events": lp.status.events_stored,
-        "seconds": round(secs, 1),
-        "events_per_s": int(lp.status.events_stored / secs),
-        "rss_max_mib": round(max(mb for _, mb, _ in s), 1) if s else None,
-        "rss_second_half_min_mib": round(min(half), 1) if half else None,
-        "rss_second_half_max_mib": round(max(half), 1) if half else None,
-        "rss_second_half_trend_mib_per_m_events": None if trend is None
-        else round(trend * 1e6, 1),
-        "samples": [(round(a, 1), round(b, 1), c) for a, b, c in s],
+    return {
+        "rss_peak_mib": round(max(mb for _, mb, _ in samples), 1) if samples else None,
+        "rss_steady_median_mib": round(statistics.median(half), 1) if half else None,
+        "rss_steady_p95_mib": round(sorted(half)[int(0.95 * (len(half) - 1))], 1)
+        if half else None,
+        "rss_steady_max_mib": round(max(half), 1) if half else None,
+        "rss_steady_trend_mib_per_m_events": None if trend is None else round(trend * 1e6, 1),
     }
-    print(f"  RSS max {res['rss_max_mib']} MiB; second half {res['rss_second_half_min_mib']}"
-          f"–{res['rss_second_half_max_mib']} MiB, trend "
-          f"{res['rss_second_half_trend_mib_per_m_events']} MiB per million events")
+
+
+def _print_samples(samples: list[tuple[float, float, int]]) -> None:
+    for t_, mb, n in samples[:: max(1, len(samples) // 15)]:
+        print(f"    t={t_:7.1f}s  events={n:>11,}  rss={mb:7.1f} MiB")
+
+
+def _source(work: Path, events: int, log_rate: int | None) -> Path:
+    return bench_file(work, events) if log_rate is None else rate_file(work, events, log_rate)
+
+
+def rss(work: Path, events: int, log_rate: int | None = None,
+        live: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+        every: float = 1.0) -> dict[str, Any]:
+    """RSS of a real ``toolwatch tail`` process while it works through ``events`` lines.
+
+    The tail runs as its own process through the console entry point
+    (``toolwatch.spool:main``), exactly as a user starts it, so its allocator settings
+    and imports are the ones a user gets; this process samples its RSS every ``every``
+    seconds and reads its progress from the live status file. The file is read as a
+    backlog (accelerated log time): micro-batches are as large as live mode ever makes
+    them, so this is the worst case of a sustained rate, not the easy one.
+
+    ``log_rate``: lines at that many events/s of log time (:func:`rate_file`; an hour at
+    10k events/s is ``--events 36000000``) instead of the generator's bench file (~50
+    events/s of log time). ``live``: ``[live]`` overrides (written to a config file);
+    ``env``: extra environment variables for the tail process.
+    """
+    src = _source(work, events, log_rate)
+    data = work / "store-rss"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    cfg_path = work / "rss-config.toml"
+    lines = ["[live]"] + [f"{k} = {json.dumps(v)}" for k, v in (live or {}).items()]
+    cfg_path.write_text("\n".join(lines) + "\n")
+    exe = Path(sys.executable).with_name("toolwatch")
+    cmd = [str(exe), "tail", str(src), "-d", str(data), "-c", str(cfg_path), "--no-stdout",
+           "--exit-when-idle", "2"]
+    penv = {**os.environ, **(env or {})}
+    samples: list[tuple[float, float, int]] = []
+    status: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=penv, stdout=subprocess.DEVNULL)
+    ps = psutil.Process(proc.pid)
+    sdir = data / "_state" / "live"
+    while proc.poll() is None:
+        time.sleep(every)
+        try:
+            mb = ps.memory_info().rss / 2**20
+        except psutil.Error:
+            break
+        for f in sdir.glob("*.json") if sdir.exists() else []:
+            with contextlib.suppress(OSError, ValueError):
+                status = json.loads(f.read_text())
+        samples.append((time.perf_counter() - t0, mb, int(status.get("events_stored", 0))))
+    rc = proc.wait()
+    secs = time.perf_counter() - t0
+    for f in sdir.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            status = json.loads(f.read_text())
+    stored = int(status.get("events_stored", 0))
+    hours = events / log_rate / 3600 if log_rate else None
+    print(f"  toolwatch tail (exit {rc}) over {stored:,} events"
+          + (f" = {hours:.2f} h of log time at {log_rate:,} events/s" if hours else "")
+          + f" in {secs:.0f}s ({stored / max(secs, 1e-9):,.0f} ev/s), window "
+          f"{status.get('window_events', 0):,} events, evicted "
+          f"{status.get('window_evicted', 0):,}, alerts {status.get('alerts_new', 0):,} new / "
+          f"{status.get('alerts_updated', 0):,} updated:")
+    _print_samples(samples)
+    res = {
+        "events": stored,
+        "log_hours": None if hours is None else round(hours, 2),
+        "seconds": round(secs, 1),
+        "events_per_s": int(stored / max(secs, 1e-9)),
+        "exit_code": rc,
+        "alerts_new": status.get("alerts_new"),
+        "live": live or {},
+        "env": env or {},
+        **_steady(samples, events),
+        "samples": [(round(a, 1), round(b, 1), c) for a, b, c in samples],
+    }
+    print(f"  RSS peak {res['rss_peak_mib']} MiB; steady (second half) median "
+          f"{res['rss_steady_median_mib']}, p95 {res['rss_steady_p95_mib']}, max "
+          f"{res['rss_steady_max_mib']} MiB; trend {res['rss_steady_trend_mib_per_m_events']}"
+          " MiB per million events")
+    return res
+
+
+#: Import stages of a live process, in the order ``toolwatch tail`` loads them.
+IMPORT_STAGES: list[tuple[str, list[str]]] = [
+    ("python + console entry (toolwatch.spool)", ["toolwatch.spool"]),
+    ("numpy", ["numpy"]),
+    ("pyarrow (+ parquet, dataset)", ["pyarrow", "pyarrow.parquet", "pyarrow.dataset"]),
+    ("polars", ["polars"]),
+    ("duckdb", ["duckdb"]),
+    ("cli (typer, rich)", ["toolwatch.cli"]),
+    ("store, pipeline, live", ["toolwatch.store", "toolwatch.pipeline", "toolwatch.live",
+                               "toolwatch.live_cli"]),
+    ("detectors, analyze", ["toolwatch.detectors", "toolwatch.analyze"]),
+    ("scikit-learn (forest fit/load)", ["sklearn.ensemble"]),
+]
+
+_IMPORT_PROBE = """
+import importlib, json, sys
+def mem():
+    out = {}
+    for line in open('/proc/self/smaps_rollup'):
+        k, _, v = line.partition(':')
+        if k in ('Rss', 'Private_Clean', 'Private_Dirty', 'Shared_Clean', 'Shared_Dirty'):
+            out[k] = int(v.split()[0]) / 1024
+    return out
+stages = json.loads(sys.argv[1])
+rows = [['start', mem()]]
+for name, mods in stages:
+    for m in mods:
+        importlib.import_module(m)
+    rows.append([name, mem()])
+print(json.dumps(rows))
+"""
+
+
+def import_footprint(env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """RSS (and its private part) after each import stage, in a fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, json.dumps(IMPORT_STAGES)],
+        capture_output=True, text=True, check=True, env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
+    rows = json.loads(out.stdout)
+    res = []
+    prev = rows[0][1]
+    print("  import footprint (RSS; private = not shared with other processes):")
+    for name, m in rows[1:]:
+        priv = m["Private_Clean"] + m["Private_Dirty"]
+        d = m["Rss"] - prev["Rss"]
+        print(f"    {name:42s} +{d:6.1f} MiB -> RSS {m['Rss']:6.1f} MiB (private {priv:6.1f})")
+        res.append({"stage": name, "delta_mib": round(d, 1), "rss_mib": round(m["Rss"], 1),
+                    "private_mib": round(priv, 1)})
+        prev = m
+    return res
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _glibc() -> dict[str, float]:
+    """glibc malloc: bytes in use and bytes free but kept in its arenas (MiB)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        mi = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {"glibc_used_mib": (mi.uordblks + mi.hblkhd) / 2**20,
+            "glibc_free_kept_mib": mi.fordblks / 2**20}
+
+
+def components(work: Path, events: int, log_rate: int | None = None,
+               live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Where a live process's memory is: imports, then the live state during a tail run.
+
+    The tail runs in this process (so its state can be inspected) on the commit thread's
+    hook after every commit: the detection window's frames, the baseline history loaded
+    from the store, the session activity index, the alert tracker, Arrow's memory pool
+    and glibc malloc's heap. RSS minus those is mostly polars' allocator (jemalloc: the
+    working memory of parsing and of the last detection pass, plus what it retains) and
+    DuckDB's. Run ``rss`` for the figure a user sees.
+    """
+    import gc
+
+    import pyarrow as pa
+
+    res: dict[str, Any] = {"imports": import_footprint()}
+    src = _source(work, events, log_rate)
+    data = work / "store-comp"
+    shutil.rmtree(data, ignore_errors=True)
+    cfg = _config(data, **{"compact_interval_s": 300.0, **(live or {})})
+    found: dict[str, Any] = {}
+    peaks: dict[str, float] = {}
+    proc = psutil.Process()
+
+    def mib(df: Any) -> float:
+        return 0.0 if df is None else float(df.estimated_size()) / 2**20
+
+    def on_flush(_res: Any) -> None:
+        lp = found.get("lp")
+        if lp is None:
+            lp = next((o for o in gc.get_objects()
+                       if type(o).__name__ == "LivePipeline"), None)
+            found["lp"] = lp
+        if lp is None:
+            return
+        w = lp.window
+        fig = {
+            "rss_mib": proc.memory_info().rss / 2**20,
+            "window_events_mib": mib(w.events),
+            "window_summaries_mib": mib(w.summaries),
+            "session_index_mib": mib(w.session_last),
+            "history_base_mib": mib(getattr(lp, "_history_base", None)),
+            "arrow_pool_mib": pa.total_allocated_bytes() / 2**20,
+            "tracked_alerts": float(len(getattr(lp.tracker, "_seen", {}) or {})),
+            **_glibc(),
+        }
+        for k, v in fig.items():
+            peaks[k] = max(peaks.get(k, 0.0), v)
+
+    # The detection pass: RSS sampled every 20 ms while the detectors run, against the RSS
+    # just before the pass (its working memory), with the events and history it read.
+    from toolwatch.live import default_detector
+
+    inner, _ = default_detector(cfg)
+    passes: list[dict[str, float]] = []
+    in_pass = threading.Event()
+    top = [0.0]
+
+    def sampler() -> None:
+        while True:
+            time.sleep(0.02)
+            if in_pass.is_set():
+                top[0] = max(top[0], proc.memory_info().rss / 2**20)
+
+    threading.Thread(target=sampler, daemon=True).start()
+
+    def detector(events: Any, summaries: Any, history: Any = None) -> Any:
+        before = proc.memory_info().rss / 2**20
+        top[0] = before
+        in_pass.set()
+        t_ = time.perf_counter()
+        try:
+            assert inner is not None
+            return inner(events, summaries, history=history)
+        finally:
+            in_pass.clear()
+            passes.append({"events": events.height,
+                           "history": 0 if history is None else history.height,
+                           "rss_before_mib": before, "rss_peak_mib": top[0],
+                           "seconds": time.perf_counter() - t_})
+
+    t = time.perf_counter()
+    lp = tail_files(cfg, [str(src)], idle_exit_s=0.5, on_flush=on_flush, detector=detector)
+    secs = time.perf_counter() - t
+    if passes:
+        big = max(passes, key=lambda p: p["rss_peak_mib"] - p["rss_before_mib"])
+        print(f"  detection: {len(passes)} passes, median "
+              f"{statistics.median(p['events'] for p in passes):,.0f} events + "
+              f"{statistics.median(p['history'] for p in passes):,.0f} history read, median "
+              f"{statistics.median(p['seconds'] for p in passes):.2f}s; working memory (RSS "
+              f"peak in the pass - before it) median "
+              f"{statistics.median(p['rss_peak_mib'] - p['rss_before_mib'] for p in passes):.0f}"
+              f" MiB, largest {big['rss_peak_mib'] - big['rss_before_mib']:.0f} MiB "
+              f"({big['events']:,.0f} events + {big['history']:,.0f} history)")
+        res["detection_passes"] = passes
+    print(f"  live state over {lp.status.events_stored:,} events ({secs:.0f}s, window "
+          f"{lp.status.window_events:,} events), peak after a commit:")
+    for k, v in peaks.items():
+        print(f"    {k:24s} {v:9.1f}")
+    res["live_state_peaks"] = {k: round(v, 1) for k, v in peaks.items()}
     return res
 
 
@@ -425,7 +661,8 @@ def _overrides(items: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("part", choices=["throughput", "latency", "rss", "kafka", "all"])
+    p.add_argument("part",
+                   choices=["throughput", "latency", "rss", "components", "kafka", "all"])
     p.add_argument("--events", type=int, default=None, help="events for throughput/rss/kafka")
     p.add_argument("--rate", type=int, default=10_000, help="latency: events/s written")
     p.add_argument("--seconds", type=float, default=30.0, help="latency: run length")
@@ -433,10 +670,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="rss: lines at this many events/s of log time (accelerated replay)")
     p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
                    help="rss/latency: a [live] setting, e.g. --live max_window_events=2000000")
+    p.add_argument("--hours", type=float, default=None,
+                   help="rss/components: hours of log time at --log-rate (sets --events)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="rss: an environment variable for the tail process")
     p.add_argument("--no-detect", action="store_true", help="throughput without detection")
     p.add_argument("--work", default=None, help="work directory (default: a temp dir)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     a = p.parse_args(argv)
+    if a.hours is not None:
+        a.log_rate = a.log_rate or 10_000
+        a.events = int(a.hours * 3600 * a.log_rate)
     work = Path(a.work or tempfile.mkdtemp(prefix="tw-bench-live-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"work dir: {work}  (cores: {os.cpu_count()})")
@@ -449,7 +693,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.part in ("latency", "all"):
         res["latency"] = latency(work, a.rate, a.seconds, _overrides(a.live))
     if a.part in ("rss", "all"):
-        res["rss"] = rss(work, a.events or 1_000_000, a.log_rate, _overrides(a.live))
+        env = dict(x.split("=", 1) for x in a.env)
+        res["rss"] = rss(work, a.events or 1_000_000, a.log_rate, _overrides(a.live), env)
+    if a.part in ("components", "all"):
+        res["components"] = components(work, a.events or 1_000_000, a.log_rate,
+                                       _overrides(a.live))
     if a.part in ("kafka", "all"):
         res["kafka"] = kafka(work, a.events or 200_000)
     if a.json:

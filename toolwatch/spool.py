@@ -797,10 +797,85 @@ def _configured_data_dir(config: str | None) -> str | None:
     return env_dir or DEFAULT_DATA_DIR
 
 
+#: Commands whose process lives long beside a production server (``ingest`` only with
+#: ``--follow``): their allocators are tuned to hand freed memory back (:func:`tune_memory`).
+LIVE_COMMANDS = frozenset({"tail", "collect", "kafka", "run"})
+
+#: jemalloc options of polars' allocator in a live process: freed pages go back to the OS
+#: after ~1 s instead of ~10 s (dirty), at once instead of after ~10 s more (muzzy), and a
+#: background thread does it, so an idle process shrinks too. Without it a live process
+#: keeps the high-water mark of the last backlog's detection passes.
+JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0"
+
+#: glibc malloc arenas in a live process (default: 8 per core). Arrow buffers that DuckDB
+#: exports (every parsed micro-batch) are glibc-allocated on the parser threads; each
+#: arena keeps its own free memory.
+MALLOC_ARENAS = 2
+
+#: Seconds between two ``malloc_trim(0)`` (and Arrow pool releases) in a live process.
+TRIM_INTERVAL_S = 5.0
+
+_M_ARENA_MAX = -8  # glibc mallopt parameter
+
+
+def tune_memory(argv: list[str]) -> bool:
+    """Allocator settings for a live process; must run before polars/pyarrow are imported.
+
+    A live process (``tail``, ``collect``, ``kafka``, ``run``, ``ingest --follow``)
+    allocates and frees a micro-batch's worth of memory every flush through three
+    allocators: polars' jemalloc, glibc malloc (Arrow data exported by DuckDB, numpy) and
+    Arrow's mimalloc pool. Left at their defaults each keeps what it freed for reuse, and
+    the process sits at the sum of their high-water marks. This sets
+    ``_RJEM_MALLOC_CONF`` (:data:`JEMALLOC_CONF`, read by polars' jemalloc at its first
+    allocation, hence before ``import polars``), caps glibc's arenas
+    (:data:`MALLOC_ARENAS`) and starts a daemon thread that returns free heap pages
+    (``malloc_trim``) and Arrow's unused pool memory every :data:`TRIM_INTERVAL_S`.
+
+    Settings a user made win: an existing ``_RJEM_MALLOC_CONF`` or ``MALLOC_ARENA_MAX``
+    is left alone; ``TOOLWATCH_MEMORY_TUNING=0`` turns all of it off. Other commands
+    (``analyze``, ``ingest`` of files) are batch jobs and keep the allocators' defaults.
+
+    Returns
+    -------
+    bool
+        Whether the settings were applied.
+    """
+    if os.environ.get("TOOLWATCH_MEMORY_TUNING", "1") == "0" or not argv:
+        return False
+    cmd = argv[0]
+    if cmd not in LIVE_COMMANDS and not (cmd == "ingest" and "--follow" in argv):
+        return False
+    os.environ.setdefault("_RJEM_MALLOC_CONF", JEMALLOC_CONF)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if "MALLOC_ARENA_MAX" not in os.environ:
+            libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): jemalloc settings only
+        return True
+
+    def trimmer() -> None:
+        while True:
+            time.sleep(TRIM_INTERVAL_S)
+            with contextlib.suppress(Exception):
+                trim(0)
+                pa = sys.modules.get("pyarrow")
+                if pa is not None:
+                    pa.default_memory_pool().release_unused()
+
+    threading.Thread(target=trimmer, name="toolwatch-trim", daemon=True).start()
+    return True
+
+
 def main() -> None:
     """Console entry point: start a ``run`` command's server first, then the CLI."""
     if len(sys.argv) > 1 and sys.argv[1] == "run":
         _prestart(sys.argv[2:])
+    # After the server has started (its cold start stays as short as it was), before the
+    # CLI imports polars: allocator settings must precede the first allocation.
+    tune_memory(sys.argv[1:])
     from toolwatch.cli import main as cli_main
 
     try:

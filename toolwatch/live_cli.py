@@ -1,7 +1,9 @@
 """The loops behind the live-mode commands (:mod:`toolwatch.live_commands`).
 
-:func:`tail_files`, :func:`follow_stdin`, :func:`run_wrapped` and :func:`consume_kafka`
-each run one live source until stopped; tests and benchmarks call them directly.
+:func:`tail_files`, :func:`follow_stdin`, :func:`collect_spools` (behind
+:func:`run_wrapped`) and :func:`consume_kafka` each build one live source
+(:mod:`toolwatch.ingest.sources.base`) and run it with the one driver loop
+(:mod:`toolwatch.live.driver`); tests and benchmarks call them directly.
 """
 
 from __future__ import annotations

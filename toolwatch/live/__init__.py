@@ -37,7 +37,9 @@ Package layout (each file says what it holds):
 * :mod:`~toolwatch.live.commit` — the commit thread, :class:`FlushResult`;
 * :mod:`~toolwatch.live.warmup` — reloading stored state after a restart;
 * :mod:`~toolwatch.live.pipeline` — :class:`LivePipeline`, which ties them together;
-* :mod:`~toolwatch.live.stop` — :class:`StopFlag` and the signal handlers.
+* :mod:`~toolwatch.live.stop` — :class:`StopFlag` and the signal handlers;
+* :mod:`~toolwatch.live.driver` — the one loop that runs any live source
+  (:mod:`toolwatch.ingest.sources.base`) into a pipeline, with acknowledgements.
 """
 
 from __future__ import annotations

@@ -190,10 +190,10 @@ def toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
     t_first = src.first_message_at_perf
     t_end = box.get("t_end", time.perf_counter())
     st = lp.status
-    return {"messages": src.counters["messages"], "events": st.events_stored,
+    return {"messages": src.counters.processed, "events": st.events_stored,
             "alerts": st.alerts_new if hasattr(st, "alerts_new") else None,
             "seconds": t_end - t_first, "join_s": t_first - t_sub,
-            "kafka": dict(src.counters)}
+            "kafka": src.counters.as_dict()}
 
 
 # --------------------------------------------------------------------------- tail
@@ -382,7 +382,7 @@ def scale(a: argparse.Namespace) -> dict[str, Any]:
             if first is None:
                 # The first lines read (status files, rewritten every status interval)
                 # mark the end of start-up and group join.
-                read = sum(st.get("extra", {}).get("kafka", {}).get("messages", 0)
+                read = sum(st.get("extra", {}).get("kafka", {}).get("processed", 0)
                            for st in read_statuses(data))
                 if read:
                     first = (now, read)

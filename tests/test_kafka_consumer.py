@@ -187,10 +187,13 @@ def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
     kafka_broker, tmp_path: Path
 ) -> None:
     """Forced eviction discards what was read but not stored (the new owner re-reads it
-    from the store checkpoint); an assignment seeks to the store's offset."""
-    from toolwatch.ingest.sources.kafka import KafkaLiveSource
+    from the store checkpoint); an assignment seeks to the store's offset. The source
+    reaches the pipeline only through the driver's control (the source contract)."""
+    from toolwatch.ingest.records import RawBatch
+    from toolwatch.ingest.sources.kafka import KafkaSource
 
     from toolwatch.live import LivePipeline
+    from toolwatch.live.driver import Driver
     from toolwatch.store import Store
 
     bs = kafka_broker.bootstrap
@@ -201,25 +204,36 @@ def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
     cfg = config_for(data)
     store = Store(data)
     lp = LivePipeline(cfg, store, kind="kafka")
-    src = KafkaLiveSource(lp, store, bootstrap_servers=bs, topics=[topic], group_id=group,
-                          consumer_options=GROUP_OPTS)
+    src = KafkaSource(bootstrap_servers=bs, topics=[topic], group_id=group, store=store,
+                      consumer_options=GROUP_OPTS)
+    d = Driver(src, lp)  # opens the source: it joins the group on its first poll
     try:
         got = 0
+        started = None
         deadline = time.monotonic() + 30
         while got < 40 and time.monotonic() < deadline:
-            for tp, msgs in src.consumer.poll(timeout_ms=200).items():
-                got += src._add(tp, msgs)
-        assert got == 40 and lp.pending_lines == 40
+            for item in src.poll(0.2):
+                if isinstance(item, RawBatch):
+                    lp.add(item)
+                    got += len(item)
+                else:
+                    started = item
+                    d.handle(item)
+        assert got == 40 and lp.pending_lines == 40 and src.counters.processed == 40
+        assert started is not None and set(started.fps) == {f"kafka:{topic}:0",
+                                                             f"kafka:{topic}:1"}
         tp0 = TopicPartition(topic, 0)
         n0 = sum(len(b) for b in lp._pending.get(f"kafka:{topic}:0", []))
         assert 0 < n0 < 40
         src.handle_lost({tp0})
         assert lp.pending_lines == 40 - n0 and f"kafka:{topic}:0" not in lp._pending
+        assert tp0 not in src.assigned
         lp.flush()
+        d.deliver_acks()
         assert stored_events(data).height == 40 - n0  # the lost partition's lines: not stored
         # The store now has partition 1's checkpoint: an assignment seeks there.
         tp1 = TopicPartition(topic, 1)
-        src.handle_assigned({tp1})
+        src.handle_assigned({tp1}, {})
         assert src.consumer.position(tp1) == Store(data).checkpoints()[f"kafka:{topic}:1"]
     finally:
         src.close()

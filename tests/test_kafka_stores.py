@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from kafka import KafkaProducer
-from toolwatch.ingest.sources.kafka import KafkaLiveSource
+from toolwatch.ingest.sources.kafka import KafkaSource
 
 from toolwatch.live_cli import consume_kafka
 
@@ -56,7 +56,7 @@ def member(bs: str, topic: str, group: str, data: Path) -> dict[str, int]:
     consume_kafka(config_for(data), bootstrap_servers=bs, topics=[topic], group_id=group,
                   consumer_options=OPTS, idle_exit_s=2.0, max_seconds=60,
                   on_start=lambda src: box.__setitem__("src", src))
-    return dict(box["src"].counters)  # type: ignore[attr-defined]
+    return box["src"].counters.as_dict()  # type: ignore[attr-defined, no-any-return]
 
 
 @pytest.mark.parametrize("lookup", ["listener", "after-poll"])
@@ -76,7 +76,7 @@ def test_store_per_machine_resumes_at_group_commit(
         async def unavailable(self, tps):  # type: ignore[no-untyped-def]
             return None
 
-        monkeypatch.setattr(KafkaLiveSource, "fetch_committed_async", unavailable)
+        monkeypatch.setattr(KafkaSource, "fetch_committed_async", unavailable)
     bs = kafka_broker.bootstrap
     topic, group = f"stores-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     create_topic(bs, topic, partitions=2)

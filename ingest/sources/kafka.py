@@ -1,30 +1,41 @@
 """Source ``kafka``: a kafka-python consumer-group member feeding live mode.
 
+The source contract
+    :class:`KafkaSource` is a :class:`~toolwatch.ingest.sources.base.LiveSource` run by the
+    live driver; it never touches the live pipeline. ``poll(timeout)`` is one
+    ``consumer.poll``: one Arrow batch per partition (:func:`message_batch`, from record
+    batches decoded whole by the chunk decoder) and a ``StreamsStarted`` for newly
+    assigned partitions (the driver warms their window up). ``ack(checkpoints)`` (after
+    the store commit, on the driver thread, which is the poll thread) notes the offsets;
+    the next ``poll`` commits them. ``behind()`` tells a backlog; ``counters``:
+    ``processed`` (messages handed on), ``dropped`` (redelivered below what the store
+    holds), ``rejected`` (always 0: the source parses nothing) and the Kafka extras;
+    ``status()`` the lag per partition and its growth warning.
+
 Delivery semantics
     * Stream identity of a partition: ``source_fp = "kafka:<topic>:<partition>"``; the
       message offset is the line offset, so event ids (``<fp>:<offset>``) are stable
       across redeliveries; the checkpoint is ``last offset + 1``.
     * The **store is the source of truth**: events, alerts and the partition checkpoints
       are committed in one atomic store batch. On every assignment the consumer seeks
-      each partition to the store's checkpoint (when it has one), so messages redelivered
-      after a crash, a kill -9 or a rebalance are skipped, never stored twice. Messages
-      below the stored offset that still arrive are dropped and counted
-      (``redelivered_skipped``).
+      each partition to the store's checkpoint (or to the group's committed offset when
+      that is ahead: another machine's store holds those messages), so messages
+      redelivered after a crash, a kill -9 or a rebalance are skipped, never stored
+      twice. Messages below the stored offset that still arrive are dropped and counted.
     * Kafka offsets are committed (auto-commit off) only *after* the store commit that
       covers them — they give lag/visibility to Kafka tooling and a starting point for a
       store that has no checkpoint yet.
 
 Rebalances
-    kafka-python 3 runs rebalance callbacks on its network thread, where a blocking
-    ``commit()`` is refused, so the listener is an :class:`AsyncConsumerRebalanceListener`:
-    on revoke it flushes the pipeline (data of the revoked partitions reaches the store),
-    awaits the Kafka commit of those offsets, then drops the revoked partitions' detection
-    state; on loss (forced eviction) it drops their unflushed lines and state without
-    committing (the new owner re-reads them from the store's checkpoint); on assignment
-    it seeks to the store checkpoints and asks the main loop to reload the partitions'
-    recent events into the detection window. A lock serializes the listener with the main
-    loop; the main loop commits with ``commit_async`` so it never waits on the network
-    thread while holding that lock.
+    kafka-python 3 runs rebalance callbacks on its network thread (synchronously inside
+    ``poll()``/``close()``, while the driver thread waits), where a blocking ``commit()``
+    is refused, so the listener is an :class:`AsyncConsumerRebalanceListener`. On revoke
+    it hands ``StreamsEnded(fps, sync=True)`` to the driver's control (finalize, flush,
+    wait for the store commit, acknowledge), awaits the Kafka commit of those offsets,
+    then ``StreamsRevoked(fps)`` (the driver forgets their state); on loss (forced
+    eviction) ``StreamsRevoked(fps, discard_pending=True)`` without committing (the new
+    owner re-reads them from the store's checkpoint); on assignment it reads the group's
+    committed offsets (awaited, before any fetch) and seeks each partition once.
 
 Errors, as the library documents them
     ``CommitFailedError`` ("the group has already rebalanced and assigned the partitions
@@ -42,10 +53,9 @@ Message key
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
-from typing import Any, BinaryIO, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import numpy as np
 import orjson
@@ -54,9 +64,17 @@ from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 from toolwatch.ingest.records import RawBatch
+from toolwatch.ingest.sources.base import (
+    Item,
+    LiveSource,
+    SourceControl,
+    StreamsEnded,
+    StreamsRevoked,
+    StreamsStarted,
+)
 
-from toolwatch.live import FlushResult, LivePipeline, StopFlag
-from toolwatch.store import Store
+if TYPE_CHECKING:  # the store (DuckDB) is only handed in
+    from toolwatch.store import Checkpoint, Store
 
 log = logging.getLogger("toolwatch.kafka")
 
@@ -571,7 +589,9 @@ class LagWatch:
 
 
 class _Listener(AsyncConsumerRebalanceListener):
-    def __init__(self, owner: KafkaLiveSource):
+    """Rebalance callbacks (kafka-python's IO thread, inside ``poll()``/``close()``)."""
+
+    def __init__(self, owner: KafkaSource):
         self.owner = owner
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
@@ -579,10 +599,9 @@ class _Listener(AsyncConsumerRebalanceListener):
         for fut in futures:
             try:
                 await fut
-            except (CommitFailedError, RebalanceInProgressError) as exc:
+            except KafkaError as exc:  # CommitFailed, RebalanceInProgress, ...
                 self.owner.note_commit_error(exc)
-            except KafkaError as exc:
-                self.owner.note_commit_error(exc)
+        self.owner.release(set(revoked))
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         assigned = set(assigned)
@@ -597,44 +616,65 @@ class _Listener(AsyncConsumerRebalanceListener):
         self.owner.handle_lost(set(lost))
 
 
-class KafkaLiveSource:
-    """Consume topics as a group member into a :class:`~toolwatch.live.LivePipeline`.
+class KafkaSource(LiveSource):
+    """Consume topics as a consumer-group member: the ``kafka`` live source.
+
+    Runs under the live driver (:func:`toolwatch.live.driver.drive`) like every live
+    source: :meth:`poll` returns one Arrow batch per partition per poll (record batches
+    decoded by the chunk decoder, no object per message) and a :class:`StreamsStarted`
+    for newly assigned partitions; :meth:`ack` notes the offsets a store commit covers
+    and the next :meth:`poll` commits them to Kafka (``commit_async``, once per store
+    commit; ``KafkaConsumer`` is not thread-safe, and acknowledgements arrive on the
+    driver's thread, which is also the poll thread). Rebalances reach the driver through
+    :attr:`control` (see the module docstring): revoked partitions are ended with a
+    synchronous flush, committed, then released (``StreamsRevoked``); lost partitions
+    are released with their unflushed lines discarded.
 
     Parameters
     ----------
-    lp
-        The live pipeline (its store is the checkpoint source of truth).
-    store
-        The store.
     bootstrap_servers
         ``host:port[,host:port…]``.
     topics
         Topics to subscribe to.
     group_id
         Consumer group.
+    store
+        The store: its checkpoints are where an assigned partition resumes (source of
+        truth); nothing is written to it from here.
     consumer_options
         Extra :class:`kafka.KafkaConsumer` settings (e.g. ``max_poll_interval_ms``,
         ``session_timeout_ms``, security settings). Auto-commit is always off.
     max_poll_records
-        Records per poll.
+        Records per poll (with the chunk decoder: record batches per poll).
     fast_records
-        Decode fetched records with the lean decoder (:func:`install_fast_records`);
-        False: kafka-python's own.
+        Decode fetched record batches with the chunk decoder
+        (:func:`install_fast_records`); False: kafka-python's own records.
+
+    Attributes
+    ----------
+    lag_warn_s
+        Lag growth (seconds) after which :meth:`status` warns (0: never); the driver's
+        caller sets it from ``live.kafka_lag_warn_s``.
+    flush_events
+        A lag of this many messages counts as a backlog (:meth:`behind`); set it from
+        ``live.flush_events``.
     """
+
+    name = "kafka"
+    blocking = True
 
     def __init__(
         self,
-        lp: LivePipeline,
-        store: Store,
         *,
         bootstrap_servers: str,
         topics: list[str],
         group_id: str,
+        store: Store,
         consumer_options: dict[str, Any] | None = None,
         max_poll_records: int | None = None,
         fast_records: bool = True,
     ):
-        self.lp = lp
+        super().__init__()
         self.store = store
         self.topics = topics
         self.group_id = group_id
@@ -646,16 +686,15 @@ class KafkaLiveSource:
         self.max_poll_records = int(opts["max_poll_records"])
         self.consumer = KafkaConsumer(**opts)
         self.fast_records = fast_records and install_fast_records(self.consumer, chunks=True)
-        self.lock = threading.RLock()
+        self.lag_warn_s = 0.0
+        self.flush_events = 100_000
         self.stored: dict[str, int] = {}  # fp -> offset the store holds up to
         self._noted: dict[str, int] = {}  # fp -> stored offset not yet committed to Kafka
-        self._noted_lock = threading.Lock()  # stored/_noted: the commit thread writes them
         self.assigned: set[TopicPartition] = set()
         self._to_warm: set[str] = set()
         self._check_committed: set[TopicPartition] = set()
-        self.counters: dict[str, int] = {
-            "messages": 0,
-            "redelivered_skipped": 0,
+        self._last_got = 0
+        self.counters.extra.update({
             "commits": 0,
             "commit_failed": 0,
             "rebalance_in_progress": 0,
@@ -664,51 +703,137 @@ class KafkaLiveSource:
             "lost": 0,
             "lag_warnings": 0,
             "skipped_to_committed": 0,
-        }
+        })
         self.lag_watch = LagWatch()
-        self.lp.on_commit.append(self._after_store_commit)
-        self.consumer.subscribe(topics=topics, listener=_Listener(self))
-        self.on_poll: Callable[[], None] | None = None
         #: ``time.perf_counter()`` when the first message arrived (benchmarks).
         self.first_message_at_perf: float | None = None
+        self._subscribed = False
+        self._ever_assigned = False
 
-    # ------------------------------------------------------------------ callbacks
-    def _after_store_commit(self, res: FlushResult) -> None:
-        """Note the offsets a store commit covers (runs on the pipeline's commit thread).
+    def open(self, control: SourceControl) -> None:
+        """Take the driver's control, then join the group (callbacks need the control)."""
+        super().open(control)
+        if not self._subscribed:
+            self.consumer.subscribe(topics=self.topics, listener=_Listener(self))
+            self._subscribed = True
 
-        ``KafkaConsumer`` is not thread-safe, so nothing is sent from here: the poll
-        thread commits what is noted (:meth:`_commit_noted`) after its next poll, or the
-        revoke listener does before giving partitions up.
+    # ------------------------------------------------------------------ contract
+    def poll(self, timeout: float) -> list[Item]:
+        """One ``consumer.poll``: a batch per partition, after any :class:`StreamsStarted`.
+
+        Commits (asynchronously) what the store holds and Kafka does not yet first, so
+        the offsets trail the store by one poll at most.
         """
-        with self._noted_lock:
-            for c in res.checkpoints:
-                if _tp_of(c.source_fp) is None:
-                    continue
-                self.stored[c.source_fp] = max(self.stored.get(c.source_fp, 0), c.end_offset)
-                self._noted[c.source_fp] = max(self._noted.get(c.source_fp, 0), c.end_offset)
+        self._commit_noted()
+        try:
+            recs = self.consumer.poll(timeout_ms=max(0, int(timeout * 1000)),
+                                      max_records=self.max_poll_records)
+        except (CommitFailedError, RebalanceInProgressError) as exc:
+            self.note_commit_error(exc)
+            return []
+        if recs and self.first_message_at_perf is None:
+            self.first_message_at_perf = time.perf_counter()
+        if self._check_committed:
+            self._skip_to_committed()
+        out: list[Item] = []
+        if self._to_warm:
+            out.append(StreamsStarted(tuple(sorted(self._to_warm))))
+            self._to_warm = set()
+        got = 0
+        for tp, msgs in recs.items():
+            fp = partition_fp(tp.topic, tp.partition)
+            batch = message_batch(tp, msgs, self.stored.get(fp, 0))
+            n, total = len(batch), message_count(msgs)
+            got += total
+            self.counters.dropped += total - n  # redelivered below what the store holds
+            if n:
+                self.counters.processed += n
+                out.append(batch)
+        self._last_got = got
+        return out
 
-    def _commit_noted(self, only: set[TopicPartition] | None = None) -> list[Any]:
+    def ack(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Note the offsets a store commit covers; :meth:`poll` commits them to Kafka."""
+        for c in checkpoints:
+            if _tp_of(c.source_fp) is None:
+                continue
+            self.stored[c.source_fp] = max(self.stored.get(c.source_fp, 0), c.end_offset)
+            self._noted[c.source_fp] = max(self._noted.get(c.source_fp, 0), c.end_offset)
+
+    def behind(self) -> bool:
+        """Whether a micro-batch's worth is still waiting beyond the last poll.
+
+        A full poll, or a lag of at least :attr:`flush_events` messages: waiting for
+        size then fills the micro-batch within a few polls. A smaller lag (messages
+        fetched ahead, a trickle) is not a backlog, so the flush interval keeps latency
+        low.
+        """
+        if self._last_got >= self.max_poll_records:
+            return True
+        return sum(self.lag().values()) >= self.flush_events
+
+    def idle_ok(self) -> bool:
+        """Idle exit only once partitions were assigned (the group join takes seconds:
+        idle time counts from the assignment, whose ``StreamsStarted`` is activity)."""
+        return self._ever_assigned
+
+    def status(self) -> dict[str, Any]:
+        """``lag`` (with the growth warning) and the assigned partitions."""
+        lag = self.lag()
+        return {
+            "lag": self.watch_lag(lag, self.lag_warn_s),
+            "sources": {
+                "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in self.assigned),
+                "lag_by_partition": lag,
+            },
+        }
+
+    def close(self) -> None:
+        """Commit what the store holds, then leave the group (idempotent).
+
+        Leaving runs the revoke listener: the driver flushes what is still pending
+        (the pipeline is closed after the source), and those offsets are committed too.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        offsets = {
+            tp: OffsetAndMetadata(self.stored[partition_fp(tp.topic, tp.partition)], "", -1)
+            for tp in self.assigned
+            if partition_fp(tp.topic, tp.partition) in self.stored
+        }
+        self._noted.clear()
+        if offsets:
+            try:
+                self.consumer.commit(offsets, timeout_ms=5000)
+                self.counters.extra["commits"] += 1
+            except Exception as exc:
+                self.note_commit_error(exc)
+        try:
+            self.consumer.close()
+        except Exception as exc:
+            log.info("consumer close: %s", exc)
+
+    # ------------------------------------------------------------------ commits
+    def _commit_noted(self) -> list[Any]:
         """Commit (asynchronously) the offsets the store holds and Kafka does not yet.
 
         One commit per store commit at most, whatever the number of messages: the Kafka
         offsets trail the store, which stays the source of truth.
         """
-        with self._noted_lock:
-            if not self._noted:
-                return []
-            offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-            for fp in list(self._noted):
-                tp = _tp_of(fp)
-                if tp is None or (only is not None and tp not in only):
-                    continue
-                end = self._noted.pop(fp)
-                if tp in self.assigned:
-                    offsets[tp] = OffsetAndMetadata(end, "", -1)
+        if not self._noted:
+            return []
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for fp, end in self._noted.items():
+            tp = _tp_of(fp)
+            if tp is not None and tp in self.assigned:
+                offsets[tp] = OffsetAndMetadata(end, "", -1)
+        self._noted = {}
         if not offsets:
             return []
         try:
             fut = self.consumer.commit_async(offsets, callback=self._commit_done)
-        except (CommitFailedError, RebalanceInProgressError, KafkaError) as exc:
+        except KafkaError as exc:
             self.note_commit_error(exc)
             return []
         return [fut]
@@ -717,57 +842,58 @@ class KafkaLiveSource:
         if isinstance(response, Exception):
             self.note_commit_error(response)
         else:
-            self.counters["commits"] += 1
+            self.counters.extra["commits"] += 1
 
     def note_commit_error(self, exc: BaseException) -> None:
         """Count a failed Kafka commit (the store already holds the data)."""
         if isinstance(exc, RebalanceInProgressError):
-            self.counters["rebalance_in_progress"] += 1
+            self.counters.extra["rebalance_in_progress"] += 1
             log.info("offset commit during a rebalance; retried with the next flush")
         else:
-            self.counters["commit_failed"] += 1
+            self.counters.extra["commit_failed"] += 1
             log.info("offset commit failed (%s); the store holds the data", exc)
 
+    # ------------------------------------------------------------------ rebalances
     def handle_revoked(self, revoked: set[TopicPartition]) -> list[Any]:
-        """Flush everything read so far, commit it, drop the revoked partitions' state.
+        """End the revoked partitions' streams, store everything read, commit it.
 
-        Runs inside ``poll()`` on the poll thread: the flush waits for the commit thread
-        (every queued micro-batch reaches the store) before the partitions are released,
-        so the next owner's seek to the store checkpoint sees all of it.
+        Inside ``poll()``/``close()``: the synchronous :class:`StreamsEnded` makes the
+        driver flush and wait for the store commit (acknowledged to :meth:`ack`) before
+        the partitions are released, so the next owner's seek to the store checkpoint
+        sees all of it. Returns the commit futures (the listener awaits them, then calls
+        :meth:`release`).
         """
-        with self.lock:
-            self.counters["revocations"] += 1
-            fps = [partition_fp(tp.topic, tp.partition) for tp in revoked]
-            self.lp.finalize_streams(fps)
-            self.lp.flush(wait=True)
-            futures = self._commit_noted()
-            self._drop(revoked)
-            return futures
+        self.counters.extra["revocations"] += 1
+        fps = tuple(sorted(partition_fp(tp.topic, tp.partition) for tp in revoked))
+        if fps:
+            self.control.handle(StreamsEnded(fps, sync=True))
+        return self._commit_noted()
+
+    def release(self, tps: set[TopicPartition]) -> None:
+        """Revoked and committed: the driver forgets the partitions' streams."""
+        fps = tuple(sorted(partition_fp(tp.topic, tp.partition) for tp in tps))
+        if fps:
+            self.control.handle(StreamsRevoked(fps))
+        self._drop(tps)
 
     def handle_lost(self, lost: set[TopicPartition]) -> None:
-        """Forced eviction: discard unflushed lines and state of the lost partitions."""
-        with self.lock:
-            self.counters["lost"] += 1
-            # Micro-batches already handed to the commit thread were read before the
-            # eviction (a synchronous flush would have stored them before this poll).
-            self.lp.drain()
-            self.lp.drop_pending(partition_fp(tp.topic, tp.partition) for tp in lost)
-            self._drop(lost)
+        """Forced eviction: the driver discards their unflushed lines and state."""
+        self.counters.extra["lost"] += 1
+        fps = tuple(sorted(partition_fp(tp.topic, tp.partition) for tp in lost))
+        if fps:
+            self.control.handle(StreamsRevoked(fps, discard_pending=True))
+        self._drop(lost)
 
     def _drop(self, tps: set[TopicPartition]) -> None:
-        fps = [partition_fp(tp.topic, tp.partition) for tp in tps]
-        self.lp.window.drop_streams(fps)
-        with self._noted_lock:
-            for fp in fps:
-                self.stored.pop(fp, None)
-                self._noted.pop(fp, None)
-        for fp in fps:
-            self.lp.pipe.pairers.pop(fp, None)
+        for tp in tps:
+            fp = partition_fp(tp.topic, tp.partition)
+            self.stored.pop(fp, None)
+            self._noted.pop(fp, None)
             self._to_warm.discard(fp)
-            self.lp.forget_stream(fp)
         self._check_committed -= tps
         self.assigned -= tps
 
+    # ------------------------------------------------------------------ positions
     async def fetch_committed_async(
         self, tps: set[TopicPartition]
     ) -> dict[TopicPartition, int] | None:
@@ -801,26 +927,25 @@ class KafkaLiveSource:
         by the listener before any fetch) makes this one seek; None defers the check to
         the poll thread.
         """
-        with self.lock:
-            self.counters["assignments"] += 1
-            self.store.recover()  # roll forward a batch a killed member committed
-            cps = self.store.checkpoints()
-            for tp in assigned:
-                fp = partition_fp(tp.topic, tp.partition)
-                if fp in cps:
-                    target = cps[fp]
-                    if committed is None:
-                        self._check_committed.add(tp)
-                    elif committed.get(tp, -1) > target:
-                        log.info("%s: Kafka commit %d ahead of this store's checkpoint %d; "
-                                 "resuming there", tp, committed[tp], target)
-                        self.counters["skipped_to_committed"] += 1
-                        target = committed[tp]
-                    self.consumer.seek(tp, target)
-                    with self._noted_lock:
-                        self.stored[fp] = target
-                self._to_warm.add(fp)
-            self.assigned |= assigned
+        self.counters.extra["assignments"] += 1
+        self._ever_assigned = self._ever_assigned or bool(assigned)
+        self.store.recover()  # roll forward a batch a killed member committed
+        cps = self.store.checkpoints()
+        for tp in assigned:
+            fp = partition_fp(tp.topic, tp.partition)
+            if fp in cps:
+                target = cps[fp]
+                if committed is None:
+                    self._check_committed.add(tp)
+                elif committed.get(tp, -1) > target:
+                    log.info("%s: Kafka commit %d ahead of this store's checkpoint %d; "
+                             "resuming there", tp, committed[tp], target)
+                    self.counters.extra["skipped_to_committed"] += 1
+                    target = committed[tp]
+                self.consumer.seek(tp, target)
+                self.stored[fp] = target
+            self._to_warm.add(fp)
+        self.assigned |= assigned
 
     def _skip_to_committed(self) -> None:
         """Move partitions whose Kafka commit is ahead of this store's checkpoint to it.
@@ -841,14 +966,13 @@ class KafkaLiveSource:
                 log.info("committed offset of %s unknown (%s): resuming from the store", tp, exc)
                 continue
             fp = partition_fp(tp.topic, tp.partition)
-            with self._noted_lock:
-                floor = self.stored.get(fp)
-                if committed is None or floor is None or committed <= floor:
-                    continue
-                self.stored[fp] = committed
+            floor = self.stored.get(fp)
+            if committed is None or floor is None or committed <= floor:
+                continue
+            self.stored[fp] = committed
             log.info("%s: Kafka commit %d ahead of this store's checkpoint %d; resuming there",
                      tp, committed, floor)
-            self.counters["skipped_to_committed"] += 1
+            self.counters.extra["skipped_to_committed"] += 1
             # The assigning poll may already have returned records past the commit (they
             # are kept: the new floor only drops those below it). Seeking back to the
             # commit would fetch them a second time, before the store commit that raises
@@ -856,35 +980,6 @@ class KafkaLiveSource:
             pos = self._position(tp)
             if pos is None or pos < committed:
                 self.consumer.seek(tp, committed)
-
-    # ------------------------------------------------------------------ loop
-    def _add(self, tp: TopicPartition, msgs: list[Any]) -> int:
-        fp = partition_fp(tp.topic, tp.partition)
-        batch = message_batch(tp, msgs, self.stored.get(fp, 0))
-        n = len(batch)
-        self.counters["redelivered_skipped"] += message_count(msgs) - n
-        if not n:
-            return 0
-        self.lp.add(batch)
-        self.counters["messages"] += n
-        return n
-
-    def _behind(self, got: int) -> bool:
-        """Whether a micro-batch's worth is still waiting beyond this poll.
-
-        A full poll, or a lag of at least ``live.flush_events`` messages: waiting for size
-        then fills the micro-batch within a few polls. A smaller lag (messages fetched
-        ahead, a trickle) is not a backlog, so the flush interval keeps latency low.
-        """
-        if got >= self.max_poll_records:
-            return True
-        lag = 0
-        for tp in self.assigned:
-            hw = self.consumer.highwater(tp)
-            pos = self._position(tp) if hw is not None else None
-            if hw is not None and pos is not None:
-                lag += max(0, hw - pos)
-        return lag >= self.lp.live.flush_events
 
     def _position(self, tp: TopicPartition) -> int | None:
         """The consumer's fetch position of ``tp`` without any network round trip.
@@ -904,7 +999,7 @@ class KafkaLiveSource:
         """Status ``lag`` entries for ``per`` partition lags (see :class:`LagWatch`)."""
         out, newly = self.lag_watch.update(per, warn_after_s)
         if newly:
-            self.counters["lag_warnings"] += 1
+            self.counters.extra["lag_warnings"] += 1
             log.warning("consumer lag has grown for %.0fs to %d messages (%s): this member "
                         "does not keep up; add members or partitions",
                         out["growing_s"], out["messages"], out["by_partition"])
@@ -920,116 +1015,6 @@ class KafkaLiveSource:
                 per[f"{tp.topic}/{tp.partition}"] = max(0, hw - pos)
         return per
 
-    def run(self, stop: StopFlag, *, idle_exit_s: float | None = None,
-            max_seconds: float | None = None, poll_timeout_ms: int = 200) -> None:
-        """Poll, buffer and flush until ``stop`` is set (then flush and leave the group).
-
-        Each poll's messages become one Arrow batch per partition; batches wait in the
-        pipeline until a flush is due (``live.flush_interval_s`` / ``flush_events``),
-        are transformed on this thread, then detected and stored on the commit thread
-        while this one keeps polling. Kafka offsets are committed after the store
-        commit that covers them, once per flush.
-
-        Parameters
-        ----------
-        stop
-            Set by signal handlers.
-        idle_exit_s
-            Also stop after this long without a message, counted from the first message
-            or the first assignment (replays, tests).
-        max_seconds
-            Also stop after this long.
-        poll_timeout_ms
-            Longest wait of one poll.
-        """
-        started = time.monotonic()
-        last_msg = time.monotonic()
-        got_any = False
-        deferred = False
-        try:
-            while not stop:
-                # A flush held back for a backlog is "due" at once: waiting for it would
-                # make every poll a zero-timeout spin (CPU and GIL taken from the fetcher
-                # and the commit thread). poll() returns as soon as records are there.
-                timeout = poll_timeout_ms / 1000 if deferred else min(
-                    poll_timeout_ms / 1000, self.lp.time_to_due())
-                try:
-                    recs = self.consumer.poll(
-                        timeout_ms=int(timeout * 1000), max_records=self.max_poll_records
-                    )
-                except (CommitFailedError, RebalanceInProgressError) as exc:
-                    self.note_commit_error(exc)
-                    continue
-                if recs and self.first_message_at_perf is None:
-                    self.first_message_at_perf = time.perf_counter()
-                with self.lock:
-                    if self._check_committed:
-                        self._skip_to_committed()
-                    n = 0
-                    for tp, msgs in recs.items():
-                        n += self._add(tp, msgs)
-                    if self._to_warm:
-                        warm, self._to_warm = set(self._to_warm), set()
-                        self.lp.warm_up(warm)
-                    # The transform runs here; detection and the store commit run on
-                    # the pipeline's commit thread while the next polls are read.
-                    # Behind the log end (a backlog, a replay), flushes wait for size
-                    # (live.flush_events): the commit thread then treats them as backlog
-                    # and detects several together, as tail does when it reads a file
-                    # faster than the interval. Interval flushes here would run the
-                    # detectors once per ~1 s of reading, over the whole window each time.
-                    deferred = False
-                    if self.lp.due():
-                        if (self.lp.pending_lines >= self.lp.live.flush_events
-                                or not self._behind(n)):
-                            self.lp.flush(wait=False)
-                        else:
-                            deferred = True
-                    if not recs and not self._behind(0):
-                        # Truly caught up (an empty poll mid-backlog only means the
-                        # next fetch is still on its way): commit what is queued now.
-                        self.lp.caught_up()
-                self._commit_noted()
-                if n or (not got_any and self.assigned):
-                    # Idle time counts from the first message, or from the assignment
-                    # when there is nothing (left) to read.
-                    last_msg = time.monotonic()
-                    got_any = True
-                if self.on_poll is not None:
-                    self.on_poll()
-                now = time.monotonic()
-                if max_seconds is not None and now - started >= max_seconds:
-                    break
-                if (
-                    idle_exit_s is not None
-                    and got_any
-                    and now - last_msg >= idle_exit_s
-                    and self.lp.pending_lines == 0
-                ):
-                    break
-        finally:
-            with self.lock:
-                self.lp.flush(wait=True)
-            with self._noted_lock:
-                self._noted.clear()
-            offsets = {
-                tp: OffsetAndMetadata(self.stored[partition_fp(tp.topic, tp.partition)], "", -1)
-                for tp in self.assigned
-                if partition_fp(tp.topic, tp.partition) in self.stored
-            }
-            if offsets:
-                try:
-                    self.consumer.commit(offsets, timeout_ms=5000)
-                    self.counters["commits"] += 1
-                except Exception as exc:
-                    self.note_commit_error(exc)
-
-    def close(self) -> None:
-        """Leave the group (the revoke listener flushes and commits)."""
-        try:
-            self.consumer.close()
-        except Exception as exc:
-            log.info("consumer close: %s", exc)
 
 
 # --------------------------------------------------------------------------- producer side

@@ -22,6 +22,7 @@ from toolwatch.detectors import registry
 from toolwatch.detectors.alerts import build_alerts, empty_alerts
 from toolwatch.detectors.base import Detector, FeatureSet
 from toolwatch.detectors.config import DetectorsConfig
+from toolwatch.detectors.features import prepare_events, prepare_summaries, session_features
 from toolwatch.detectors.forest import IsolationForestDetector, load_or_fit
 from toolwatch.detectors.sequence import WORKFLOWS_FILE, learn_workflows, save_workflows
 from toolwatch.detectors.tools import annotate
@@ -30,6 +31,12 @@ from toolwatch.errors import ModelError
 
 log = logging.getLogger("toolwatch.detectors")
 
+#: Detectors that read the per-event tool annotation (computed beside the session
+#: features when one of them runs; the race detector only reuses it when present).
+ANNOTATION_USERS = frozenset({
+    "tool_loop_rules", "privilege_chain_rules", "step_skip_rules",
+    "duplicate_execution_rules", "cross_server_flow_rules",
+})
 #: Detectors fitted on the forest's thread, after the forest (their fit caches nothing
 #: another detector's fit reads).
 FIT_BESIDE_FOREST = frozenset({"concurrency_rules"})
@@ -161,6 +168,23 @@ def _score_all(
     return alerts, suppressed, scores
 
 
+def _features(
+    events: pl.DataFrame | None, summaries: pl.DataFrame | None, config: DetectorsConfig,
+    *, annotate_too: bool,
+) -> FeatureSet:
+    """:meth:`FeatureSet.build`; with ``annotate_too``, the tool annotation the sequence
+    detectors read (:func:`toolwatch.detectors.tools.annotated`) is computed on a second
+    thread while the session features are aggregated, and cached on the feature set."""
+    if not annotate_too:
+        return FeatureSet.build(events, summaries, config)
+    ev = prepare_events(events, config)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="annotate") as pool:
+        tools = pool.submit(annotate, ev, config)
+        fs = FeatureSet(ev, session_features(ev, prepare_summaries(summaries), config), config)
+        fs._tools_annotated = tools.result()  # type: ignore[attr-defined]
+    return fs
+
+
 def detect(
     events: pl.DataFrame,
     summaries: pl.DataFrame | None,
@@ -186,15 +210,16 @@ def detect(
         and reused by later calls instead of being fitted or loaded again.
     """
     timings: dict[str, float] = {}
+    dets = registry.build(config, detectors)
     t0 = time.perf_counter()
-    batch = FeatureSet.build(events, summaries, config)
+    batch = _features(events, summaries, config,
+                      annotate_too=any(d.name in ANNOTATION_USERS for d in dets))
     timings["features"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if history is not None and history.height:
         fit_on = FeatureSet.build(history, None, config).union(batch)
     else:
         fit_on = batch
-    dets = registry.build(config, detectors)
     model = _fit_all(dets, fit_on, model_path, reuse)
     timings["fit"] = time.perf_counter() - t0
     detected_at = _to_us(now) if now is not None else batch.max_t

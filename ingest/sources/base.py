@@ -44,11 +44,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from toolwatch.ingest.records import RawBatch
 
-from toolwatch.store import Checkpoint
+if TYPE_CHECKING:  # the store (DuckDB) is not imported by sources
+    from toolwatch.store import Checkpoint
 
 
 # --------------------------------------------------------------------------- events

@@ -93,12 +93,17 @@ def _log_files(d: Path) -> list[str]:
     )
 
 
+#: ``--config`` file passed to every ``toolwatch analyze`` (None: the defaults).
+CONFIG: Path | None = None
+
+
 def _analyze(paths: list[str], store: Path, alerts: Path) -> float:
     shutil.rmtree(store, ignore_errors=True)
     t0 = time.perf_counter()
+    cfg = ["-c", str(CONFIG)] if CONFIG else []
     subprocess.run(
         [TOOLWATCH, "analyze", *paths, "-d", str(store), "-q", "--no-progress",
-         "--alerts-out", str(alerts)],
+         "--alerts-out", str(alerts), *cfg],
         check=True, stdout=subprocess.DEVNULL,
     )
     return time.perf_counter() - t0
@@ -181,18 +186,23 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=list(DEFAULT_SEEDS))
     ap.add_argument("--scale", type=float, default=3.0,
                     help="generator benign scale (3 gives ~36 power-user sessions per seed)")
-    ap.add_argument("--power-callers", type=int, default=40,
+    ap.add_argument("--power-callers", type=int, default=12,
                     help="independent power users per seed")
     ap.add_argument("--power-days", type=int, default=3,
                     help="working days per independent power user (own history)")
     ap.add_argument("--work", type=Path, default=None, help="keep files here (default: temp)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     ap.add_argument("--details", action="store_true", help="list every flagged benign session")
+    ap.add_argument("--config", type=Path, default=None,
+                    help="toolwatch config (TOML) for analyze, e.g. to compare settings")
     args = ap.parse_args()
+    global CONFIG
+    CONFIG = args.config
 
     work = args.work or Path(tempfile.mkdtemp(prefix="tw-quality-"))
     work.mkdir(parents=True, exist_ok=True)
-    print(f"seeds: {' '.join(map(str, args.seeds))}  scale {args.scale}  "
+    print(f"seeds: {' '.join(map(str, args.seeds))}  scale {args.scale}  config "
+          f"{args.config or 'defaults'}  "
           f"independent power users per seed: {args.power_callers} × {args.power_days} days")
     t0 = time.perf_counter()
     results = [run_seed(s, args.scale, work, args.power_days, args.power_callers)

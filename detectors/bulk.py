@@ -29,9 +29,9 @@ from typing import Any, Self
 
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
-from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.baseline import Baseline, daily_habits, habits, habitual_gate
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from toolwatch.detectors.features import ENTITY_TYPES, explode_entities, group_agg
+from toolwatch.detectors.features import ENTITY_TYPES, US_PER_DAY, explode_entities, group_agg
 from toolwatch.detectors.scoring import all_of, any_of, band, gate
 from toolwatch.detectors.text import clean, duration, num, size
 
@@ -41,7 +41,8 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "beyond_rows", "max_pages", "page_tool", "span_s", "basis", "top_tool", "z_pop",
              "z_combined", "beyond_per_call",
              "z_single", "z_own", "own_n", "own_days", "own_typical_beyond_bytes",
-             "own_typical_max_pages", "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
+             "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
+             "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
 
 
 def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
@@ -53,6 +54,16 @@ def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(multi & (pl.col("beyond_rows") > 0)).then(pl.col("beyond_rows"))
         .alias("beyond_rows"),
     )
+
+
+def _daily_max(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per (caller, UTC day): the day's largest value of each volume figure."""
+    day = (pl.col("first_t") // US_PER_DAY) * US_PER_DAY
+    return group_agg(
+        df.filter(pl.col("caller_id").is_not_null()).with_columns(day.alias("_day")),
+        ["caller_id", "_day"],
+        *[pl.col(c).max() for c in _VOL],
+    ).rename({"_day": "first_t"})
 
 
 def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -115,10 +126,24 @@ class BulkExtractionDetector(Detector):
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
         hk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days}
-        volume = self._score_volume(history.sessions, self.session_baseline_)
+        # A caller's usual *heaviest session of a day* (one row per active day): what a
+        # habitual caller must be far beyond. A person whose every working day holds one
+        # session of downloads, next to many small sessions on other servers, is compared
+        # with those downloads, not with its median session.
+        self.day_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(
+            _daily_max(_for_baseline(history.sessions)))
+        volume = self._score_volume(history.sessions, self.session_baseline_,
+                                    self.day_baseline_)
         # Batch mode fits on the very sessions it then scores: keep the result for score().
         self._volume_cache = (history.sessions, volume)
-        self.habit_ = habits(volume, "_raw", ["caller_id"], **hk)
+        # Habitual per session (the nightly export: every session is the export) or per
+        # active day (its typical day holds a session near alert level, however many small
+        # sessions surround it).
+        self.habit_ = pl.concat([
+            habits(volume, "_raw", ["caller_id"], **hk),
+            daily_habits(volume, "_raw", ["caller_id"], **hk).with_columns(
+                pl.col("habit_score") + self.settings.habit_margin),
+        ], how="vertical_relaxed").group_by("caller_id").agg(pl.col("habit_score").max())
         self.entity_baselines_: dict[str, Baseline] = {}
         self.entity_habits_: dict[str, pl.DataFrame] = {}
         if self.settings.entity and history.sessions.height:
@@ -133,7 +158,8 @@ class BulkExtractionDetector(Detector):
         self.fitted_ = True
         return self
 
-    def _score_volume(self, df: pl.DataFrame, bl: Baseline) -> pl.DataFrame:
+    def _score_volume(self, df: pl.DataFrame, bl: Baseline,
+                      day_bl: Baseline | None = None) -> pl.DataFrame:
         b = self.settings
         rows_known = pl.col("beyond_rows") > 0
         z_pop = pl.max_horizontal(
@@ -141,6 +167,7 @@ class BulkExtractionDetector(Detector):
             pl.when(rows_known).then(bl.z_pop("beyond_rows")).otherwise(0.0),
         )
         z_single = bl.z_pop("max_bytes")
+        df = self._with_day(df, day_bl)
         df = bl.with_own(df)
         floor = pl.max_horizontal(
             pl.col("beyond_bytes").fill_null(0) / b.min_bytes,
@@ -197,8 +224,31 @@ class BulkExtractionDetector(Detector):
         raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"))
         return lf.with_columns(raw.alias("_raw")).collect()
 
+    @staticmethod
+    def _with_day(df: pl.DataFrame, day_bl: Baseline | None) -> pl.DataFrame:
+        """``z_own_day``: how far beyond the caller's usual heaviest session of a day this
+        one is (null without an established day baseline or for entity windows)."""
+        if day_bl is None or day_bl.own_ is None:
+            return df.with_columns(pl.lit(None, pl.Float64).alias("z_own_day"),
+                                   pl.lit(None, pl.Float64).alias("own_typical_day_beyond_bytes"),
+                                   pl.lit(None, pl.Int64).alias("own_days_n"))
+        own = day_bl.with_own(df.select("caller_id", *_VOL).with_row_index("_r")).sort("_r")
+        rows_known = pl.col("beyond_rows") > 0
+        return df.with_columns(
+            pl.max_horizontal(
+                own["own_z_beyond_bytes"], pl.when(rows_known).then(own["own_z_beyond_rows"]),
+                own["own_z_max_bytes"], own["own_z_max_pages"],
+            ).alias("z_own_day"),
+            own["own_typical_beyond_bytes"].alias("own_typical_day_beyond_bytes"),
+            own["own_n"].alias("own_days_n"),
+        )
+
     def _gated(self, df: pl.DataFrame, habit: pl.DataFrame | None, keys: list[str]) -> pl.DataFrame:
-        df = habitual_gate(df, habit, keys, self.threshold, pl.col("z_own"), self.settings.self_z)
+        # A habitual caller must be far beyond its own normal: its usual heaviest session of
+        # a day where that is known (sessions), else its usual session / window.
+        z = (pl.coalesce(pl.col("z_own_day"), pl.col("z_own")) if "z_own_day" in df.columns
+             else pl.col("z_own"))
+        df = habitual_gate(df, habit, keys, self.threshold, z, self.settings.self_z)
         return df.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
@@ -208,7 +258,8 @@ class BulkExtractionDetector(Detector):
         cached, self._volume_cache = getattr(self, "_volume_cache", None), None
         volume = (
             cached[1] if cached is not None and cached[0] is features.sessions
-            else self._score_volume(features.sessions, self.session_baseline_)
+            else self._score_volume(features.sessions, self.session_baseline_,
+                                    getattr(self, "day_baseline_", None))
         )
         scored = self._gated(volume, self.habit_, ["caller_id"])
         out = session_frame(scored, pl.col("_score"), _EVIDENCE).with_columns(
@@ -310,10 +361,19 @@ class BulkExtractionDetector(Detector):
             )
         who = "caller" if etype in ("session", "caller_id") else "address"
         if row.get("habitual"):
-            reasons.append(
-                f"This {who} pulls large volumes habitually, but this {unit} is far beyond its "
-                f"own normal (z-score {num(row.get('z_own'))})."
-            )
+            if row.get("z_own_day") is not None:
+                reasons.append(
+                    f"This {who} pulls large volumes on most of its days, but this {unit} is "
+                    f"far beyond its usual heaviest session of a day "
+                    f"({size(row.get('own_typical_day_beyond_bytes'))} beyond its largest "
+                    f"response, {row.get('own_days_n')} days; z-score "
+                    f"{num(row.get('z_own_day'))})."
+                )
+            else:
+                reasons.append(
+                    f"This {who} pulls large volumes habitually, but this {unit} is far beyond "
+                    f"its own normal (z-score {num(row.get('z_own'))})."
+                )
         if row.get("z_own") is not None:
             reasons.append(
                 f"Unusual for this {who} too: its typical {unit} returns "
@@ -348,6 +408,7 @@ class BulkExtractionDetector(Detector):
                 "own_typical_beyond_bytes": row.get("own_typical_beyond_bytes"),
                 "own_baseline_observations": row.get("own_n"),
                 "own_baseline_days": row.get("own_days"),
+                "z_own_heaviest_day": row.get("z_own_day"),
                 "basis": row.get("basis"),
                 "top_tool": row.get("top_tool"),
                 "pattern_scores": clean({k: row.get(k) for k in

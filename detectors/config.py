@@ -177,6 +177,14 @@ class BulkExtractionConfig:
         "normal for the account that runs it every night).",
         3.0,
     )
+    habit_margin: float = doc(
+        "A caller is also habitual when its typical active day (over baseline_min_sessions "
+        "days) holds a session scoring within this of the threshold: a person who downloads "
+        "exports every working day, next to many small sessions on other servers. Such a "
+        "session must then be self_z robust z-scores beyond the caller's usual heaviest "
+        "session of a day.",
+        0.1,
+    )
     entity: bool = doc(
         "Also score callers and client addresses per window over sessions not already "
         "flagged (distributed extraction).",

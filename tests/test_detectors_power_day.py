@@ -137,3 +137,72 @@ def test_without_the_habit_gate_the_routine_is_flagged() -> None:
     cfg = DetectorsConfig.from_dict({"cross_server_flow": {"self_z": 0.0}})
     res = detectors.detect(tr.events(), tr.summaries(), cfg)
     assert all(x["chat"] in flagged(res, x) for x in s)
+
+
+# ------------------------------------------------------------------ bulk_extraction
+def analyst_day(tr: Traffic, caller: str, day: int, *, downloads: tuple[int, ...] = (
+        3_000_000, 2_500_000, 3_500_000)) -> str:
+    """A working day: small sessions on three servers, and one analytics session that
+    polls jobs and downloads a few results of the caller's own data."""
+    t = T0 + timedelta(days=day, hours=9)
+    for srv in ("drive", "fs", "chat"):
+        sid = f"{caller}-{srv}-{day}"
+        for k in range(15):
+            tr.call(sid, t + _s(60 * k), "read_file", caller=caller, server=srv,
+                    resource_key="path", resource_id=f"/{caller}/{srv}/{k}", nbytes=6_000)
+    sid = f"{caller}-analytics-{day}"
+    for j, size in enumerate(downloads):
+        t0 = t + timedelta(minutes=40 * j)
+        for p in range(6):
+            tr.call(sid, t0 + _s(5 * p), "get_job_status", caller=caller, server="analytics",
+                    args={"jobId": f"j{day}-{j}"}, nbytes=200)
+        tr.call(sid, t0 + _s(40), "download_result", caller=caller, server="analytics",
+                args={"jobId": f"j{day}-{j}"}, nbytes=size, rows=size // 120)
+    return sid
+
+
+@pytest.fixture(scope="module")
+def analysts() -> tuple[detectors.DetectResult, dict[str, str]]:
+    tr = Traffic(seed=5)
+    tr.background(days=DAYS, users=40, per_day=2)
+    s = {f"routine-{d}": analyst_day(tr, "analyst", d) for d in range(DAYS - 1)}
+    # The same person, last day: twenty times its usual downloads.
+    s["huge"] = analyst_day(tr, "analyst", DAYS - 1, downloads=(60_000_000,) * 3)
+    # A light user (small sessions on three days) suddenly downloading like the analyst.
+    for d in range(DAYS - 1):
+        tr.normal_session(f"light-{d}", T0 + timedelta(days=d, hours=11), caller="light")
+    s["light"] = analyst_day(tr, "light", DAYS - 1)
+    return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig()), s
+
+
+def _bulk(res: detectors.DetectResult, sid: str) -> list[dict]:
+    return res.alerts.filter((pl.col("session_id") == sid)
+                             & (pl.col("category") == "bulk_extraction")).to_dicts()
+
+
+def test_daily_downloads_of_a_power_user_are_quiet(analysts: tuple) -> None:
+    res, s = analysts
+    for d in range(DAYS - 1):
+        assert not _bulk(res, s[f"routine-{d}"]), d
+
+
+def test_far_beyond_the_usual_heaviest_day_alerts(analysts: tuple) -> None:
+    res, s = analysts
+    hit = _bulk(res, s["huge"])
+    assert hit
+    assert "usual heaviest session of a day" in " ".join(hit[0]["reasons"])
+
+
+def test_light_user_pulling_like_a_power_user_alerts(analysts: tuple) -> None:
+    res, s = analysts
+    assert _bulk(res, s["light"])
+
+
+def test_without_the_daily_habit_the_routine_is_bulk() -> None:
+    """What keeps the routine quiet is the daily habit (margin below the threshold)."""
+    tr = Traffic(seed=5)
+    tr.background(days=DAYS, users=40, per_day=2)
+    sids = [analyst_day(tr, "analyst", d) for d in range(DAYS - 1)]
+    cfg = DetectorsConfig.from_dict({"bulk_extraction": {"habit_margin": -1.0}})
+    res = detectors.detect(tr.events(), tr.summaries(), cfg)
+    assert any(_bulk(res, sid) for sid in sids)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -401,22 +400,17 @@ def consume_kafka(
     """Consume topics as a member of ``group_id`` until stopped.
 
     ``on_flush`` runs after each store commit; ``on_start`` gets the
-    :class:`~toolwatch.ingest.sources.kafka.KafkaLiveSource` once it exists (benchmarks, tests).
+    :class:`~toolwatch.ingest.sources.kafka.KafkaSource` once it exists (benchmarks, tests).
     """
-    from toolwatch.ingest.sources import kafka as kafka_source
+    from toolwatch.ingest.sources.kafka import KafkaSource
 
     stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,
                 detector=detector, live=live, verbose=verbose)
     if on_flush is not None:
         r.lp.on_commit.append(on_flush)
-    source_cls = getattr(kafka_source, "KafkaSource", None)
-    if source_cls is None:  # kafka.py not on the source contract yet
-        return _consume_kafka_legacy(r, kafka_source, bootstrap_servers, topics, group_id,
-                                     consumer_options, stop, idle_exit_s, max_seconds,
-                                     on_start)
     try:
-        src = source_cls(bootstrap_servers=bootstrap_servers, topics=topics,
+        src = KafkaSource(bootstrap_servers=bootstrap_servers, topics=topics,
                          group_id=group_id, store=r.store, consumer_options=consumer_options)
     except BaseException:
         r.close()
@@ -425,51 +419,6 @@ def consume_kafka(
     if on_start is not None:
         on_start(src)
     r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
-    return r.lp
-
-
-def _consume_kafka_legacy(r: _Runner, kafka_source: Any, bootstrap_servers: str,
-                          topics: list[str], group_id: str,
-                          consumer_options: dict[str, Any] | None, stop: StopFlag,
-                          idle_exit_s: float | None, max_seconds: float | None,
-                          on_start: Callable[[Any], None] | None) -> LivePipeline:
-    """The pre-contract Kafka loop (KafkaLiveSource drives the pipeline itself).
-
-    Kept only while ``ingest/sources/kafka.py`` has no ``KafkaSource``; delete with it.
-    """
-    src: Any = None
-    last = [0.0]
-
-    def tick(force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - last[0] < r.live.status_interval_s:
-            return
-        last[0] = now
-        st = r.lp.status
-        st.events_per_s = round(r.lp.rate.rate(), 1)
-        lag = src.lag()
-        st.lag = src.watch_lag(lag, r.live.kafka_lag_warn_s)
-        st.sources = {
-            "partitions": sorted(f"{tp.topic}/{tp.partition}" for tp in src.assigned),
-            "lag_by_partition": lag,
-        }
-        st.extra["kafka"] = dict(src.counters)
-        r.pub.write()
-
-    try:
-        src = kafka_source.KafkaLiveSource(
-            r.lp, r.store, bootstrap_servers=bootstrap_servers, topics=topics,
-            group_id=group_id, consumer_options=consumer_options,
-        )
-        if on_start is not None:
-            on_start(src)
-        src.on_poll = tick
-        src.run(stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
-        tick(force=True)
-    finally:
-        if src is not None:
-            src.close()
-        r.close()
     return r.lp
 
 

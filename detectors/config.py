@@ -448,6 +448,11 @@ class CrossServerFlowConfig:
         "usual flows. Flows from sensitive reads are never excused.",
         3.0,
     )
+    habit_margin: float = doc(
+        "The caller's typical active day counts as holding a flow when its largest flow "
+        "scores within this of the threshold (reads of most of min_bytes, then out).",
+        0.1,
+    )
 
 
 @dataclass

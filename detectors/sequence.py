@@ -738,7 +738,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             callers = features.sessions.select("sh", "caller_id")
             found = self.caller_baseline_.with_own(found.join(callers, on="sh", how="left"))
             found = habitual_gate(found, self.habit_, ["caller_id"], self.threshold,
-                                  pl.col("own_z_read_bytes"), self.settings.self_z)
+                                  pl.col("own_z_read_bytes"), self.settings.self_z,
+                                  slack=self.settings.habit_margin)
         else:
             found = found.with_columns(pl.lit(False).alias("habitual"),
                                        pl.lit(1.0).alias("p_own"))

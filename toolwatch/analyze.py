@@ -427,9 +427,6 @@ def _frame(tables: list[pa.Table], sch: pa.Schema) -> pl.DataFrame:
     return df.rechunk() if df["ts"].is_sorted() else df.sort("ts")
 
 
-_SEV_ORDER = {"critical": 0, "high": 1, "medium": 2, "low": 3}
-
-
 def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
     """Flagged sessions and entities, most severe first."""
     import polars as pl
@@ -439,8 +436,12 @@ def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
     if alerts.height == 0:
         console.print("no alerts")
         return
+    from toolwatch.detectors.config import SEVERITY_RANK
+
+    # Most severe first: the scale is defined once, in detectors/config.py.
+    order = {s: -r for s, r in SEVERITY_RANK.items()}
     df = alerts.with_columns(
-        pl.col("severity").replace_strict(_SEV_ORDER, default=9).alias("_o")
+        pl.col("severity").replace_strict(order, default=9).alias("_o")
     ).sort(["_o", "score"], descending=[False, True])
     t = Table(title=f"{alerts.height} alert(s): flagged sessions and entities")
     for c in ("severity", "category", "entity", "window (UTC)", "first reason"):

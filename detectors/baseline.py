@@ -199,8 +199,10 @@ def habitual_gate(
     from toolwatch.detectors.scoring import gate
 
     if habit is None or habit.height == 0:
+        # Same column order as the join below (habit_score, habitual, p_own): callers
+        # concatenate frames from both branches.
         return frame.with_columns(
-            pl.lit(False).alias("habitual"), pl.lit(None, pl.Float64).alias("habit_score"),
+            pl.lit(None, pl.Float64).alias("habit_score"), pl.lit(False).alias("habitual"),
             pl.lit(1.0).alias("p_own"),
         )
     out = frame.join(habit, on=keys, how="left")

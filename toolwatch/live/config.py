@@ -51,7 +51,7 @@ class LiveConfig:
     flush_events: int = doc(
         "...or as soon as this many lines are waiting (under a backlog the micro-batch "
         "grows up to 8x this, to amortize detection, and shrinks back once caught up).",
-        100_000,
+        10_000,
     )
     poll_interval_s: float = doc(
         "tail: how often files and globs are checked for new data when idle.", 0.1
@@ -96,17 +96,24 @@ class LiveConfig:
     max_window_events: int = doc(
         "Hard cap of events held for detection; past it the oldest events expire first "
         "(counted as window_evicted). Bounds memory whatever the traffic: ~170 bytes per "
-        "held event (the detectors' columns only), so 500,000 events ≈ 85 MiB — about 14 h "
-        "of traffic at 10 events/s, 50 s at 10,000 events/s.",
-        500_000,
+        "held event (the detectors' columns only), so 150,000 events ≈ 25 MiB — about 4 h "
+        "of traffic at 10 events/s, 15 s at 10,000 events/s.",
+        150_000,
     )
     max_detect_events: int = doc(
-        "Most events one detection pass reads: the touched entities' events over the "
-        "window, newest first. When traffic is dense every entity is touched by every "
-        "micro-batch and a pass would read the whole window; detection needs roughly 2 KB "
-        "of working memory per event read, so this bounds live mode's peak memory "
-        "(0: no cap).",
-        100_000,
+        "Most events one detection pass reads. Detection needs roughly 2 KB of working "
+        "memory per event it reads, so this bounds live mode's peak memory. A flush whose "
+        "touched entities hold more events over the window is detected in several passes, "
+        "split by caller (each session and caller whole in one pass; see detect_passes). "
+        "0: one pass over everything touched.",
+        20_000,
+    )
+    detect_passes: int = doc(
+        "Most passes of max_detect_events one flush detects in. Under dense traffic "
+        "every micro-batch touches nearly every entity; past max_detect_events x "
+        "detect_passes touched events, the newest are read (detect_capped counter). "
+        "Bounds a flush's detection CPU; memory is bounded by max_detect_events.",
+        4,
     )
     out_of_order_tolerance_s: float = doc(
         "Events up to this much older than the newest event seen are on time; later ones "
@@ -117,7 +124,7 @@ class LiveConfig:
         "Baselines (population, per caller) are fitted on the micro-batch's entities plus "
         "up to this many of the most recent window events, as batch analyze fits them on "
         "everything it sees (0: the touched entities only; cheaper, noisier early on).",
-        100_000,
+        20_000,
     )
     history_dir: str = doc(
         "Store whose recent events seed the baselines at start-up (default: this store). "

@@ -98,14 +98,18 @@ class DetectMixin:
         if ev.height == 0 and su.height == 0:
             return None
         cap = self.live.max_detect_events
-        if cap > 0 and ev.height > cap:
+        passes = max(1, self.live.detect_passes)
+        if cap > 0 and ev.height > cap * passes:
             # Dense traffic touches every entity: read the newest events only (sorted by
-            # ts), so a pass's memory follows the cap, not the window.
-            ev = ev.tail(cap)
+            # ts), so a flush's memory and CPU follow the caps, not the window.
+            ev = ev.tail(cap * passes)
             self.status.extra["detect_capped"] = self.status.extra.get("detect_capped", 0) + 1
         hist = self._history()
         try:
-            alerts = self.detector(ev, su, history=hist)
+            if cap > 0 and ev.height > cap:
+                alerts = self._detect_in_parts(ev, su, hist, -(-ev.height // cap))
+            else:
+                alerts = self.detector(ev, su, history=hist)
         except Exception:  # a detector bug must not stop ingestion
             log.exception("detectors failed on a micro-batch; events are stored anyway")
             self.status.extra["detector_errors"] = self.status.extra.get("detector_errors", 0) + 1
@@ -130,6 +134,48 @@ class DetectMixin:
             return None
         now = datetime.now(UTC)
         return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
+
+    def _detect_in_parts(
+        self, ev: pl.DataFrame, su: pl.DataFrame, hist: pl.DataFrame | None, n: int
+    ) -> pl.DataFrame | None:
+        """Detect ``ev`` in ``n`` passes of about ``max_detect_events`` each.
+
+        A detection pass needs ~2 KB of working memory per event it reads, so one pass
+        over every touched event would make the window's size the peak memory. The
+        events are split by caller (by session when there is none), as batch analyze's
+        partitions are: every session and every caller's window is whole in one pass.
+        A client address or credential used by callers of different passes is scored
+        per pass on its share of their events. Each pass gets the same baseline
+        history; an alert id scored by two passes keeps its highest score.
+        """
+        key = pl.coalesce(pl.col("caller_id"), pl.col("session_id")).hash(seed=7) % n
+        part = ev.select(key.alias("p"))["p"]
+        sessions = ev["session_id"].drop_nulls().unique()
+        out: list[pl.DataFrame] = []
+        for i in range(n):
+            evi = ev.filter(part == i)
+            if su.height:
+                own = pl.col("session_id").is_in(evi["session_id"].drop_nulls().implode())
+                if i == 0:  # summaries of sessions without a touched event go with pass 0
+                    own = own | ~pl.col("session_id").is_in(sessions.implode())
+                sui = su.filter(own)
+            else:
+                sui = su
+            if evi.height == 0 and sui.height == 0:
+                continue
+            alerts = self.detector(evi, sui, history=hist)
+            if alerts is not None and alerts.height:
+                out.append(alerts)
+        self.status.extra["detect_split_passes"] = (
+            self.status.extra.get("detect_split_passes", 0) + n
+        )
+        if not out:
+            return None
+        return (
+            pl.concat(out, how="vertical_relaxed")
+            .sort("score", descending=True, nulls_last=True)
+            .unique(subset="alert_id", keep="first", maintain_order=True)
+        )
 
     def _load_history_base(self) -> None:
         """Most recent events already stored when this process started (baselines)."""

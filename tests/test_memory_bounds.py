@@ -1,0 +1,153 @@
+"""Live mode's memory bounds: the window does not pin parsed batches, split detection passes
+see what one pass sees, the allocator settings of live commands."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolwatch.live.window import DetectionWindow, _own_strings
+from toolwatch.spool import LIVE_COMMANDS, tune_memory
+
+
+def _frame(n: int) -> pl.DataFrame:
+    t0 = datetime(2026, 11, 2, tzinfo=UTC)
+    tbl = pa.table({
+        "event_id": pa.array([f"fp:{i:012d}-padding-padding" for i in range(n)]),
+        "ts": pa.array([t0 + timedelta(milliseconds=i) for i in range(n)],
+                       pa.timestamp("us", "UTC")),
+        "session_id": pa.array([f"session-{i % 50:06d}-padding" for i in range(n)]),
+        "caller_id": pa.array([f"caller-{i % 7}-padding-padding" for i in range(n)]),
+    })
+    df = pl.from_arrow(tbl)
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+def test_own_strings_releases_the_batch_buffers() -> None:
+    """A 1% filter keeps every string byte of its source alive; _own_strings frees them."""
+    gc.collect()
+    base = pa.total_allocated_bytes()
+    kept = _frame(200_000).filter(pl.col("ts").dt.millisecond() == 0)
+    gc.collect()
+    pinned = pa.total_allocated_bytes() - base
+    assert pinned > 5_000_000  # polars string views still point into the Arrow buffers
+    own = _own_strings(kept)
+    del kept
+    gc.collect()
+    assert pa.total_allocated_bytes() - base < pinned / 20
+    assert own.height == 200
+
+
+@given(st.lists(st.one_of(st.none(), st.text(max_size=40)), max_size=60))
+@settings(max_examples=60, deadline=None)
+def test_own_strings_keeps_values_and_nulls(values: list[str | None]) -> None:
+    df = pl.DataFrame({"s": values, "n": list(range(len(values)))},
+                      schema={"s": pl.String, "n": pl.Int64})
+    assert _own_strings(df).equals(df)
+
+
+def test_window_after_expiry_does_not_pin_evicted_rows() -> None:
+    """Evicted rows' strings are released even though a few rows of each batch remain."""
+    gc.collect()
+    base = pa.total_allocated_bytes()
+    w = DetectionWindow(window_minutes=0.0, session_idle_minutes=0.0, tolerance_s=0.0,
+                        max_events=1_000, columns=["event_id", "ts", "session_id",
+                                                   "caller_id"])
+    empty = pl.DataFrame(schema={"session_id": pl.String, "ts": pl.Datetime("us", "UTC")})
+    w.add(_frame(200_000), empty)
+    assert w.size <= 1_000
+    gc.collect()
+    # 1,000 rows of ~100 bytes of strings, not the 200,000 rows' ~20 MB
+    assert pa.total_allocated_bytes() - base < 2_000_000
+
+
+def test_tune_memory_only_for_live_commands() -> None:
+    assert {"tail", "collect", "kafka", "run"} <= LIVE_COMMANDS
+    env = dict(os.environ)
+    try:
+        os.environ["TOOLWATCH_MEMORY_TUNING"] = "0"
+        assert not tune_memory(["tail", "x.log"])
+        del os.environ["TOOLWATCH_MEMORY_TUNING"]
+        assert not tune_memory(["analyze"])
+        assert not tune_memory(["ingest", "x.log"])
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def test_tune_memory_sets_jemalloc_before_polars_and_keeps_user_settings() -> None:
+    """In a fresh interpreter (polars not yet loaded): defaults set, a user's value wins."""
+    code = (
+        "import os, sys\n"
+        "from toolwatch.spool import tune_memory, JEMALLOC_CONF\n"
+        "assert 'polars' not in sys.modules\n"
+        "assert tune_memory(['ingest', '--follow', '-'])\n"
+        "print(os.environ['_RJEM_MALLOC_CONF'] == JEMALLOC_CONF)\n"
+        "import polars\n"
+        "print(polars.DataFrame({'a': [1]}).height)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    env.pop("TOOLWATCH_MEMORY_TUNING", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True)
+    assert out.stdout.split() == ["True", "1"]
+    assert "jemalloc" not in out.stderr  # the option string is valid for polars' jemalloc
+    env["_RJEM_MALLOC_CONF"] = "dirty_decay_ms:5000"
+    code2 = (
+        "import os\nfrom toolwatch.spool import tune_memory\n"
+        "tune_memory(['tail', 'x'])\nprint(os.environ['_RJEM_MALLOC_CONF'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True,
+                         env=env, check=True)
+    assert out.stdout.strip() == "dirty_decay_ms:5000"
+
+
+@pytest.mark.slow
+def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The demo logs through tail with one unbounded pass per flush and with passes of a
+    few hundred events split by caller: the same session and caller alerts (addresses and
+    credentials spread over callers may be scored per pass, so they are not compared)."""
+    from pathlib import Path
+
+    import orjson
+
+    from toolwatch.live import SinkConfig
+    from toolwatch.live_cli import tail_files
+    from toolwatch.sinks import build_sinks
+
+    try:
+        from tests.test_live_support import config_for
+    except ImportError:  # tests/ itself on sys.path
+        from test_live_support import config_for  # type: ignore[no-redef]
+
+    demo = Path(__file__).resolve().parents[1] / "sample_logs" / "demo"
+    files = [str(demo / n) for n in ("crm-server.jsonl", "docs-server.jsonl",
+                                     "proxy-transcript.jsonl", "summaries.jsonl")]
+
+    def live(name: str, **extra: object) -> tuple[set[tuple], dict]:
+        cfg = config_for(tmp_path / name, detect=True, flush_events=2_000, read_bytes=262_144,
+                         history_events=0, **extra)
+        out = tmp_path / f"{name}.jsonl"
+        lp = tail_files(cfg, files, sinks=build_sinks([SinkConfig(type="file",
+                                                                  path=str(out))]),
+                        idle_exit_s=0.5)
+        rows = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+        got = {(r["entity_type"], r["entity_id"], r["category"]) for r in rows
+               if r["entity_type"] in ("session", "caller")}
+        return got, lp.status.extra
+
+    whole, _ = live("whole", max_detect_events=0)
+    split, extra = live("split", max_detect_events=300, detect_passes=1_000)
+    assert extra.get("detect_split_passes", 0) > 0
+    assert not extra.get("detect_capped")
+    assert whole and split == whole

@@ -42,7 +42,7 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "z_combined", "beyond_per_call",
              "z_single", "z_own", "own_n", "own_days", "own_typical_beyond_bytes",
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
-             "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
+             "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
 
 
 def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
@@ -54,6 +54,48 @@ def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(multi & (pl.col("beyond_rows") > 0)).then(pl.col("beyond_rows"))
         .alias("beyond_rows"),
     )
+
+
+def _beyond_reports(fs: FeatureSet, every: int) -> pl.DataFrame:
+    """Sessions whose volume counts beyond their ``1 + calls // every`` largest responses.
+
+    A long working session may hold a report or an export now and then (one per
+    ``every`` calls); those are discounted like the single largest response of any
+    session, so a long, busy session is judged by its ordinary calls. Only sessions with
+    at least ``2 * every`` calls change (``discounted`` > 1); the figures never grow.
+    """
+    s = fs.sessions
+    if every <= 0 or fs.events.height == 0 or s.height == 0:
+        return s.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
+    long = s.filter(pl.col("calls") >= 2 * every).select(
+        "sh", (1 + pl.col("calls") // every).cast(pl.Int64).alias("_k"))
+    if long.height == 0:
+        return s.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
+    k_max = int(long["_k"].max())  # type: ignore[arg-type]
+    top = (
+        fs.events.select("sh", pl.col("bytes").fill_null(0), pl.col("rows").fill_null(0))
+        .join(long, on="sh", how="semi")
+        .group_by("sh")
+        .agg(pl.col("bytes").sum().alias("_sum_b"), pl.col("rows").sum().alias("_sum_r"),
+             # sort + head: top_k inside a group-by returned wrong values (polars 2.1).
+             pl.col("bytes").sort(descending=True).head(k_max).alias("_tb"),
+             pl.col("rows").sort(descending=True).head(k_max).alias("_tr"))
+        .join(long, on="sh")
+        .select(
+            "sh", "_k",
+            (pl.col("_sum_b") - pl.col("_tb").list.head(pl.col("_k")).list.sum())
+            .clip(lower_bound=0).alias("_bb"),
+            (pl.col("_sum_r") - pl.col("_tr").list.head(pl.col("_k")).list.sum())
+            .clip(lower_bound=0).alias("_br"),
+        )
+    )
+    return s.join(top, on="sh", how="left").with_columns(
+        pl.min_horizontal(pl.col("beyond_bytes"), pl.col("_bb")).alias("beyond_bytes"),
+        pl.when(pl.col("_br").is_not_null() & (pl.col("beyond_rows") > 0))
+        .then(pl.min_horizontal(pl.col("beyond_rows"), pl.col("_br")))
+        .otherwise(pl.col("beyond_rows")).alias("beyond_rows"),
+        pl.col("_k").fill_null(1).cast(pl.Int64).alias("discounted"),
+    ).drop("_k", "_bb", "_br")
 
 
 def _daily_max(df: pl.DataFrame) -> pl.DataFrame:
@@ -119,10 +161,13 @@ class BulkExtractionDetector(Detector):
         cfg = self.config
         mk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days,
               "min_mad": cfg.baseline_min_mad}
+        # Session volumes count beyond the largest response — and, in long sessions, beyond
+        # one report per report_every_calls calls.
+        sessions = _beyond_reports(history, self.settings.report_every_calls)
         self.session_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(
-            _for_baseline(history.sessions)
+            _for_baseline(sessions)
         )
-        multi = history.sessions.filter(pl.col("calls") >= 2)
+        multi = sessions.filter(pl.col("calls") >= 2)
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
         hk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days}
@@ -131,9 +176,8 @@ class BulkExtractionDetector(Detector):
         # session of downloads, next to many small sessions on other servers, is compared
         # with those downloads, not with its median session.
         self.day_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(
-            _daily_max(_for_baseline(history.sessions)))
-        volume = self._score_volume(history.sessions, self.session_baseline_,
-                                    self.day_baseline_)
+            _daily_max(_for_baseline(sessions)))
+        volume = self._score_volume(sessions, self.session_baseline_, self.day_baseline_)
         # Batch mode fits on the very sessions it then scores: keep the result for score().
         self._volume_cache = (history.sessions, volume)
         # Habitual per session (the nightly export: every session is the export) or per
@@ -167,6 +211,8 @@ class BulkExtractionDetector(Detector):
             pl.when(rows_known).then(bl.z_pop("beyond_rows")).otherwise(0.0),
         )
         z_single = bl.z_pop("max_bytes")
+        if "discounted" not in df.columns:  # entity windows: each session's largest only
+            df = df.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
         df = self._with_day(df, day_bl)
         df = bl.with_own(df)
         floor = pl.max_horizontal(
@@ -258,8 +304,9 @@ class BulkExtractionDetector(Detector):
         cached, self._volume_cache = getattr(self, "_volume_cache", None), None
         volume = (
             cached[1] if cached is not None and cached[0] is features.sessions
-            else self._score_volume(features.sessions, self.session_baseline_,
-                                    getattr(self, "day_baseline_", None))
+            else self._score_volume(
+                _beyond_reports(features, self.settings.report_every_calls),
+                self.session_baseline_, getattr(self, "day_baseline_", None))
         )
         scored = self._gated(volume, self.habit_, ["caller_id"])
         out = session_frame(scored, pl.col("_score"), _EVIDENCE).with_columns(
@@ -346,8 +393,10 @@ class BulkExtractionDetector(Detector):
                 f"{num((row.get('beyond_per_call') or 0) / max(typ_call, 1.0))}× a typical call "
                 f"({size(typ_call)})."
             )
+            k = int(row.get("discounted") or 1)
+            beyond = "the largest response" if k <= 1 else f"its {k} largest responses"
             reasons.append(
-                f"{size(row.get('beyond_bytes'))} came beyond the largest response — "
+                f"{size(row.get('beyond_bytes'))} came beyond {beyond} — "
                 f"{num(factor)}× the typical {unit} ({size(typical)}), robust z-score "
                 f"{num(row.get('z_pop'))}"
                 + (f" (combined with the {unit}'s own baseline: {num(row.get('z_combined'))})."
@@ -393,6 +442,7 @@ class BulkExtractionDetector(Detector):
                 "total_bytes": row.get("total_bytes"),
                 "max_bytes_per_call": row.get("max_bytes"),
                 "bytes_beyond_largest": row.get("beyond_bytes"),
+                "largest_responses_discounted": row.get("discounted"),
                 "bytes_per_other_call": row.get("beyond_per_call"),
                 "population_typical_call_bytes": self.typical_call_bytes_,
                 "total_rows": rows or None,

@@ -177,6 +177,14 @@ class BulkExtractionConfig:
         "normal for the account that runs it every night).",
         3.0,
     )
+    report_every_calls: int = doc(
+        "A long session may hold one large response (a report, an export of own data) per "
+        "this many calls: its volume counts beyond its 1 + calls // report_every_calls "
+        "largest responses, as any session's counts beyond its single largest, so a long, "
+        "busy working session is judged by its ordinary calls (only sessions with twice "
+        "this many calls change; 0: beyond the single largest only).",
+        50,
+    )
     habit_margin: float = doc(
         "A caller is also habitual when its typical active day (over baseline_min_sessions "
         "days) holds a session scoring within this of the threshold: a person who downloads "

@@ -206,3 +206,44 @@ def test_without_the_daily_habit_the_routine_is_bulk() -> None:
     cfg = DetectorsConfig.from_dict({"bulk_extraction": {"habit_margin": -1.0}})
     res = detectors.detect(tr.events(), tr.summaries(), cfg)
     assert any(_bulk(res, sid) for sid in sids)
+
+
+def long_session(tr: Traffic, sid: str, caller: str, *, calls: int, call_bytes: tuple[int, int],
+                 exports: int = 0, export_bytes: int = 900_000) -> None:
+    """A long working session: ``calls`` reads of documents, ``exports`` reports among them."""
+    t = T0 + timedelta(days=1, hours=10)
+    every = calls // max(exports, 1)
+    for k in range(calls):
+        if exports and k % every == every // 2 and k // every < exports:
+            tr.call(sid, t, "exportReport", caller=caller, args={"reportId": f"r{k}"},
+                    nbytes=export_bytes, rows=export_bytes // 190)
+        else:
+            tr.call(sid, t, "getDocument", caller=caller, resource_key="documentId",
+                    resource_id=f"doc-{tr.rng.randint(1000, 99999)}",
+                    nbytes=tr.rng.randint(*call_bytes))
+        t += _s(tr.rng.uniform(2, 40))
+
+
+@pytest.fixture(scope="module")
+def long_sessions() -> Traffic:
+    tr = Traffic(seed=6)
+    tr.background(days=3, users=40, per_day=2)
+    # A power user's long session with a few reports (no history: judged on its own).
+    long_session(tr, "busy", "pat", calls=180, call_bytes=(1_000, 20_000), exports=4,
+                 export_bytes=5_000_000)
+    # Every call heavy: 150 documents of 150-250 kB (20x a typical call), 30 MB in all.
+    long_session(tr, "hoover", "mallory", calls=150, call_bytes=(150_000, 250_000))
+    return tr
+
+
+def test_long_session_with_a_few_reports_is_not_bulk(long_sessions: Traffic) -> None:
+    res = detectors.detect(long_sessions.events(), long_sessions.summaries(), DetectorsConfig())
+    assert not _bulk(res, "busy")
+    hit = _bulk(res, "hoover")
+    assert hit and "its 4 largest responses" in " ".join(hit[0]["reasons"])
+
+
+def test_without_the_report_discount_the_long_session_is_bulk(long_sessions: Traffic) -> None:
+    cfg = DetectorsConfig.from_dict({"bulk_extraction": {"report_every_calls": 0}})
+    res = detectors.detect(long_sessions.events(), long_sessions.summaries(), cfg)
+    assert _bulk(res, "busy")

@@ -30,12 +30,8 @@ TS_MARKS = ("end", "start")
 MACROS_SQL = f"""
 CREATE OR REPLACE MACRO tw_okdur(d) AS
     CASE WHEN isfinite(d) AND d >= 0 AND d <= {MAX_DURATION_MS} THEN d END;
-CREATE OR REPLACE MACRO tw_dur(ms_s, sec_s) AS
-    tw_okdur(coalesce(try_cast(ms_s AS DOUBLE), try_cast(sec_s AS DOUBLE) * 1000.0));
 CREATE OR REPLACE MACRO tw_okdur_stored(d) AS
     CASE WHEN isfinite(d) AND d >= 0 AND d <= {MAX_STORED_DURATION_MS} THEN d END;
-CREATE OR REPLACE MACRO tw_dur_stored(ms_s, sec_s) AS
-    tw_okdur_stored(coalesce(try_cast(ms_s AS DOUBLE), try_cast(sec_s AS DOUBLE) * 1000.0));
 CREATE OR REPLACE MACRO tw_plausible(x) AS
     CASE WHEN x >= TIMESTAMPTZ '2000-01-01' AND x <= TIMESTAMPTZ '2100-01-01' THEN x END;
 CREATE OR REPLACE MACRO tw_time(s) AS CASE WHEN s IS NOT NULL THEN
@@ -72,25 +68,35 @@ def input_columns(first: object) -> str:
     )
 
 
+def derived_columns() -> str:
+    """Select-list items computed once per row from :func:`input_columns`' fields.
+
+    ``iv_st`` / ``iv_en``: the start/end times (plausible ones only); ``iv_draw``: the
+    duration in milliseconds as logged (``duration_ms``, else ``duration_s`` x 1000), not
+    yet bounded. :func:`output_columns` refers to these names several times each: DuckDB
+    inlines macros, so passing the expressions instead parsed each text up to 8 times.
+    Expects ``duration_d`` (the millisecond field as a double) in scope.
+    """
+    return (
+        "tw_time(iv_start_s) AS iv_st, tw_time(iv_end_s) AS iv_en, "
+        "coalesce(duration_d, try_cast(iv_dur_sec_s AS DOUBLE) * 1000.0) AS iv_draw"
+    )
+
+
 def output_columns(ts_marks: str) -> str:
     """Final select-list items: ``duration_ms``, ``start_ts``, ``end_ts``.
 
-    Expects ``ts_parsed``, ``duration_s`` (the millisecond field as text) and the columns
-    of :func:`input_columns` in scope.
+    Expects ``ts_parsed`` and the columns of :func:`derived_columns` in scope.
     """
     if ts_marks not in TS_MARKS:
         from toolwatch.errors import ConfigError
 
         raise ConfigError(f"must be one of {TS_MARKS}, not {ts_marks!r}", key="ingest.ts_marks")
     mark_end = "true" if ts_marks == "end" else "false"
-    args = (
-        f"ts_parsed, tw_time(iv_start_s), tw_time(iv_end_s), "
-        f"tw_dur(duration_s, iv_dur_sec_s), {mark_end}"
-    )
+    args = f"ts_parsed, iv_st, iv_en, tw_okdur(iv_draw), {mark_end}"
     return (
-        "coalesce(tw_dur_stored(duration_s, iv_dur_sec_s), CASE WHEN "
-        "tw_pair_ok(tw_time(iv_start_s), tw_time(iv_end_s)) THEN "
-        "epoch_us(tw_time(iv_end_s)) / 1000.0 - epoch_us(tw_time(iv_start_s)) / 1000.0 END)"
+        "coalesce(tw_okdur_stored(iv_draw), CASE WHEN tw_pair_ok(iv_st, iv_en) THEN "
+        "epoch_us(iv_en) / 1000.0 - epoch_us(iv_st) / 1000.0 END)"
         " AS duration_ms,\n"
         f"  tw_iv_start({args}) AS start_ts,\n"
         f"  tw_iv_end({args}) AS end_ts,"

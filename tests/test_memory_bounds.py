@@ -151,3 +151,22 @@ def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # typ
     assert extra.get("detect_split_passes", 0) > 0
     assert not extra.get("detect_capped")
     assert whole and split == whole
+
+
+def test_fitting_the_forest_does_not_import_pandas() -> None:
+    """A live process pays for scikit-learn when it fits or loads the forest, not for
+    pandas (~37 MiB): sklearn imports it only because it is installed."""
+    code = (
+        "import sys\n"
+        "import numpy as np, polars as pl\n"
+        "from toolwatch.detectors.forest import sklearn_version, _import_sklearn\n"
+        "_import_sklearn()\n"
+        "from sklearn.ensemble import IsolationForest\n"
+        "m = IsolationForest(n_estimators=10, random_state=0).fit(np.random.rand(200, 3))\n"
+        "print(len(m.score_samples(np.random.rand(5, 3))), 'pandas' in sys.modules)\n"
+        "import pandas\n"
+        "print(pandas.DataFrame({'a': [1]}).shape[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["5", "False", "1"]

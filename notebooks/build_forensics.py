@@ -30,7 +30,9 @@ Everything is DuckDB SQL over the store's read-only views (`events`, `sessions`,
 parameters (`$name`), never pasted into the SQL — log strings are attacker-controlled.
 
 Environment overrides: `TOOLWATCH_NOTEBOOK_DATA_DIR` (use an existing store instead of
-analyzing the sample logs), `TOOLWATCH_NOTEBOOK_OUT` (where the evidence goes).""",
+analyzing the sample logs), `TOOLWATCH_NOTEBOOK_OUT` (where the evidence goes). Relative
+paths in them are taken from the repository root (where `make demo` puts
+`.toolwatch/demo/store`), not from `notebooks/`, where the kernel runs.""",
     ),
     (
         "code",
@@ -53,8 +55,22 @@ pl.Config.set_fmt_str_lengths(80)
 
 # The repository root: the notebook runs from notebooks/ (or from the root).
 ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "sample_logs").is_dir())
-DATA_DIR = Path(os.environ.get("TOOLWATCH_NOTEBOOK_DATA_DIR") or tempfile.mkdtemp(prefix="tw-nb-"))
-OUT_DIR = Path(os.environ.get("TOOLWATCH_NOTEBOOK_OUT") or DATA_DIR / "evidence")
+
+
+def from_root(value: str) -> Path:
+    \"\"\"A path from the environment; relative ones mean the repository root.
+
+    The kernel's working directory is notebooks/, so `.toolwatch/demo/store` taken as is
+    would name an empty new store there and silently analyze the sample logs into it.
+    \"\"\"
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else ROOT / path
+
+
+_data = os.environ.get("TOOLWATCH_NOTEBOOK_DATA_DIR")
+_out = os.environ.get("TOOLWATCH_NOTEBOOK_OUT")
+DATA_DIR = from_root(_data) if _data else Path(tempfile.mkdtemp(prefix="tw-nb-"))
+OUT_DIR = from_root(_out) if _out else DATA_DIR / "evidence"
 OUT_DIR.mkdir(parents=True, exist_ok=True)
 print("store:", DATA_DIR)
 print("evidence to:", OUT_DIR)""",

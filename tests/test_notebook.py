@@ -77,6 +77,22 @@ def test_notebook_on_fixture_store(tmp_path, monkeypatch):
     assert bundle["pivot"] == {"column": "caller_id", "value": "svc-export"}
 
 
+def test_notebook_relative_paths_mean_the_repository_root(tmp_path, monkeypatch):
+    """`TOOLWATCH_NOTEBOOK_DATA_DIR=.toolwatch/demo/store` typed at the repository root
+    names that store, although the kernel runs in notebooks/ (it used to open an empty
+    store under notebooks/ and analyze the sample logs into it)."""
+    store = tmp_path / "store"
+    build_store(store)
+    out = tmp_path / "evidence"
+    rel_store = Path(os.path.relpath(store, ROOT))
+    rel_out = Path(os.path.relpath(out, ROOT))
+    assert not rel_store.is_absolute()
+    _execute(monkeypatch, rel_store, rel_out)
+    bundle = _check_evidence(out)
+    # The fixture's top alert: the given store was used, not a fresh analysis.
+    assert bundle["alert"]["alert_id"] == "al-bulk-0002"
+
+
 @pytest.mark.slow
 def test_notebook_on_sample_logs(tmp_path, monkeypatch):
     """The real walkthrough: analyze sample_logs/demo/ into a temp store, then investigate."""

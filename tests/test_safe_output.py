@@ -154,6 +154,47 @@ def test_write_rows_table_prints_no_controls_and_no_markup() -> None:
     assert "[red]" in out
 
 
+def test_write_rows_table_shows_timestamps_compactly() -> None:
+    """`toolwatch alerts` / `query` tables: `2026-11-04 12:50:22.344Z`, not str()'s
+    `2026-11-04 12:50:22.344000+00:00` (three such columns wrapped every alert row)."""
+    ts = dt.datetime(2026, 11, 4, 12, 50, 22, 344000, tzinfo=dt.UTC)
+    tbl = pa.table(
+        {"first_seen": pa.array([ts, ts.replace(microsecond=344001)], pa.timestamp("us", "UTC"))}
+    )
+    buf = io.StringIO()
+    write_rows(tbl, "table", buf)
+    out = buf.getvalue()
+    assert "2026-11-04 12:50:22.344Z" in out and "2026-11-04 12:50:22.344001Z" in out
+    assert "+00:00" not in out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.datetimes(
+        min_value=dt.datetime(1970, 1, 1),
+        max_value=dt.datetime(2200, 1, 1),
+        timezones=st.sampled_from(
+            [
+                dt.UTC,
+                None,
+                dt.timezone(dt.timedelta(hours=5, minutes=30)),
+                dt.timezone(-dt.timedelta(hours=14)),
+            ]
+        ),
+    )
+)
+def test_table_timestamp_cells_are_lossless(ts: dt.datetime) -> None:
+    from toolwatch.output import _fmt
+
+    cell = _fmt(ts)
+    back = dt.datetime.fromisoformat(cell.replace("Z", "+00:00"))
+    assert back == ts and back.utcoffset() == ts.utcoffset()
+    assert cell.endswith("Z") == (ts.utcoffset() == dt.timedelta(0))
+    frac = re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.(\d+)(Z|[+-]\d\d:\d\d)?", cell)
+    assert frac, cell
+    assert len(frac.group(1)) == (3 if ts.microsecond % 1000 == 0 else 6)
+
+
 def test_write_rows_csv_escapes_and_neutralizes_formulas() -> None:
     buf = io.StringIO()
     write_rows(_hostile_table(), "csv", buf)

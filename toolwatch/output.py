@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import sys
 import unicodedata
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, TextIO
 
@@ -241,10 +241,23 @@ def _default(v: object) -> object:
     return str(v)
 
 
+def _fmt_datetime(v: datetime) -> str:
+    """A timestamp cell: ``2026-11-04 12:50:22.344Z`` rather than ``str()``'s
+    ``2026-11-04 12:50:22.344000+00:00`` (a third narrower, so tables of alerts fit a
+    terminal); microseconds only when the value has them, so nothing is rounded away."""
+    spec = "milliseconds" if v.microsecond % 1000 == 0 else "microseconds"
+    off = v.utcoffset()
+    if off is not None and off == timedelta(0):
+        return v.replace(tzinfo=None).isoformat(sep=" ", timespec=spec) + "Z"
+    return v.isoformat(sep=" ", timespec=spec)
+
+
 def _fmt(v: object) -> str:
     """A table cell: escaped, and cut so one huge value cannot flood the terminal."""
     if v is None:
         return ""
+    if isinstance(v, datetime):
+        return _fmt_datetime(v)
     # Nested values as JSON (escaped by json_dumps) rather than Python's repr.
     s = json_dumps(v) if isinstance(v, list | dict | tuple) else safe_text(v)
     return s if len(s) <= 300 else s[:299] + "…"

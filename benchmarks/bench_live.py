@@ -428,7 +428,8 @@ IMPORT_STAGES: list[tuple[str, list[str]]] = [
     ("store, pipeline, live", ["toolwatch.store", "toolwatch.pipeline", "toolwatch.live",
                                "toolwatch.live_cli"]),
     ("detectors, analyze", ["toolwatch.detectors", "toolwatch.analyze"]),
-    ("scikit-learn (forest fit/load)", ["sklearn.ensemble"]),
+    # as the forest imports it (without pandas when pandas is not loaded yet)
+    ("scikit-learn (forest fit/load)", ["toolwatch.detectors.forest:_import_sklearn"]),
 ]
 
 _IMPORT_PROBE = """
@@ -444,7 +445,10 @@ stages = json.loads(sys.argv[1])
 rows = [['start', mem()]]
 for name, mods in stages:
     for m in mods:
-        importlib.import_module(m)
+        mod, _, fn = m.partition(':')
+        obj = importlib.import_module(mod)
+        if fn:
+            getattr(obj, fn)()
     rows.append([name, mem()])
 print(json.dumps(rows))
 """

@@ -170,3 +170,35 @@ def test_fitting_the_forest_does_not_import_pandas() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.split() == ["5", "False", "1"]
+
+
+def test_a_live_process_never_imports_pandas(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """tail with detection, forest fitted: pandas stays unimported (pyarrow's
+    Schema.empty_table and scikit-learn would each pull it in: ~37 MiB RSS)."""
+    import orjson
+
+    log = tmp_path / "calls.jsonl"
+    t0 = datetime(2026, 11, 2, tzinfo=UTC)
+    with open(log, "wb") as fh:
+        for i in range(12_000):  # 600 sessions of 20 calls: enough to fit the forest
+            fh.write(orjson.dumps({
+                "ts": (t0 + timedelta(milliseconds=50 * i)).isoformat(),
+                "session_id": f"s-{i % 600}", "caller_id": f"u-{i % 600 % 97}",
+                "client_ip": f"10.0.{i % 7}.1", "server": "docs",
+                "tool": ("getDocument", "search", "listFiles")[i % 3],
+                "args": {"documentId": f"doc-{i % 41}"}, "status": "ok",
+                "bytes": 100 + i % 900,
+            }) + b"\n")
+    code = (
+        "import sys\n"
+        "from toolwatch.config import Config\n"
+        "from toolwatch.live_cli import tail_files\n"
+        "cfg = Config()\n"
+        f"cfg.store.data_dir = {str(tmp_path / 'store')!r}\n"
+        "cfg.live = {'compact_interval_s': 0}\n"
+        f"tail_files(cfg, [{str(log)!r}], idle_exit_s=0.3)\n"
+        "print('sklearn' in sys.modules, 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "TOOLWATCH_HMAC_KEY": "00" * 32})
+    assert out.stdout.split()[-2:] == ["True", "False"]

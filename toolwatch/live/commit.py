@@ -54,7 +54,7 @@ class _Job:
 def _concat(tables: list[pa.Table], sch: pa.Schema) -> pa.Table:
     tables = [t for t in tables if t is not None and t.num_rows]
     if not tables:
-        return sch.empty_table()
+        return pa.Table.from_batches([], schema=sch)  # Schema.empty_table imports pandas
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables([t.cast(sch) for t in tables])

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Iterable
 
 import polars as pl
+import pyarrow as pa
 
 from toolwatch import schema
 
@@ -244,13 +245,13 @@ def _own_strings(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _empty_events() -> pl.DataFrame:
-    df = pl.from_arrow(schema.EVENTS.empty_table())
+    df = pl.from_arrow(pa.Table.from_batches([], schema=schema.EVENTS))  # not empty_table: pandas
     assert isinstance(df, pl.DataFrame)
     return df
 
 
 def _empty_summaries() -> pl.DataFrame:
-    df = pl.from_arrow(schema.SUMMARIES.empty_table())
+    df = pl.from_arrow(pa.Table.from_batches([], schema=schema.SUMMARIES))
     assert isinstance(df, pl.DataFrame)
     return df
 

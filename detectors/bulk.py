@@ -170,7 +170,8 @@ class BulkExtractionDetector(Detector):
         multi = sessions.filter(pl.col("calls") >= 2)
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
-        hk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days}
+        hk = {"min_rows": cfg.baseline_min_sessions,
+              "min_days": max(cfg.baseline_min_days, cfg.habit_min_days)}
         # A caller's usual *heaviest session of a day* (one row per active day): what a
         # habitual caller must be far beyond. A person whose every working day holds one
         # session of downloads, next to many small sessions on other servers, is compared

@@ -566,6 +566,14 @@ class DetectorsConfig:
         "afternoon must not become its own 'normal').",
         2,
     )
+    habit_min_days: int = doc(
+        "An entity is habitual for a rule detector (its typical session or day already "
+        "scores at alert level, so only sessions far beyond its own normal alert) only with "
+        "history on at least this many distinct UTC days (and baseline_min_days): a caller "
+        "that enumerated slowly on one day and fast on the next must not have made "
+        "enumeration its own normal, while a nightly job is habitual by its third night.",
+        3,
+    )
     fold_overlaps: bool = doc(
         "Fold weaker alerts on the same session into its strongest one (listed under "
         "evidence.also with a reason) instead of emitting several: an isolation-forest alert "

@@ -77,7 +77,8 @@ class EnumerationDetector(Detector):
         self.typical_bytes_per_call_ = float(bpc) if bpc is not None else None  # type: ignore[arg-type]
         self.habit_ = habits(
             self._raw(history.sessions), "_raw", ["caller_id"],
-            min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
+            min_rows=cfg.baseline_min_sessions,
+            min_days=max(cfg.baseline_min_days, cfg.habit_min_days),
         )
         self.fitted_ = True
         return self

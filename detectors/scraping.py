@@ -64,7 +64,8 @@ class ScrapingLoopDetector(Detector):
         ).fit(history.sessions)
         self.habit_ = habits(
             self._raw(history.sessions), "_raw", ["caller_id"],
-            min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
+            min_rows=cfg.baseline_min_sessions,
+            min_days=max(cfg.baseline_min_days, cfg.habit_min_days),
         )
         self.fitted_ = True
         return self

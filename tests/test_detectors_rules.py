@@ -161,6 +161,25 @@ def test_habitual_walker_is_quiet_but_not_a_far_bigger_walk() -> None:
 
 
 # --------------------------------------------------------------------------- credentials
+def test_two_days_of_enumeration_do_not_make_it_the_callers_normal() -> None:
+    """Found on fresh seed 9205: one account walked ids slowly on day 1 (plus a summary-only
+    session) and fast on day 2 — three sessions on two days, 'established', so its typical
+    session already scored at alert level and both walks were excused as habitual. Habits
+    need history on habit_min_days (3) days; the nightly sync above still is one."""
+    tr = base()
+    tr.enumeration("slow-1", T0 + timedelta(hours=13), n=32, gap_s=300, miss_share=0.1,
+                   caller="intruder", first=4100)
+    tr.summary("sum-1", T0 + timedelta(hours=15), caller="intruder", calls=3, unique_resources=1)
+    tr.enumeration("fast-2", T0 + timedelta(days=1, hours=19), n=190, miss_share=0.9,
+                   caller="intruder", first=2000)
+    res = run(tr)
+    assert alerts_for(res, "slow-1", "enumeration")
+    assert alerts_for(res, "fast-2", "enumeration")
+    # With habits allowed on two days, the same traffic is excused (what the setting fixes).
+    res2 = run(tr, habit_min_days=2)
+    assert not alerts_for(res2, "fast-2", "enumeration")
+
+
 def test_fast_credential_stuffing_session() -> None:
     tr = base()
     tr.stuffing_session("stuff", T0 + timedelta(hours=3), tries=40)

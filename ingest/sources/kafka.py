@@ -709,6 +709,7 @@ class KafkaSource(LiveSource):
         self.first_message_at_perf: float | None = None
         self._subscribed = False
         self._ever_assigned = False
+        self._rebalancing = False  # revoked, not assigned again yet
 
     def open(self, control: SourceControl) -> None:
         """Take the driver's control, then join the group (callbacks need the control)."""
@@ -773,9 +774,15 @@ class KafkaSource(LiveSource):
         return sum(self.lag().values()) >= self.flush_events
 
     def idle_ok(self) -> bool:
-        """Idle exit only once partitions were assigned (the group join takes seconds:
-        idle time counts from the assignment, whose ``StreamsStarted`` is activity)."""
-        return self._ever_assigned
+        """Idle exit only once partitions were assigned, and never mid-rebalance.
+
+        The group join takes seconds: idle time counts from the assignment (its
+        ``StreamsStarted`` is activity). A member that leaves between its revocation and
+        its next assignment leaves during the join/sync round; Tansu 0.6.0 then wedges
+        the group (every later SyncGroup fails with REBALANCE_IN_PROGRESS, see
+        docs/kafka-notes.md), so an idle exit waits for the round to end.
+        """
+        return self._ever_assigned and not self._rebalancing
 
     def status(self) -> dict[str, Any]:
         """``lag`` (with the growth warning) and the assigned partitions."""
@@ -864,6 +871,7 @@ class KafkaSource(LiveSource):
         :meth:`release`).
         """
         self.counters.extra["revocations"] += 1
+        self._rebalancing = not self._closed  # close() revokes too: no round follows
         fps = tuple(sorted(partition_fp(tp.topic, tp.partition) for tp in revoked))
         if fps:
             self.control.handle(StreamsEnded(fps, sync=True))
@@ -929,6 +937,7 @@ class KafkaSource(LiveSource):
         """
         self.counters.extra["assignments"] += 1
         self._ever_assigned = self._ever_assigned or bool(assigned)
+        self._rebalancing = False
         self.store.recover()  # roll forward a batch a killed member committed
         cps = self.store.checkpoints()
         for tp in assigned:

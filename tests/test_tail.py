@@ -258,3 +258,10 @@ def test_cli_tail_sigterm_flushes_and_reports_status(tmp_path: Path, tw_env: dic
     st = subprocess.run([exe, "status", "-d", str(data), "--json", "--all"], env=tw_env,
                         capture_output=True, text=True, timeout=30, check=True)
     assert all(not r["alive"] for r in orjson.loads(st.stdout))
+    # The table, piped (rich would use 80 columns): one line per process, cells unfolded,
+    # the name without the store path the title already shows.
+    table = subprocess.run([exe, "status", "-d", str(data), "--all"], env=tw_env,
+                           capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "events/s" in table and "quarantined" in table
+    rows = [ln for ln in table.splitlines() if "stopped" in ln]
+    assert rows and all(" tail " in ln or "│ tail" in ln for ln in rows), table

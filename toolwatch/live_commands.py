@@ -355,19 +355,25 @@ def status(
     if json_out:
         print(orjson.dumps(rows + spools, default=str).decode())
         return
+    from toolwatch.output import safe_rich
+
+    # Wide enough for the twelve columns when piped (rich falls back to 80 columns off a
+    # terminal, which folded every cell to a few characters).
+    console = Console(width=max(Console().width, 180))
     if spools:
-        st = Table(title=f"spools waiting on {cfg.data_dir}")
+        st = Table(title=safe_rich(f"spools waiting on {cfg.data_dir}"))
         for c in ("wrapper", "server", "bytes", "state"):
             st.add_column(c, overflow="fold")
         for s in spools:
             state = "wrapper running" if s["wrapper_alive"] else (
                 "orphaned (ingested by the next writer)" if s["orphaned"] else "server running")
-            st.add_row(s["wid"], str(s["name"])[:40], f"{s['bytes']:,}", state)
-        Console().print(st)
+            st.add_row(safe_rich(s["wid"]), safe_rich(str(s["name"])[:40]), f"{s['bytes']:,}",
+                       state)
+        console.print(st)
     if not rows:
-        Console().print(f"no live toolwatch process writing to {cfg.data_dir}")
+        console.print(safe_rich(f"no live toolwatch process writing to {cfg.data_dir}"))
         return
-    t = Table(title=f"live toolwatch processes on {cfg.data_dir}")
+    t = Table(title=safe_rich(f"live toolwatch processes on {cfg.data_dir}"))
     for c in ("kind", "pid", "state", "events/s", "events", "lag", "quarantined",
               "server text", "active sessions", "alerts new/upd", "last flush", "name"):
         t.add_column(c, overflow="fold")
@@ -380,10 +386,20 @@ def status(
         if s["alive"] and s["age_s"] > 10:
             state = f"stale ({s['age_s']:.0f}s)"
         t.add_row(
-            s.get("kind", "?"), str(s.get("pid")), state, f"{s.get('events_per_s', 0):,.0f}",
-            f"{s.get('events_stored', 0):,}", lag_txt, f"{s.get('quarantined_total', 0):,}",
+            safe_rich(s.get("kind", "?")), str(s.get("pid")), state,
+            f"{s.get('events_per_s', 0):,.0f}", f"{s.get('events_stored', 0):,}",
+            safe_rich(lag_txt), f"{s.get('quarantined_total', 0):,}",
             f"{s.get('server_text_lines', 0):,}", f"{s.get('active_sessions', 0):,}",
             f"{s.get('alerts_new', 0)}/{s.get('alerts_updated', 0)}",
-            f"{s.get('last_flush_ms', 0):.0f} ms", str(s.get("name", ""))[:60],
+            f"{s.get('last_flush_ms', 0):.0f} ms",
+            safe_rich(_short_name(s.get("name", ""), cfg.data_dir)[:60]),
         )
-    Console().print(t)
+    console.print(t)
+
+
+def _short_name(name: object, data_dir: Path) -> str:
+    """A process's name without the store path it repeats (the table's title has it)."""
+    text, base = str(name), str(data_dir).rstrip("/")
+    if base and text.startswith(base + "/"):
+        return text[len(base) + 1 :]
+    return text.replace(base, "STORE") if base else text

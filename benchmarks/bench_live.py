@@ -421,7 +421,7 @@ def rss(work: Path, events: int, log_rate: int | None = None,
 IMPORT_STAGES: list[tuple[str, list[str]]] = [
     ("python + console entry (toolwatch.spool)", ["toolwatch.spool"]),
     ("numpy", ["numpy"]),
-    ("pyarrow (+ parquet, dataset)", ["pyarrow", "pyarrow.parquet", "pyarrow.dataset"]),
+    ("pyarrow (+ parquet)", ["pyarrow", "pyarrow.parquet"]),
     ("polars", ["polars"]),
     ("duckdb", ["duckdb"]),
     ("cli (typer, rich)", ["toolwatch.cli"]),

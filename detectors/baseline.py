@@ -222,8 +222,8 @@ def daily_habits(
     min_days: int,
     t_col: str = "first_t",
 ) -> pl.DataFrame:
-    """Each established entity's typical *day*: the median over its active UTC days of the
-    day's highest raw pattern score.
+    """Each established entity's typical *day*: the (lower) median over its active UTC days
+    of the day's highest raw pattern score.
 
     :func:`habits` asks whether an entity's typical *session* scores at alert level; a
     pattern that a person shows once or twice on every working day (reading from a few
@@ -246,4 +246,17 @@ def daily_habits(
         pl.col(raw_col).fill_null(0.0).max().alias("_day_raw"),
         (pl.col("_day") * US_PER_DAY).first().alias(t_col),
     )
-    return habits(per_day, "_day_raw", keys, min_rows=min_rows, min_days=min_days, t_col=t_col)
+    # "Most of its days": the lower median, so that with an even number of days an entity
+    # whose two attack days sit beside two quiet ones is not habitual (the plain median
+    # averages the middle two: half an attack day).
+    own = established_rows(per_day, keys, min_rows)
+    return (
+        group_agg(
+            own, keys,
+            pl.len().alias("_n"),
+            (pl.col(t_col) // US_PER_DAY).n_unique().alias("_days"),
+            pl.col("_day_raw").quantile(0.5, interpolation="lower").alias("habit_score"),
+        )
+        .filter((pl.col("_n") >= min_rows) & (pl.col("_days") >= min_days))
+        .drop("_n", "_days")
+    )

@@ -247,3 +247,19 @@ def test_without_the_report_discount_the_long_session_is_bulk(long_sessions: Tra
     cfg = DetectorsConfig.from_dict({"bulk_extraction": {"report_every_calls": 0}})
     res = detectors.detect(long_sessions.events(), long_sessions.summaries(), cfg)
     assert _bulk(res, "busy")
+
+
+def test_daily_habits_need_most_days_not_half() -> None:
+    """Found on seed 31337: an account with two attack days beside two quiet ones was
+    habitual (the median of four days averages the middle two), so its 312 MB summary-only
+    extraction was excused. Most days means the lower median."""
+    day = 86_400_000_000
+    t0 = int(datetime(2026, 1, 1).timestamp() * 1e6)
+    frame = pl.DataFrame({
+        "caller_id": ["atk"] * 4 + ["job"] * 4,
+        "first_t": [t0 + k * day for k in range(4)] * 2,
+        "_raw": [1.0, 0.02, 0.006, 0.83, 0.9, 0.8, 0.95, 0.01],  # atk, then job
+    })
+    h = daily_habits(frame, "_raw", ["caller_id"], min_rows=3, min_days=2)
+    got = {r["caller_id"]: r["habit_score"] for r in h.to_dicts()}
+    assert got["atk"] < 0.5 <= got["job"]

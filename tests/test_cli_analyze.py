@@ -102,3 +102,21 @@ def test_train_then_analyze_uses_the_model(analyzed: dict) -> None:
     assert model.exists() and "trained on" in out
     with open(model, "rb") as fh:
         assert fh.read(2) == b"PK"  # a skops zip archive, not a pickle
+
+
+def test_read_commands_refuse_a_missing_store(tw, tmp_path: Path) -> None:
+    """`query`/`alerts -d <typo>` used to create an empty store there and print 0 rows
+    with exit 0; they now fail naming the path and leave nothing behind."""
+    missing = tmp_path / "no-such-store"
+    for args in (("query", "SELECT count(*) AS n FROM events"), ("alerts",)):
+        proc = tw(*args, "-d", str(missing), check=False)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "no toolwatch store at" in proc.stderr and str(missing) in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not missing.exists()
+    # A store that exists but holds nothing yet still answers.
+    log = tmp_path / "one.jsonl"
+    log.write_text('{"ts":"2026-11-02T10:00:00Z","session_id":"s","tool":"t"}\n')
+    tw.ingest(log)
+    assert tw.query("SELECT count(*) AS n FROM events") == [{"n": 1}]
+    assert tw("alerts", "-d", str(tw.data_dir), "-f", "json").stdout == ""

@@ -13,7 +13,7 @@ import sys
 # is first imported; an explicit setting in the environment wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -28,6 +28,9 @@ from toolwatch.errors import ToolwatchError
 from toolwatch.gc_pause import gc_paused
 from toolwatch.output import error_text, json_dumps, safe_text
 from toolwatch.spool import recover_orphans
+
+if TYPE_CHECKING:
+    from toolwatch.store import Store
 
 app = typer.Typer(
     add_completion=False,
@@ -145,7 +148,6 @@ def query(
 
     from toolwatch.errors import QueryRefusedError
     from toolwatch.output import write_rows
-    from toolwatch.store import Store
 
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
@@ -158,7 +160,7 @@ def query(
             **({"max_rows": max_rows} if max_rows is not None else {}),
             **({"timeout_seconds": timeout} if timeout is not None else {}),
         )
-        res = Store(cfg.data_dir).run_query(sql, limits=limits)
+        res = _existing_store(cfg.data_dir).run_query(sql, limits=limits)
     except QueryRefusedError as exc:
         raise fail(exc, 2) from None
     except ToolwatchError as exc:
@@ -177,6 +179,24 @@ def query(
             highlight=False,
             markup=False,
         )
+
+
+def _existing_store(data_dir: str | Path) -> Store:
+    """The store a read-only command reads; :class:`StoreError` when there is none.
+
+    ``Store()`` creates its folders, so a mistyped ``-d`` used to leave an empty store
+    behind and answer with 0 rows and exit 0: a silent wrong answer in an investigation.
+    """
+    from toolwatch.errors import StoreError
+    from toolwatch.store import Store
+
+    root = Path(data_dir)
+    if not (root / "_state").is_dir():
+        raise StoreError(
+            f"no toolwatch store at {root} (check -d / $TOOLWATCH_DATA_DIR; "
+            "ingest, analyze, tail, run or kafka create one)"
+        )
+    return Store(root)
 
 
 def _write_query_rows(tbl: object, fmt: str, write_rows: object) -> None:
@@ -341,7 +361,6 @@ def alerts(
     Example: toolwatch alerts --category credential_stuffing --severity high --since 2026-11-02
     """
     from toolwatch.output import write_rows
-    from toolwatch.store import Store
 
     if severity is not None and severity not in _SEVERITIES:
         raise fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
@@ -353,7 +372,7 @@ def alerts(
 
     try:
         cfg = config_for(config, data_dir)
-        stored = pl.from_arrow(Store(cfg.data_dir).query("SELECT * FROM alerts"))
+        stored = pl.from_arrow(_existing_store(cfg.data_dir).query("SELECT * FROM alerts"))
         assert isinstance(stored, pl.DataFrame)
         picked = filter_alerts(
             stored,

@@ -234,14 +234,21 @@ def _walk_v2(buf: bytes, pos: int, n: int) -> tuple[list[int], list[int], list[i
             pos += 1
         else:
             _, pos = dv(buf, pos)
-        if buf[pos] < 0x80:  # timestamp delta: not needed (toolwatch reads the line's)
+        # timestamp delta: not needed (toolwatch reads the line's own), only skipped
+        if buf[pos] < 0x80:
             pos += 1
+        elif buf[pos + 1] < 0x80:
+            pos += 2
         else:
             _, pos = dv(buf, pos)
         b = buf[pos]
         if b < 0x80:
             od = (b >> 1) ^ -(b & 1)
             pos += 1
+        elif buf[pos + 1] < 0x80:  # offset deltas past 63 (most of a large batch)
+            r = (b & 0x7F) | (buf[pos + 1] << 7)
+            od = (r >> 1) ^ -(r & 1)
+            pos += 2
         else:
             od, pos = dv(buf, pos)
         b = buf[pos]

@@ -25,6 +25,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from toolwatch.mcp_middleware import ToolwatchMiddleware, _status_of_exception
 
 
+@pytest.fixture(autouse=True)
+def _key_home(tmp_path, monkeypatch) -> None:
+    """The middleware creates toolwatch's key file on first use: never in the real home."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
+
+
 def _server(buf: io.StringIO) -> MCPServer:
     mcp = MCPServer("t", middleware=[ToolwatchMiddleware("t", stream=buf, session_id="s1")])
 
@@ -89,8 +95,7 @@ def test_status_of_every_failure_shape() -> None:
     assert [r["isError"] for r in recs] == [True] * 8 + [False]
     assert recs[-1]["rows"] == 3
     assert "hunter2" not in json.dumps(recs)
-    # keyed with $TOOLWATCH_HMAC_KEY when it is set, plain SHA-256 otherwise
-    assert recs[-1]["args"]["password"].startswith(("sha256:", "hmac-sha256:"))
+    assert recs[-1]["args"]["password"].startswith("hmac-sha256:")  # keyed: see below
     assert {r["session_id"] for r in recs} == {"s1"}
     assert [r["request_id"] for r in recs] == sorted({r["request_id"] for r in recs})
 
@@ -125,3 +130,36 @@ def test_status_of_arbitrary_exception_text(text: str) -> None:
     cyc = RuntimeError(text)
     cyc.__context__ = cyc  # a cycle must not loop
     assert _status_of_exception(cyc) in {"not_found", "denied", "error"}
+
+
+def _password_digest() -> str:
+    return _run([("fine", {"x": "ok", "password": "hunter2"})])[-1]["args"]["password"]
+
+
+def test_secrets_are_keyed_with_toolwatchs_own_key(tmp_path, monkeypatch) -> None:
+    import hashlib
+    import hmac
+    import stat
+
+    # No environment key: the key file toolwatch itself uses, created on first use.
+    monkeypatch.delenv("TOOLWATCH_HMAC_KEY", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    digest = _password_digest()
+    key_file = tmp_path / "toolwatch" / "hmac.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    key = bytes.fromhex(key_file.read_text().strip())
+    assert digest == "hmac-sha256:" + hmac.new(key, b"hunter2", hashlib.sha256).hexdigest()[:32]
+    assert _password_digest() == digest  # the same secret hashes the same across sessions
+
+    # $TOOLWATCH_HMAC_KEY (hex) wins, read the way ingest reads it.
+    env_key = "ab" * 16
+    monkeypatch.setenv("TOOLWATCH_HMAC_KEY", env_key)
+    want = hmac.new(bytes.fromhex(env_key), b"hunter2", hashlib.sha256).hexdigest()[:32]
+    assert _password_digest() == "hmac-sha256:" + want
+
+
+def test_no_usable_key_falls_back_to_sha256_with_a_warning(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TOOLWATCH_HMAC_KEY", "not hex")
+    digest = _password_digest()
+    assert digest.startswith("sha256:") and "hunter2" not in digest
+    assert "TOOLWATCH_HMAC_KEY" in capsys.readouterr().err

@@ -33,8 +33,9 @@ def doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasse
 
 
 def _default_key_file() -> str:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return str(Path(base) / "toolwatch" / "hmac.key")
+    from toolwatch.keys import default_key_file
+
+    return default_key_file()
 
 
 @dataclass

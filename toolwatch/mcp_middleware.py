@@ -25,9 +25,12 @@ given, else the client's ``clientInfo`` name from ``initialize``.
 
 Secrets: values whose key looks like a credential (``password``, ``token``, ``api_key``,
 ``secret``, ``authorization``, ``credential``, …) are replaced by ``hmac-sha256:<hex>``
-keyed with ``$TOOLWATCH_HMAC_KEY`` (plain SHA-256 without it), so the same secret hashes the
-same across sessions (credential-stuffing detection) and never reaches the log. toolwatch
-hashes secrets again on ingest.
+keyed with toolwatch's own HMAC key (``$TOOLWATCH_HMAC_KEY`` in hex, else the key file
+``~/.config/toolwatch/hmac.key``, created on first use: :func:`toolwatch.keys.load_or_create_key`),
+so the same secret hashes the same across sessions (credential-stuffing detection), never
+reaches the log, and cannot be reversed by a dictionary attack on the log alone. Only when no
+key can be had (an invalid ``$TOOLWATCH_HMAC_KEY``, an unwritable home) does it fall back to
+plain ``sha256:<hex>``, with a warning on stderr. toolwatch hashes secrets again on ingest.
 """
 
 from __future__ import annotations
@@ -143,6 +146,18 @@ def _install_catcher() -> None:
         lg.addFilter(_CATCHER)
 
 
+
+def _hmac_key() -> bytes:
+    """toolwatch's HMAC key, or ``b""`` (plain SHA-256) when none can be had."""
+    from toolwatch.keys import default_key_file, load_or_create_key
+
+    try:
+        return load_or_create_key(default_key_file())
+    except Exception as exc:  # a server must start even when its home is read-only
+        print(f"toolwatch middleware: no HMAC key ({exc}); secrets are written as plain "
+              "sha256 digests. Set TOOLWATCH_HMAC_KEY (hex, >= 16 bytes).", file=sys.stderr)
+        return b""
+
 class ToolwatchMiddleware:
     """SDK server middleware: one toolwatch log line per ``tools/call``, SESSION_END at exit.
 
@@ -177,8 +192,7 @@ class ToolwatchMiddleware:
         self.session_id = session_id or os.environ.get("TOOLWATCH_SESSION_ID") or (
             f"{server}-{uuid.uuid4().hex[:16]}"
         )
-        key = os.environ.get("TOOLWATCH_HMAC_KEY", "")
-        self._key = key.encode() if key else b""
+        self._key = _hmac_key()
         self._lock = threading.Lock()
         self._started = time.time()
         self._calls = 0

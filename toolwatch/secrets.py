@@ -29,11 +29,8 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 import re
-import secrets as _stdlib_secrets
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,54 +43,10 @@ try:  # google-re2: a pattern compiled once, searched in linear time (a pyprojec
 except ImportError:  # pragma: no cover - an environment installed before it was added
     _re2 = None
 
-from toolwatch.errors import ConfigError
 from toolwatch.ingest.arrays import to_numpy
+from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
 
 HASH_PREFIX = "hmac:"
-
-def load_or_create_key(key_file: str | Path, data_dir: str | Path | None = None) -> bytes:
-    """Return the HMAC key: ``$TOOLWATCH_HMAC_KEY`` (hex), else the key file, else a new one.
-
-    Parameters
-    ----------
-    key_file
-        Where the key is kept. Created (mode 0600, exclusive) with 32 random bytes when absent.
-    data_dir
-        The store directory; a key file inside it is refused, because a key stored beside
-        the hashes it protects protects nothing.
-    """
-    env = os.environ.get("TOOLWATCH_HMAC_KEY")
-    if env:
-        try:
-            key = bytes.fromhex(env.strip())
-        except ValueError as exc:
-            raise ConfigError("TOOLWATCH_HMAC_KEY must be hex", path="env") from exc
-        if len(key) < 16:
-            raise ConfigError("TOOLWATCH_HMAC_KEY must be at least 16 bytes", path="env")
-        return key
-    path = Path(key_file).expanduser().resolve()
-    if data_dir is not None:
-        store = Path(data_dir).expanduser().resolve()
-        if path == store or store in path.parents:
-            raise ConfigError(
-                f"the HMAC key file {path} must not live inside the store {store}",
-                key="secrets.hmac_key_file",
-            )
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process created it first: read theirs below
-        else:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(_stdlib_secrets.token_hex(32) + "\n")
-    try:
-        return bytes.fromhex(path.read_text().strip())
-    except ValueError as exc:
-        raise ConfigError("HMAC key file is not hex", path=str(path)) from exc
-
-
 
 # --------------------------------------------------------------------------- vocabulary
 #: Secret words matched as a *whole word* of the normalized key (``userPin``, ``PIN``,

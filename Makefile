@@ -17,13 +17,20 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # Runtime install (editable, so the repo's sample logs and dashboard files are used in place).
-setup: $(BIN)/python
+# Stamp files: the install reruns only when pyproject.toml changes.
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+	touch $@
 
 # Test/dev install: extras plus a Jupyter kernel for the notebook test.
-setup-dev: $(BIN)/python
+setup-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $@ $(VENV)/.installed
 
 # Debian's Chromium for the real-browser dashboard test (Playwright drives it; no browser
 # download). Needs root (CI runs as root); elsewhere install it yourself or the test skips.

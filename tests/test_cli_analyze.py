@@ -68,6 +68,11 @@ def test_alerts_are_stored_and_filterable(analyzed: dict) -> None:
     assert none.strip() == ""
     bad = cli("alerts", "-d", d, "--severity", "urgent", check=False)
     assert bad.returncode == 2
+    # The terminal table (piped here): triage columns, one line per alert, every alert id.
+    table = cli("alerts", "-d", d, "--severity", "critical").stdout
+    assert "first reason" in table and "window (UTC)" in table and "detected_at" not in table
+    ids = [json.loads(x)["alert_id"] for x in crit]
+    assert all(sum(i in ln for ln in table.splitlines()) == 1 for i in ids), table
 
 
 def test_reanalyze_gives_the_same_alert_ids(analyzed: dict) -> None:

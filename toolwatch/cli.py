@@ -384,6 +384,24 @@ def alerts(
         )
     except ToolwatchError as exc:
         raise fail(exc) from None
+    if fmt == "table":
+        # A terminal table holds what triage reads first (one line per alert at ~160
+        # columns); csv and json keep every column below.
+        window = pl.concat_str(
+            pl.col("first_seen").dt.strftime("%m-%d %H:%M"), pl.lit(" → "),
+            pl.col("last_seen").dt.strftime("%m-%d %H:%M"),
+        )  # fmt: skip
+        compact = picked.head(limit).select(
+            "severity",
+            "category",
+            pl.concat_str("entity_type", pl.lit("="), "entity_id").alias("entity"),
+            window.alias("window (UTC)"),
+            pl.col("score").round(3),
+            pl.col("reasons").list.first().alias("first reason"),
+            "alert_id",
+        )
+        write_rows(compact.to_arrow(), fmt, max_rows=limit, piped_width=220)
+        return
     tbl = (
         picked.head(limit)
         .select(

@@ -194,11 +194,20 @@ def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
-def write_rows(tbl: pa.Table, fmt: str, out: TextIO | None = None, *, max_rows: int = 200) -> None:
+def write_rows(
+    tbl: pa.Table,
+    fmt: str,
+    out: TextIO | None = None,
+    *,
+    max_rows: int = 200,
+    piped_width: int = 120,
+) -> None:
     """Print a result as ``table`` (rich), ``csv`` or ``json`` (one object per line).
 
     Values from logs are attacker-controlled: see the module docstring for what each
     format does with them. This is the one function ``query`` and ``alerts`` print with.
+    ``piped_width`` is the table's width when ``out`` is not a terminal (a terminal's own
+    width is used when it is wider).
     """
     import polars as pl
 
@@ -211,7 +220,9 @@ def write_rows(tbl: pa.Table, fmt: str, out: TextIO | None = None, *, max_rows: 
         for row in df.iter_rows(named=True):
             out.write(json_dumps(row) + "\n")
     else:
-        console = Console(file=out, soft_wrap=False, width=max(120, Console().width))
+        tty = getattr(out, "isatty", lambda: False)()
+        console = Console(file=out, soft_wrap=False,
+                          width=max(120 if tty else piped_width, Console().width))
         t = Table(show_lines=False)
         for name in df.columns:
             t.add_column(safe_rich(name), overflow="fold")

@@ -595,6 +595,13 @@ class LagWatch:
         return out, newly
 
 
+def _default_flush_events() -> int:
+    """``live.flush_events``'s default (the driver's caller sets the configured value)."""
+    from toolwatch.live.config import LiveConfig
+
+    return int(LiveConfig().flush_events)
+
+
 class _Listener(AsyncConsumerRebalanceListener):
     """Rebalance callbacks (kafka-python's IO thread, inside ``poll()``/``close()``)."""
 
@@ -664,7 +671,7 @@ class KafkaSource(LiveSource):
         caller sets it from ``live.kafka_lag_warn_s``.
     flush_events
         A lag of this many messages counts as a backlog (:meth:`behind`); set it from
-        ``live.flush_events``.
+        ``live.flush_events`` (default: that setting's default).
     """
 
     name = "kafka"
@@ -694,7 +701,7 @@ class KafkaSource(LiveSource):
         self.consumer = KafkaConsumer(**opts)
         self.fast_records = fast_records and install_fast_records(self.consumer, chunks=True)
         self.lag_warn_s = 0.0
-        self.flush_events = 100_000
+        self.flush_events = _default_flush_events()
         self.stored: dict[str, int] = {}  # fp -> offset the store holds up to
         self._noted: dict[str, int] = {}  # fp -> stored offset not yet committed to Kafka
         self.assigned: set[TopicPartition] = set()

@@ -326,6 +326,15 @@ class ToolLoopConfig:
         12,
     )
     streak_hi: int = doc("Repeating streak that is critical.", 80)
+    finished_poll_quiet: bool = doc(
+        "A streak that ends in a finished poll is progress, not a loop: the repeats return "
+        "one identical result, then the response changes (its size at the last repeat, or "
+        "its outcome right after) and the session then calls another tool on the same "
+        "business key (get_job_status(job) ×40, done, download_result(job)). Such a streak "
+        "does not count; a loop that never changes, or that goes on repeating after the "
+        "change, still does. False restores the plain longest-streak rule.",
+        True,
+    )
     max_cycle: int = doc(
         "Longest cycle of distinct calls (A→B→A→B is 2) still counted as a loop: a "
         "streak must be made of at most this many distinct calls.",

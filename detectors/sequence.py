@@ -203,15 +203,19 @@ class ToolLoopDetector(_SequenceDetector):
                   "loop_span_s": pl.Float64, "calls": pl.Int64, "chain": _CHAIN}
         if cand.height == 0:
             return _empty_found(schema)
-        # The columns used below only: the sort then moves 8 columns, not 21.
-        ev = _seq(features).select("sh", "t", "i", "ch", "status", "tool", "server", "bk").join(
-            cand.select("sh"), on="sh", how="semi").sort(["sh", "t", "i"])
+        # The columns used below only: the sort then moves 10 columns, not 21.
+        ev = _seq(features).select(
+            "sh", "t", "i", "ch", "status", "tool", "server", "bk", "bkh", "bytes",
+        ).join(cand.select("sh"), on="sh", how="semi").sort(["sh", "t", "i"])
         key = pl.struct("ch", pl.col("status").fill_null("")).hash(SEED)
         ev = ev.with_columns(key.alias("_k"))
         rep = ~pl.col("_k").is_first_distinct().over("sh")
         ev = ev.with_columns(rep.alias("_rep"))
         brk = (~pl.col("_rep")) | (pl.col("sh") != pl.col("sh").shift(1)).fill_null(True)
         ev = ev.with_columns(brk.cum_sum().alias("_run"))
+        poll = s.finished_poll_quiet
+        if poll:
+            ev = self._changes(ev)
         streaks = (
             ev.filter(pl.col("_rep"))
             .group_by("sh", "_run")
@@ -221,13 +225,80 @@ class ToolLoopDetector(_SequenceDetector):
                 pl.col("tool").mode().sort().first().alias("loop_tool"),
                 ((pl.col("t").max() - pl.col("t").min()) / 1e6).alias("loop_span_s"),
                 _chain_expr(6),
+                *(self._change_point() if poll else []),
             )
-            .sort(["streak", "_run"], descending=[True, False])
+        )
+        if poll:
+            streaks = self._drop_finished_polls(streaks, ev)
+        streaks = (
+            streaks.sort(["streak", "_run"], descending=[True, False])
             .group_by("sh", maintain_order=True)
             .first()
         )
         return streaks.join(cand.select("sh", "calls"), on="sh").select(
             "sh", pl.lit(0.0).alias("_s"), *schema)
+
+    @staticmethod
+    def _changes(ev: pl.DataFrame) -> pl.DataFrame:
+        """Per event: ``_chg`` (the same call as an earlier one of the session returned a
+        different result: size or outcome) and the next event's ``_chg`` / call / time /
+        key / tool, for the streak that the next event ends."""
+        prev = pl.col("i").shift(1).over("sh", "ch")
+        chg = prev.is_not_null() & (
+            (pl.col("bytes").fill_null(-1) != pl.col("bytes").fill_null(-1).shift(1).over(
+                "sh", "ch"))
+            | (pl.col("status").fill_null("") != pl.col("status").fill_null("").shift(1).over(
+                "sh", "ch")))
+        ev = ev.with_columns(chg.alias("_chg"))
+        same = (pl.col("sh").shift(-1) == pl.col("sh")).fill_null(False)
+        return ev.with_columns(
+            (same & pl.col("_chg").shift(-1).fill_null(False)).alias("_nx_chg"),
+            pl.col("ch").shift(-1).alias("_nx_ch"),
+            pl.col("t").shift(-1).alias("_nx_t"),
+            pl.col("bkh").shift(-1).alias("_nx_bkh"),
+            pl.col("tool").shift(-1).alias("_nx_tool"),
+        )
+
+    @staticmethod
+    def _change_point() -> list[pl.Expr]:
+        """Aggregations of a streak: whether it is a poll whose response changed at its end
+        (``_fin``) and that change's time, business key and tool (``_c_t``, ``_c_bkh``,
+        ``_c_tool``).
+
+        The change is the last repeat itself (same outcome, another size) when no earlier
+        repeat changed; or, when no repeat changed, the call right after the streak when it
+        is one of the streak's calls with another outcome (a new outcome is not a repeat,
+        so it ends the streak)."""
+        n_chg = pl.col("_chg").sum()
+        at_last = pl.col("_chg").last() & (n_chg == 1)
+        after = (n_chg == 0) & pl.col("_nx_chg").last() & (
+            pl.col("ch") == pl.col("_nx_ch").last()).any()
+        return [
+            (at_last | after).alias("_fin"),
+            pl.when(at_last).then(pl.col("t").last()).otherwise(pl.col("_nx_t").last())
+            .alias("_c_t"),
+            pl.when(at_last).then(pl.col("bkh").last()).otherwise(pl.col("_nx_bkh").last())
+            .alias("_c_bkh"),
+            pl.when(at_last).then(pl.col("tool").last()).otherwise(pl.col("_nx_tool").last())
+            .alias("_c_tool"),
+        ]
+
+    @staticmethod
+    def _drop_finished_polls(streaks: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+        """Streaks minus finished polls: a changed response followed, later in the session,
+        by a call of another tool on the same business key (the next step of the job)."""
+        fin = streaks.filter(pl.col("_fin") & pl.col("_c_bkh").is_not_null()).select(
+            "sh", "_run", "_c_t", "_c_bkh", "_c_tool")
+        if fin.height:
+            nxt = ev.select("sh", pl.col("bkh").alias("_c_bkh"), pl.col("t").alias("_t2"),
+                            pl.col("tool").alias("_tool2")).filter(
+                pl.col("_c_bkh").is_not_null())
+            done = fin.join(nxt.join(fin.select("sh", "_c_bkh").unique(), on=["sh", "_c_bkh"],
+                                     how="semi"), on=["sh", "_c_bkh"]).filter(
+                (pl.col("_t2") >= pl.col("_c_t")) & (pl.col("_tool2") != pl.col("_c_tool"))
+            ).select("sh", "_run").unique()
+            streaks = streaks.join(done, on=["sh", "_run"], how="anti")
+        return streaks.drop("_fin", "_c_t", "_c_bkh", "_c_tool")
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: the streak, its cycle and the tool."""

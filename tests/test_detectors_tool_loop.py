@@ -1,0 +1,128 @@
+"""tool_loop and finished polls (issue 11): a poll that ends in a changed response followed by
+the next step on the same business key is progress; a loop that never changes is not."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toolwatch.detectors import DetectorsConfig
+from toolwatch.detectors.testing import T0, Traffic
+
+from toolwatch import detectors
+
+T = T0 + timedelta(hours=3)
+OFF = {"tool_loop": {"finished_poll_quiet": False}}
+
+
+def _poll(tr: Traffic, sid: str, *, polls: int = 40, gaps: list[float] | None = None,
+          end: str | None = "size", after: int = 0, follow: str | None = "download_result",
+          job: str = "job_7f3k", caller: str = "analyst") -> None:
+    """``polls`` identical get_job_status(job) calls; then the response changes (``end``:
+    'size' = same outcome, bigger body; 'outcome' = another outcome; None = no change);
+    ``after`` more polls returning the changed response; then ``follow`` on the same job."""
+    at = T
+    gaps = gaps or [5.0]
+
+    def status(nbytes: int, outcome: str = "ok") -> None:
+        tr.call(sid, at, "get_job_status", caller=caller, server="analytics",
+                resource_key="jobId", resource_id=job, nbytes=nbytes, status=outcome)
+
+    for k in range(polls):
+        status(160)
+        at += timedelta(seconds=gaps[k % len(gaps)])
+    changed = {"size": (240, "ok"), "outcome": (160, "error"), None: (160, "ok")}[end]
+    for _ in range(1 + after if end else after):
+        status(*changed)
+        at += timedelta(seconds=5)
+    if follow:
+        tr.call(sid, at, follow, caller=caller, server="analytics", resource_key="jobId",
+                resource_id=job, nbytes=3_000_000)
+
+
+def _loops(tr: Traffic, cfg: dict | None = None) -> set[str]:
+    res = detectors.detect(tr.events(), tr.summaries(), DetectorsConfig.from_dict(cfg or {}),
+                           detectors=["tool_loop_rules"])
+    return set(res.alerts.filter(pl.col("category") == "tool_loop")["session_id"].to_list())
+
+
+@pytest.fixture(scope="module")
+def mixed() -> Traffic:
+    tr = Traffic(seed=3)
+    tr.background(days=2, users=20, per_day=2)
+    _poll(tr, "finished", caller="a")
+    _poll(tr, "finished-error", end="outcome", follow="get_job_logs", caller="b")
+    _poll(tr, "never-changes", end=None, caller="c")
+    _poll(tr, "loops-after-change", after=30, follow=None, caller="d")
+    _poll(tr, "loops-after-change-then-next", after=30, caller="e")
+    _poll(tr, "changed-no-next-step", follow=None, caller="f")
+    _poll(tr, "next-step-other-key", caller="g", follow=None)
+    tr.call("next-step-other-key", T + timedelta(hours=1), "download_result", caller="g",
+            server="analytics", resource_key="jobId", resource_id="job_other")
+    return tr
+
+
+def test_finished_poll_is_quiet_and_loops_alert(mixed: Traffic) -> None:
+    assert _loops(mixed) == {"never-changes", "loops-after-change",
+                             "loops-after-change-then-next", "changed-no-next-step",
+                             "next-step-other-key"}
+
+
+def test_switch_off_restores_the_longest_streak_rule(mixed: Traffic) -> None:
+    assert _loops(mixed, OFF) == {"finished", "finished-error", "never-changes",
+                                  "loops-after-change", "loops-after-change-then-next",
+                                  "changed-no-next-step", "next-step-other-key"}
+
+
+def test_second_loop_after_a_finished_poll_alerts() -> None:
+    """A finished poll, then the same job polled 40 more times without change: a loop."""
+    tr = Traffic(seed=5)
+    _poll(tr, "s")
+    for k in range(40):
+        tr.call("s", T + timedelta(hours=1, seconds=3 * k), "get_job_status", caller="analyst",
+                server="analytics", resource_key="jobId", resource_id="job_7f3k", nbytes=240)
+    assert _loops(tr) == {"s"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(polls=st.integers(12, 80),
+       gaps=st.lists(st.floats(0.5, 30.0), min_size=1, max_size=6),
+       end=st.sampled_from(["size", "outcome"]))
+def test_finished_poll_any_pace_is_quiet(polls: int, gaps: list[float], end: str) -> None:
+    """Fixed interval, model pace or back-off, 12-80 polls: quiet once it finishes; the same
+    poll that never finishes alerts."""
+    tr = Traffic(seed=7)
+    _poll(tr, "done", polls=polls, gaps=gaps, end=end, caller="a")
+    _poll(tr, "stuck", polls=polls + 1, gaps=gaps, end=None, caller="b", job="job_2")
+    assert _loops(tr) == {"stuck"}
+
+
+_CALL = st.tuples(st.sampled_from(["get_job_status", "list_jobs"]),
+                  st.sampled_from(["job_a", "job_b"]), st.sampled_from([160, 240]),
+                  st.sampled_from(["ok", "ok", "error"]))
+
+
+@settings(max_examples=25, deadline=None)
+@given(prefix=st.lists(_CALL, max_size=10), reps=st.integers(0, 40), tail=st.lists(_CALL,
+                                                                                    max_size=10))
+def test_switch_only_ever_removes_alerts(prefix: list, reps: int, tail: list) -> None:
+    """On arbitrary sessions the finished-poll rule only quiets streaks, never adds one, and a
+    session whose repeated calls never change result alerts exactly as without the rule."""
+    tr = Traffic(seed=11)
+    calls = [*prefix, *[("get_job_status", "job_a", 160, "ok")] * reps, *tail]
+    for k, (tool, job, nbytes, outcome) in enumerate(calls):
+        tr.call("s", T + timedelta(seconds=4 * k), tool, caller="c", server="analytics",
+                resource_key="jobId", resource_id=job, nbytes=nbytes, status=outcome)
+    if not calls:
+        return
+    on, off = _loops(tr), _loops(tr, OFF)
+    assert on <= off
+    result: dict[tuple[str, str], tuple[int, str]] = {}
+    steady = True
+    for tool, job, nbytes, outcome in calls:
+        steady &= result.setdefault((tool, job), (nbytes, outcome)) == (nbytes, outcome)
+    if steady:
+        assert on == off

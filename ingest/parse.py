@@ -77,6 +77,17 @@ DEFAULT_MAX_DEPTH = 32
 RESOURCE_KEY_PATTERN = r"[A-Za-z0-9_]*(?:Id|_id|ID)|id|path|uri|url"
 
 
+#: Fields that most logs never carry, by group. ``json_transform`` costs ~8 ns per row for
+#: every field of its struct, present or not (the ~35 names below were ~12% of the
+#: statement on the benchmark's logs): a batch's statement reads a group's top-level
+#: names only when some line may hold one (see ``Parser._groups_present``).
+RARE_GROUPS: dict[str, tuple[str, ...]] = {
+    "intervals": ("duration_s", "start_ts", "end_ts"),
+    "summary": ("event", "call_count", "unique_resources", "total_bytes", "auth_failures"),
+    "rpc": ("jsonrpc", "rpc_wrapped"),
+}
+
+
 #: A JSON escaped backslash, a surrogate pair escape, or a lone surrogate escape.
 _SURROGATE = re.compile(
     rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
@@ -265,19 +276,37 @@ class Parser:
         self._con.execute("SET TimeZone = 'UTC'")
         self._con.execute(_EPOCH_SQL)
         self._con.execute(intervals.MACROS_SQL)
-        self._sql = self._build_sql(merged_aliases(config.field_aliases), config.ts_marks)
+        self._aliases = merged_aliases(config.field_aliases)
+        self._ts_marks = config.ts_marks
+        self._sql = self._build_sql(self._aliases, config.ts_marks)
         self.max_depth = int(getattr(config, "max_depth", DEFAULT_MAX_DEPTH))
         # Lines that need the Python path (see _prepare): the hasher's candidates, a
         # BOM anywhere, or more opening brackets than the nesting limit allows.
         self._scan_pattern = (
             f"{hasher.candidate_pattern}|\ufeff|(?:[^\\[{{]*[\\[{{]){{{self.max_depth + 1}}}"
         )
+        # Per rare group, its top-level names as JSON strings. A key spelled with
+        # escapes holds "\u" (any escape that decodes to a name character does), which
+        # the candidate pattern already matches: such a batch reads every group.
+        self._group_patterns = {
+            g: "|".join(
+                re.escape(orjson.dumps(n).decode())
+                for c in canon for n in self._aliases[c] if "/" not in n
+            )
+            for g, canon in RARE_GROUPS.items()
+        }
+        rare = "|".join(p for p in self._group_patterns.values() if p)
+        # One pass finds both: lines needing Python and lines naming a rare field.
+        self._scan_all = f"{self._scan_pattern}|{rare}" if rare else self._scan_pattern
+        self._groups: frozenset[str] = frozenset(RARE_GROUPS)  # of the batch being parsed
+        self._skip_pruning = 0  # batches left to parse without looking for rare names
+        self._statements: dict[frozenset[str], str] = {}
         # Binding and optimizing the statement costs ~20 ms, more than parsing a small
         # live micro-batch: it is prepared once, over a holder that hands DuckDB whichever
         # batch is current each time the statement runs.
         self._current = _CurrentBatch()
         self._con.register("batch", self._current)
-        self._prepared = False
+        self._prepared: dict[frozenset[str], str] = {}  # statement name by rare groups read
 
     # ------------------------------------------------------------------ SQL
     @staticmethod
@@ -540,8 +569,26 @@ FROM res
             # deep); a byte order mark. Every repaired line goes too (its bytes were not
             # what the regex saw). The extra alternatives cost nothing measurable: RE2
             # runs one DFA pass either way.
-            maybe = pc.match_substring_regex(lines, self._scan_pattern, ignore_case=True)
-            idx = set(arrays.to_numpy(pc.indices_nonzero(maybe)).tolist())
+            prune = self._skip_pruning == 0
+            maybe = pc.match_substring_regex(
+                lines, self._scan_all if prune else self._scan_pattern, ignore_case=True
+            )
+            hits = pc.indices_nonzero(maybe)
+            if prune and len(hits) * 8 <= n:
+                idx, self._groups = self._split_hits(lines, hits)
+            else:
+                # Many lines name rare fields (a JSON-RPC transcript, summaries): pruning
+                # saves nothing there, and each hit would be scanned twice. Parse with
+                # every field, and look again 16 batches later.
+                if prune:
+                    hits = pc.indices_nonzero(
+                        pc.match_substring_regex(lines, self._scan_pattern, ignore_case=True)
+                    )
+                    self._skip_pruning = 16
+                else:
+                    self._skip_pruning -= 1
+                idx = set(arrays.to_numpy(hits).tolist())
+                self._groups = frozenset(RARE_GROUPS)
             todo: list[tuple[int, bytes]] = []
             for i in sorted(idx.union(repl)):
                 if pre_reason.get(i) == "line_too_long":
@@ -590,6 +637,44 @@ FROM res
             schema=_INPUT,
         )
 
+    def _split_hits(
+        self, lines: pa.LargeBinaryArray, hits: pa.Array
+    ) -> tuple[set[int], frozenset[str]]:
+        """Lines of the combined scan's ``hits`` that need Python, and the rare groups
+        some line may name.
+
+        Only the (few) hit lines are scanned again, once per pattern. Every group is read
+        when a hit line holds an escape (a name may be spelled with it).
+        """
+        at = arrays.to_numpy(hits)
+        if self._scan_all is self._scan_pattern:  # no rare names to look for
+            return set(at.tolist()), frozenset(RARE_GROUPS)
+        if not len(at):
+            return set(), frozenset()
+        picked = lines.take(hits)
+
+        def where(pattern: str) -> np.ndarray:
+            m = pc.match_substring_regex(picked, pattern, ignore_case=True)
+            return arrays.to_numpy(pc.indices_nonzero(m))
+
+        need = where(self._scan_pattern)
+        groups = {g for g, p in self._group_patterns.items() if p and len(where(p))}
+        if len(need) and len(where(r"\\u")):
+            groups = set(RARE_GROUPS)
+        return set(at[need].tolist()), frozenset(groups)
+
+    def _statement(self, groups: frozenset[str]) -> str:
+        """The parse statement reading only the rare groups in ``groups``."""
+        sql = self._statements.get(groups)
+        if sql is None:
+            absent = {c for g, canon in RARE_GROUPS.items() if g not in groups for c in canon}
+            aliases = {
+                c: [n for n in names if c not in absent or "/" in n]
+                for c, names in self._aliases.items()
+            }
+            sql = self._statements[groups] = self._build_sql(aliases, self._ts_marks)
+        return sql
+
     def _prepare_failed(self, batch: RawBatch, failed: BaseException) -> pa.Table:
         """The input table of lines that made parsing fail: quarantined, never parsed.
 
@@ -598,6 +683,7 @@ FROM res
         """
         n = len(batch)
         self.counters.fallbacks += n
+        self._groups = frozenset(RARE_GROUPS)  # nothing is parsed: any statement does
         lines = batch.lines
         keep = self.config.quarantine_raw_chars
         text = [self._scrub_or_drop(lines[i].as_py()[:keep].rstrip(b"\r\n")) for i in range(n)]
@@ -650,10 +736,14 @@ FROM res
         """The prepared statement over ``tbl`` (one output row per input row)."""
         self._current.table = tbl
         try:
-            if not self._prepared:
-                self._con.execute("PREPARE tw_parse AS " + self._sql)
-                self._prepared = True
-            return self._con.sql("EXECUTE tw_parse").to_arrow_table()
+            name = self._prepared.get(self._groups)
+            if name is None:
+                name = f"tw_parse_{len(self._prepared)}"
+                sql = self._sql if self._groups == frozenset(RARE_GROUPS) else (
+                    self._statement(self._groups))
+                self._con.execute(f"PREPARE {name} AS " + sql)
+                self._prepared[self._groups] = name
+            return self._con.sql(f"EXECUTE {name}").to_arrow_table()
         finally:
             self._current.table = pa.Table.from_batches([], _INPUT)
 

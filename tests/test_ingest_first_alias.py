@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 import orjson
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolwatch.ingest.aliases import ALIASES
-from toolwatch.ingest.parse import Parser
+from toolwatch.ingest.parse import RARE_GROUPS, Parser
 from toolwatch.ingest.records import RawBatch, split_lines
 
 from toolwatch.config import IngestConfig
@@ -61,3 +62,64 @@ def test_empty_first_time_alias_falls_through_to_the_next() -> None:
     rows = _parse(objs)
     assert [r["ts"].second if r["ts"] else None for r in rows] == [1, 2, None, 3]
     assert rows[2]["reason"] == "missing_timestamp"
+
+
+# ---------------------------------------------------------------- rare field groups
+_RARE = [n for g in RARE_GROUPS.values() for c in g for n in ALIASES[c]]
+
+
+def _both(lines: list[bytes]) -> tuple[pa.Table, pa.Table, frozenset[str]]:
+    """Parse ``lines`` as the pruning parser does, then with every field read."""
+    buf = b"".join(x + b"\n" for x in lines)
+    arr, offsets, _ = split_lines(buf)
+    batch = RawBatch("t", "fp", arr, offsets, np.arange(1, len(lines) + 1), len(buf), True)
+    _PARSER._skip_pruning = 0
+    pruned = _PARSER.parse(batch)
+    groups = _PARSER._groups
+    _PARSER._skip_pruning = 10**9
+    full = _PARSER.parse(batch)
+    _PARSER._skip_pruning = 0
+    return pruned, full, groups
+
+
+_PLAIN = b'{"ts":"2026-11-02T00:00:00Z","tool":"t","server":"s","duration_ms":5}'
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(_RARE), st.sampled_from(["1793577600.5", "", "x", "7"])),
+             max_size=4),
+    st.integers(0, 40),
+    st.booleans(),
+)
+def test_reading_only_the_rare_fields_present_changes_nothing(
+    rare: list[tuple[str, str]], at: int, escaped: bool
+) -> None:
+    obj = orjson.loads(_PLAIN)
+    for k, v in rare:
+        obj[k] = v
+    line = orjson.dumps(obj)
+    if escaped and rare:  # the first rare name spelled with a \u escape
+        name = rare[0][0].encode()
+        spelled = name[:1] + b"\\u%04x" % name[1] + name[2:]
+        line = line.replace(b'"' + name + b'"', b'"' + spelled + b'"', 1)
+    lines = [_PLAIN] * 40
+    lines.insert(at, line)
+    pruned, full, _ = _both(lines)
+    assert pruned.equals(full)
+
+
+def test_rare_names_in_few_lines_are_read_and_absent_groups_skipped() -> None:
+    row = (b'{"ts":"2026-11-02T00:00:01Z","tool":"t","startTs":"2026-11-02T00:00:00Z",'
+           b'"endTs":"2026-11-02T00:00:01Z"}')
+    pruned, full, groups = _both([_PLAIN] * 30 + [row])
+    assert pruned.equals(full)
+    assert groups == frozenset({"intervals"})
+    assert pruned.column("start_ts")[30].as_py().second == 0
+    pruned, full, groups = _both([_PLAIN] * 30)
+    assert groups == frozenset() and pruned.equals(full)
+    esc = (b'{"ts":"2026-11-02T00:00:01Z","tool":"t","start\\u0054s":"2026-11-02T00:00:00Z",'
+           b'"endTs":"2026-11-02T00:00:01Z"}')
+    pruned, full, groups = _both([_PLAIN] * 30 + [esc])
+    assert groups == frozenset(RARE_GROUPS)
+    assert pruned.column("start_ts")[30].as_py().second == 0

@@ -328,11 +328,12 @@ class ToolLoopConfig:
     streak_hi: int = doc("Repeating streak that is critical.", 80)
     finished_poll_quiet: bool = doc(
         "A streak that ends in a finished poll is progress, not a loop: the repeats return "
-        "one identical result, then the response changes (its size at the last repeat, or "
-        "its outcome right after) and the session then calls another tool on the same "
-        "business key (get_job_status(job) ×40, done, download_result(job)). Such a streak "
-        "does not count; a loop that never changes, or that goes on repeating after the "
-        "change, still does. False restores the plain longest-streak rule.",
+        "one identical result, then the response changes to one never seen before for that "
+        "call (its size at the last repeat, or its outcome right after) and the session "
+        "then calls another tool on the same business key (get_job_status(job) ×40, done, "
+        "download_result(job)). Such a streak does not count; a loop that never changes, "
+        "or that goes on repeating after the change, still does. False restores the plain "
+        "longest-streak rule.",
         True,
     )
     max_cycle: int = doc(

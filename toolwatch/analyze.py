@@ -73,7 +73,7 @@ def run_detectors(
     try:
         from toolwatch import detectors
     except ImportError:  # pragma: no cover - detectors package absent
-        return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
+        return pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     if model_path is None:
         model_path = config.trained_forest
@@ -283,7 +283,7 @@ def run_partitioned(
         from toolwatch.detectors.base import FeatureSet
         from toolwatch.detectors.pipeline import fit_and_score
     except ImportError:  # pragma: no cover - detectors package absent
-        return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
+        return pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     if model_path is None:
         model_path = config.trained_forest
@@ -353,7 +353,7 @@ def run_partitioned(
         shutil.rmtree(spill, ignore_errors=True)
     alerts = pl.concat(found, how="vertical_relaxed") if found else None
     if alerts is None:
-        alerts = pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[assignment]
+        alerts = pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[assignment]
     assert isinstance(alerts, pl.DataFrame)
     return apply_triage_suppressions(alerts, config.data_dir)
 

@@ -439,6 +439,7 @@ def evaluate(
     Example: toolwatch evaluate sample_logs/demo/labels.ndjson alerts.jsonl
     """
     import polars as pl
+    import pyarrow as pa
 
     from toolwatch import schema
     from toolwatch.detectors.evaluate import evaluate as run_eval
@@ -453,7 +454,7 @@ def evaluate(
     for r in rows:  # evidence is an object in the JSON file, text in the store schema
         if isinstance(r.get("evidence"), dict):
             r["evidence"] = orjson.dumps(r["evidence"]).decode()
-    empty = pl.from_arrow(schema.ALERTS.empty_table())
+    empty = pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))
     assert isinstance(empty, pl.DataFrame)
     frame = (
         pl.DataFrame(rows, infer_schema_length=None).with_columns(

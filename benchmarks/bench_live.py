@@ -163,12 +163,16 @@ def rate_file(work: Path, events: int, log_rate: int, seed: int = 11) -> Path:
     return path
 
 
-def throughput(work: Path, events: int, detect: bool) -> dict[str, Any]:
-    """Events/s of ``tail`` over a file already on disk (backlog), store commits included."""
+def throughput(work: Path, events: int, detect: bool,
+               live: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Events/s of ``tail`` over a file already on disk (backlog), store commits included.
+
+    ``live``: ``[live]`` overrides (e.g. the old defaults, to compare in one run).
+    """
     src = bench_file(work, events)
     data = work / f"store-tp-{int(detect)}"
     shutil.rmtree(data, ignore_errors=True)
-    cfg = _config(data, detect=detect)
+    cfg = _config(data, detect=detect, **(live or {}))
     t = time.perf_counter()
     lp = tail_files(cfg, [str(src)], idle_exit_s=0.5)
     secs = time.perf_counter() - t - 0.5
@@ -182,6 +186,9 @@ def throughput(work: Path, events: int, detect: bool) -> dict[str, Any]:
         "detect": detect,
         "alerts_new": st.alerts_new,
         "alerts_updated": st.alerts_updated,
+        "detect_split_passes": st.extra.get("detect_split_passes", 0),
+        "detect_capped": st.extra.get("detect_capped", 0),
+        "live": live or {},
     }
     print(f"  tail throughput (detect={detect}): {res['events_per_s']:,} events/s "
           f"({st.events_stored:,} events in {secs:.1f}s, {st.flushes} flushes, "
@@ -673,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-rate", type=int, default=None,
                    help="rss: lines at this many events/s of log time (accelerated replay)")
     p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
-                   help="rss/latency: a [live] setting, e.g. --live max_window_events=2000000")
+                   help="throughput/rss/latency: a [live] setting, e.g. --live flush_events=100000")
     p.add_argument("--hours", type=float, default=None,
                    help="rss/components: hours of log time at --log-rate (sets --events)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -691,7 +698,8 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {}
     if a.part in ("throughput", "all"):
         n = a.events or 1_000_000
-        res["throughput"] = throughput(work, n, detect=not a.no_detect)
+        res["throughput"] = throughput(work, n, detect=not a.no_detect,
+                                       live=_overrides(a.live))
         if a.part == "all":
             res["throughput_no_detect"] = throughput(work, n, detect=False)
     if a.part in ("latency", "all"):

@@ -140,7 +140,9 @@ def test_overlapped_commits_are_in_order_and_coalesce_under_backlog(tmp_path: Pa
     committed in order, the backlog ones together (one detection), every event once,
     the checkpoint at the end, one alert version per detection."""
     data = tmp_path / "store"
-    cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.3)
+    # backlog_detect_events=1: every commit detects (deferral: test_memory_bounds.py)
+    cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.3,
+                     backlog_detect_events=1)
     lp = LivePipeline(cfg, Store(data), detector=slow_enum_detector(0.3))
     f = Feeder()
     commits: list[int] = []

@@ -202,3 +202,68 @@ def test_a_live_process_never_imports_pandas(tmp_path) -> None:  # type: ignore[
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "TOOLWATCH_HMAC_KEY": "00" * 32})
     assert out.stdout.split()[-2:] == ["True", "False"]
+
+
+def test_backlog_stores_at_once_and_detects_every_backlog_detect_events(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Backlog micro-batches (size-triggered) are committed as they come, but detection
+    runs once per ``backlog_detect_events`` new events, over every entity they touched;
+    a caught-up source gets the waiting detection at once (not at close), and the alert
+    sees every event, as one detection per commit would."""
+    import threading
+
+    import orjson
+
+    from toolwatch.live import LivePipeline
+    from toolwatch.store import Store
+
+    try:
+        from tests.test_live import Feeder, nf
+        from tests.test_live_support import (
+            config_for,
+            enum_detector,
+            stored_alerts,
+            stored_count,
+            wait_for,
+        )
+    except ImportError:  # tests/ itself on sys.path
+        from test_live import Feeder, nf  # type: ignore[no-redef]
+        from test_live_support import (  # type: ignore[no-redef]
+            config_for,
+            enum_detector,
+            stored_alerts,
+            stored_count,
+            wait_for,
+        )
+
+    inner = enum_detector(5)
+    calls: list[int] = []
+    gate = threading.Event()
+
+    def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
+        calls.append(events.height)
+        return inner(events, summaries, history=history)
+
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.0,
+                     backlog_detect_events=35)
+    lp = LivePipeline(cfg, Store(data), detector=detector)
+    f = Feeder()
+    commits: list[int] = []
+    lp.on_commit.append(lambda r: (commits.append(r.events), gate.set()))
+    for k in range(6):  # size-triggered flushes, one at a time: a backlog
+        lp.add(f.batch(b"".join(nf(k * 10 + i) for i in range(10))))
+        assert lp.due()
+        gate.clear()
+        lp.flush(wait=False)
+        assert gate.wait(10)
+    wait_for(lambda: sum(commits) == 60)
+    assert stored_count(data) == 60  # stored as they came
+    assert len(calls) == 1  # 40 >= 35 new events: one detection; 20 wait
+    assert lp.status.extra["detect_deferred"] == 5  # commits of 10, 20, 30; 10, 20
+    lp.caught_up()  # nothing more to read: the waiting detection runs now
+    wait_for(lambda: len(calls) == 2)
+    lp.drain()
+    assert orjson.loads(stored_alerts(data)["evidence"][0])["distinct_not_found"] == 60
+    lp.close()
+    assert len(calls) == 2  # close found nothing left to detect
+    assert stored_count(data) == 60

@@ -114,6 +114,11 @@ class CommitMixin:
                     self._cv.wait(None if wait == float("inf") else wait)
                 if not self._queue:
                     return
+                # Only a backlog's micro-batches (none flushed by the interval, no
+                # caught-up source, drain or stop waiting on them) may defer detection.
+                defer = not (self._urgent or self._stopping) and all(
+                    j.backlog for j in self._queue
+                )
                 jobs = list(self._queue)
                 self._queue.clear()
                 self._queued_events = 0
@@ -121,7 +126,7 @@ class CommitMixin:
                 self._busy = True
                 self._cv.notify_all()
             try:
-                self._commit(jobs)
+                self._commit(jobs, defer=defer)
             except BaseException as exc:  # handed to the caller's thread
                 log.debug("commit thread stopped", exc_info=True)
                 with self._cv:
@@ -158,10 +163,14 @@ class CommitMixin:
             self._worker = None
         self._stopping = False
 
-    def _commit(self, jobs: list[_Job], t0: float | None = None) -> FlushResult:
+    def _commit(
+        self, jobs: list[_Job], t0: float | None = None, *, defer: bool = False
+    ) -> FlushResult:
         """Detect over transformed micro-batches, commit them as one batch, then emit.
 
         ``t0``: when the flush started (synchronous flushes count their transform too).
+        ``defer``: backlog micro-batches; their detection may wait for more
+        (``live.backlog_detect_events``), they are committed now either way.
         """
         t0 = time.monotonic() if t0 is None else t0
         res = FlushResult()
@@ -184,7 +193,7 @@ class CommitMixin:
         new_alerts = None
         td = time.monotonic()
         if self.detector is not None:
-            new_alerts = self._detect(events, summaries)
+            new_alerts = self._detect(events, summaries, defer=defer)
             if new_alerts is not None and new_alerts.height:
                 alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(
                     schema.ALERTS
@@ -247,6 +256,18 @@ class CommitMixin:
         self._maybe_compact()
         return res
 
+    def _empty_job(self) -> _Job:
+        """A micro-batch with nothing in it: commits run the detection a backlog deferred."""
+        c = self.pipe.counters
+        return _Job(
+            events=_concat([], schema.EVENTS),
+            summaries=_concat([], schema.SUMMARIES),
+            quarantine=_concat([], schema.QUARANTINE),
+            checkpoints=[],
+            lines=0,
+            lines_read=c.lines_read,
+            quarantined=dict(c.quarantined),
+        )
 
     def _maybe_compact(self) -> None:
         iv = self.live.compact_interval_s

@@ -77,6 +77,16 @@ class LiveConfig:
         "not the new events). Interval-triggered flushes never wait.",
         5.0,
     )
+    backlog_detect_events: int = doc(
+        "Under a backlog (size-triggered flushes) with overlap_detection, micro-batches "
+        "are stored as they come but detection waits until this many new events have "
+        "gathered, then runs once over every entity they touched (a pass costs about "
+        "the same whatever the number of new events, so catching up is several times "
+        "faster; memory is unchanged: the window and max_detect_events bound it). A "
+        "crash in between loses the alerts of those events (not the events). Caught up, "
+        "every flush is detected at once. 0: max_detect_events x detect_passes.",
+        0,
+    )
     overlap_detection: bool = doc(
         "tail/run/follow: detect and commit a micro-batch on a second thread while the "
         "next one is read and parsed (same order and atomicity; a backlog's waiting "

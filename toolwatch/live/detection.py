@@ -72,7 +72,29 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
 class DetectMixin:
     """Detection of a :class:`~toolwatch.live.pipeline.LivePipeline` (runs on its commit thread)."""
 
-    def _detect(self, events_tbl: pa.Table, summaries_tbl: pa.Table) -> pl.DataFrame | None:
+    #: Entities touched by stored micro-batches whose detection waits (backlog), per
+    #: entity column, and how many new events they brought (see ``backlog_detect_events``).
+    _deferred_touched: dict[str, pl.Series] | None = None
+    _deferred_events: int = 0
+
+    def _backlog_detect_target(self) -> int:
+        """New events a backlog gathers before one detection runs over all they touched."""
+        n = self.live.backlog_detect_events
+        if n > 0:
+            return n
+        cap = self.live.max_detect_events
+        return cap * max(1, self.live.detect_passes) if cap > 0 else self.live.flush_events
+
+    def _detect(
+        self, events_tbl: pa.Table, summaries_tbl: pa.Table, *, defer: bool = False
+    ) -> pl.DataFrame | None:
+        """New alerts for a micro-batch (None: none), after adding it to the window.
+
+        ``defer``: the micro-batch was read from a backlog; while fewer than
+        :meth:`_backlog_detect_target` new events have gathered, only remember what it
+        touched (detection then runs once over all of it: its cost follows the passes,
+        not the new events, and the entities' events are in the window anyway).
+        """
         if self.detector is None:
             return None
         # Only the window's columns cross into polars: converting raw lines and the
@@ -82,7 +104,8 @@ class DetectMixin:
         summaries = pl.from_arrow(summaries_tbl)
         assert isinstance(events, pl.DataFrame) and isinstance(summaries, pl.DataFrame)
         self.window.add(events, summaries)
-        if events.height == 0 and summaries.height == 0:
+        waiting = self._deferred_touched
+        if events.height == 0 and summaries.height == 0 and waiting is None:
             return None
         touched: dict[str, pl.Series] = {}
         for col in ENTITY_COLUMNS.values():
@@ -91,9 +114,17 @@ class DetectMixin:
                 for df in (events, summaries)
                 if df.height and col in df.columns
             ]
+            if waiting is not None and col in waiting:
+                parts.append(waiting[col])
             touched[col] = (
                 pl.concat(parts).unique() if parts else pl.Series(col, [], dtype=pl.String)
             )
+        gathered = self._deferred_events + events.height
+        if defer and gathered < self._backlog_detect_target():
+            self._deferred_touched, self._deferred_events = touched, gathered
+            self.status.extra["detect_deferred"] = self.status.extra.get("detect_deferred", 0) + 1
+            return None
+        self._deferred_touched, self._deferred_events = None, 0
         ev, su = self.window.select(touched)
         if ev.height == 0 and su.height == 0:
             return None

@@ -218,6 +218,9 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             with self._cv:
                 self._urgent = True
                 self._cv.notify_all()
+        elif self._deferred_touched is not None and not self._busy:
+            # Stored backlog micro-batches whose detection waited: detect them now.
+            self._enqueue(self._empty_job())
 
     def due(self, now: float | None = None) -> bool:
         """Whether a flush is due (interval elapsed since the first waiting line, or size).
@@ -310,6 +313,8 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             res.seconds = time.monotonic() - t0
             return res
         self.drain()
+        if job is None and self._deferred_touched is not None:
+            job = self._empty_job()  # detection a backlog deferred runs now
         if job is None:
             return FlushResult()
         return self._commit([job], t0)

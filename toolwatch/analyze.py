@@ -113,11 +113,13 @@ def write_alerts_jsonl(alerts: pl.DataFrame, path: Path) -> None:
 
 def _warm_imports() -> None:
     """Import the detectors and scikit-learn (see :func:`analyze_paths`)."""
-    for name in ("detectors", "sklearn.ensemble"):
-        try:
-            importlib.import_module(name)
-        except ImportError:  # pragma: no cover - reported where the module is used
-            return
+    try:
+        importlib.import_module("toolwatch.detectors.pipeline")
+        from toolwatch.detectors.forest import _import_sklearn
+
+        _import_sklearn()  # without pandas, as the forest itself imports it
+    except ImportError:  # pragma: no cover - reported where the module is used
+        return
 
 
 def analyze_paths(

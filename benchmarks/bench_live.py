@@ -347,9 +347,33 @@ def _source(work: Path, events: int, log_rate: int | None) -> Path:
     return bench_file(work, events) if log_rate is None else rate_file(work, events, log_rate)
 
 
+def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event) -> threading.Thread:
+    """Append ``src``'s lines to ``dst`` at ``rate`` lines/s of wall time (10 writes/s)."""
+
+    def run() -> None:
+        step = max(1, rate // 10)
+        t0 = time.monotonic()
+        sent = 0
+        with open(src, "rb") as fin, open(dst, "ab") as fout:
+            while not stop.is_set():
+                chunk = b"".join(line for _, line in zip(range(step), fin, strict=False))
+                if not chunk:
+                    break
+                fout.write(chunk)
+                fout.flush()
+                sent += step
+                ahead = t0 + sent / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+
+    th = threading.Thread(target=run, name="realtime-writer", daemon=True)
+    th.start()
+    return th
+
+
 def rss(work: Path, events: int, log_rate: int | None = None,
         live: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-        every: float = 1.0) -> dict[str, Any]:
+        every: float = 1.0, realtime: int | None = None) -> dict[str, Any]:
     """RSS of a real ``toolwatch tail`` process while it works through ``events`` lines.
 
     The tail runs as its own process through the console entry point
@@ -363,8 +387,17 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     10k events/s is ``--events 36000000``) instead of the generator's bench file (~50
     events/s of log time). ``live``: ``[live]`` overrides (written to a config file);
     ``env``: extra environment variables for the tail process.
+
+    ``realtime``: instead, a writer appends the lines at that many events/s of *wall*
+    time to a file the tail follows from the start (``--realtime 10000 --log-rate
+    10000``: sustained real time; flushes are interval-triggered, as in production).
     """
     src = _source(work, events, log_rate)
+    stop_writer = threading.Event()
+    writer = None
+    if realtime:
+        follow = work / "realtime.jsonl"
+        follow.write_bytes(b"")
     data = work / "store-rss"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
@@ -372,13 +405,15 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     lines = ["[live]"] + [f"{k} = {json.dumps(v)}" for k, v in (live or {}).items()]
     cfg_path.write_text("\n".join(lines) + "\n")
     exe = Path(sys.executable).with_name("toolwatch")
-    cmd = [str(exe), "tail", str(src), "-d", str(data), "-c", str(cfg_path), "--no-stdout",
-           "--exit-when-idle", "2"]
+    cmd = [str(exe), "tail", str(follow if realtime else src), "-d", str(data), "-c",
+           str(cfg_path), "--no-stdout", "--exit-when-idle", "2"]
     penv = {**os.environ, **(env or {})}
     samples: list[tuple[float, float, int]] = []
     status: dict[str, Any] = {}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=penv, stdout=subprocess.DEVNULL)
+    if realtime:
+        writer = _realtime_writer(src, follow, realtime, stop_writer)
     ps = psutil.Process(proc.pid)
     sdir = data / "_state" / "live"
     while proc.poll() is None:
@@ -387,11 +422,16 @@ def rss(work: Path, events: int, log_rate: int | None = None,
             mb = ps.memory_info().rss / 2**20
         except psutil.Error:
             break
+        if mb <= 0:  # the process is exiting (a zombie has no memory)
+            continue
         for f in sdir.glob("*.json") if sdir.exists() else []:
             with contextlib.suppress(OSError, ValueError):
                 status = json.loads(f.read_text())
         samples.append((time.perf_counter() - t0, mb, int(status.get("events_stored", 0))))
     rc = proc.wait()
+    stop_writer.set()
+    if writer is not None:
+        writer.join()
     secs = time.perf_counter() - t0
     for f in sdir.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
@@ -399,6 +439,7 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     stored = int(status.get("events_stored", 0))
     hours = events / log_rate / 3600 if log_rate else None
     print(f"  toolwatch tail (exit {rc}) over {stored:,} events"
+          + (f" written in real time at {realtime:,} events/s" if realtime else "")
           + (f" = {hours:.2f} h of log time at {log_rate:,} events/s" if hours else "")
           + f" in {secs:.0f}s ({stored / max(secs, 1e-9):,.0f} ev/s), window "
           f"{status.get('window_events', 0):,} events, evicted "
@@ -411,6 +452,8 @@ def rss(work: Path, events: int, log_rate: int | None = None,
         "seconds": round(secs, 1),
         "events_per_s": int(stored / max(secs, 1e-9)),
         "exit_code": rc,
+        "realtime_rate": realtime,
+        "flushes": status.get("flushes"),
         "alerts_new": status.get("alerts_new"),
         "live": live or {},
         "env": env or {},
@@ -681,6 +724,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="rss: lines at this many events/s of log time (accelerated replay)")
     p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
                    help="throughput/rss/latency: a [live] setting, e.g. --live flush_events=100000")
+    p.add_argument("--realtime", type=int, default=None, metavar="EVENTS_PER_S",
+                   help="rss: write the lines at this many events/s of wall time while the "
+                        "tail follows the file (sustained real time, not a backlog)")
     p.add_argument("--hours", type=float, default=None,
                    help="rss/components: hours of log time at --log-rate (sets --events)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
@@ -706,7 +752,8 @@ def main(argv: list[str] | None = None) -> int:
         res["latency"] = latency(work, a.rate, a.seconds, _overrides(a.live))
     if a.part in ("rss", "all"):
         env = dict(x.split("=", 1) for x in a.env)
-        res["rss"] = rss(work, a.events or 1_000_000, a.log_rate, _overrides(a.live), env)
+        res["rss"] = rss(work, a.events or 1_000_000, a.log_rate, _overrides(a.live), env,
+                         realtime=a.realtime)
     if a.part in ("components", "all"):
         res["components"] = components(work, a.events or 1_000_000, a.log_rate,
                                        _overrides(a.live))

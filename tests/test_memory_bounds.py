@@ -135,8 +135,10 @@ def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # typ
                                      "proxy-transcript.jsonl", "summaries.jsonl")]
 
     def live(name: str, **extra: object) -> tuple[set[tuple], dict]:
+        # backlog_detect_events=1: every commit detects in both runs (the split is what
+        # is compared; deferring a backlog's detection is tested below)
         cfg = config_for(tmp_path / name, detect=True, flush_events=2_000, read_bytes=262_144,
-                         history_events=0, **extra)
+                         history_events=0, backlog_detect_events=1, **extra)
         out = tmp_path / f"{name}.jsonl"
         lp = tail_files(cfg, files, sinks=build_sinks([SinkConfig(type="file",
                                                                   path=str(out))]),

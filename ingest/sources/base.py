@@ -190,6 +190,30 @@ class LiveSource(ABC):
         """Called once by the driver before the first :meth:`poll`."""
         self.control = control
 
+    # Helpers shared by the sources built on a file-like reader (tail, spool, pipe).
+    @staticmethod
+    def _started(fps: list[str]) -> StreamsStarted | None:
+        """A :class:`StreamsStarted` for the streams a reader found since the last call
+        (``fps`` is the reader's list of new fingerprints; it is emptied)."""
+        if not fps:
+            return None
+        ev = StreamsStarted(tuple(fps))
+        fps.clear()
+        return ev
+
+    def _counted(self, batch: RawBatch, split_text: bool = False) -> Iterator[Item]:
+        """``batch`` counted as processed; with ``split_text``, its non-JSON lines first
+        go out as one :class:`ServerText` (counted as rejected)."""
+        if split_text:
+            from toolwatch.ingest.sources.process import split_server_text
+
+            batch, text, offs, nos = split_server_text(batch)
+            if text:
+                self.counters.rejected += len(text)
+                yield ServerText(batch.source, batch.source_fp, text, offs, nos)
+        self.counters.processed += len(batch)
+        yield batch
+
     @abstractmethod
     def poll(self, timeout: float) -> Iterable[Item]:
         """What has arrived: batches (in stream order) and lifecycle events.

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from toolwatch.ingest.records import RawBatch, fingerprint, split_lines
-from toolwatch.ingest.sources.base import Item, LiveSource, StreamsStarted
+from toolwatch.ingest.sources.base import Item, LiveSource
 
 if TYPE_CHECKING:  # the store (DuckDB) is not imported by sources
     from toolwatch.store import Checkpoint
@@ -519,23 +519,14 @@ class FileTailLive(LiveSource):
                                  max_line_bytes=max_line_bytes)
         self.idle_wait_s = poll_interval_s
 
-    def _started(self) -> StreamsStarted | None:
-        fps = self.reader.new_fingerprints
-        if not fps:
-            return None
-        ev = StreamsStarted(tuple(fps))
-        fps.clear()
-        return ev
-
     def poll(self, timeout: float) -> Iterator[Item]:
         """New complete lines of every followed file (never waits: files do not block)."""
         for batch in self.reader.poll():
-            ev = self._started()
+            ev = self._started(self.reader.new_fingerprints)
             if ev is not None:
                 yield ev
-            self.counters.processed += len(batch)
-            yield batch
-        ev = self._started()
+            yield from self._counted(batch)
+        ev = self._started(self.reader.new_fingerprints)
         if ev is not None:
             yield ev
 

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from toolwatch.ingest.records import RawBatch
-from toolwatch.ingest.sources.base import Item, LiveSource, ServerText, StreamsEnded, StreamsStarted
+from toolwatch.ingest.sources.base import Item, LiveSource, StreamsEnded, StreamsStarted
 
 # The wrapped server itself lives in toolwatch.spool: it is started before anything
 # heavy is imported (this module pulls in numpy and pyarrow).
@@ -210,13 +210,7 @@ class PipeLive(LiveSource):
             if not self._warmed and asm.fp is not None and not self.split_text:
                 self._warmed = True
                 yield StreamsStarted((asm.fp,))
-            if self.split_text:
-                batch, text, offs, nos = split_server_text(batch)
-                if text:
-                    self.counters.rejected += len(text)
-                    yield ServerText(batch.source, batch.source_fp, text, offs, nos)
-            self.counters.processed += len(batch)
-            yield batch
+            yield from self._counted(batch, split_text=self.split_text)
         cut = asm.cut_long_line()
         if cut is not None:
             self.counters.processed += len(cut)

@@ -16,11 +16,8 @@ from typing import TYPE_CHECKING, Any
 from toolwatch.ingest.sources.base import (
     Item,
     LiveSource,
-    ServerText,
     StreamsEnded,
-    StreamsStarted,
 )
-from toolwatch.ingest.sources.process import split_server_text
 
 if TYPE_CHECKING:
     from toolwatch.store import Checkpoint
@@ -68,27 +65,14 @@ class SpoolLive(LiveSource):
         self._ending: list[str] = []  # finished spools waiting for their acknowledgement
         self.removed = 0
 
-    def _started(self) -> StreamsStarted | None:
-        fps = self.reader.new_fingerprints
-        if not fps:
-            return None
-        ev = StreamsStarted(tuple(fps))
-        fps.clear()
-        return ev
-
     def poll(self, timeout: float) -> Iterator[Item]:
         """Lines appended to the spools; the end of spools whose wrapper is gone."""
         src = self.reader
         for batch in src.poll():
-            ev = self._started()
+            ev = self._started(src.new_fingerprints)
             if ev is not None:
                 yield ev
-            batch, text, offs, nos = split_server_text(batch)
-            if text:
-                self.counters.rejected += len(text)
-                yield ServerText(batch.source, batch.source_fp, text, offs, nos)
-            self.counters.processed += len(batch)
-            yield batch
+            yield from self._counted(batch, split_text=True)
         fin = [w for w in src.finished() if w not in self._ending]
         if fin:
             fps = tuple(e.asm.fp for w in fin if (e := src.entries.get(w)) and e.asm.fp)

@@ -42,6 +42,9 @@ def cases(scale: int) -> dict[str, bytes]:
         "1MB escaped password keys": b'{"a":"' + b'\\"password\\":1,' * (70 * k) + b'"}',
         "1MB name=value pairs": b'{"a":"' + b"q=1&" * (250 * k) + b'"}',
         "1MB scrub_text (cut line)": b'{"x":"' + b'a:b=c ' * (170 * k),
+        # a run of scheme characters before "//…@" (was quadratic: ~1 s at 20 kB)
+        "1MB a.a.a. run, //x@ and :/": b'{"a":"' + b"a." * (500 * k) + b'//x@ :/"}',
+        "1MB percent-escapes": b'{"a":"' + b"%41" * (333 * k) + b'"}',
     }
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
@@ -145,7 +146,7 @@ _URL_TAIL_STOPS = " \t\n\r\f\v\"'<>@"
 #: ``name:`` outside JSON syntax (a JSON key's colon follows a quote, a time's a digit).
 #: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
 _NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-]:)|:(?<=[A-Za-z_.\-]\s:)")
-_STRINGS_GATE_B = (b"=", b"\\", b":/", b"earer", b"EARER", b"asic")
+_STRINGS_GATE_B = (b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic")
 
 
 #: :meth:`SecretHasher.plan`'s RE2 tests: each token format's literals (bit = its index),
@@ -153,7 +154,7 @@ _STRINGS_GATE_B = (b"=", b"\\", b":/", b"earer", b"EARER", b"asic")
 #: name character before ``:`` is matched instead).
 _PLAN_PATTERNS: tuple[str, ...] = (
     *("|".join(re.escape(x) for x in lits) for lits, _ in _TOKEN_SHAPES),
-    r"=|\\|:/|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:",
+    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:",
 )
 _PLAN_SHAPE_BITS = (1 << len(_TOKEN_SHAPES)) - 1
 #: :meth:`SecretHasher.plan` bit: some string of the line may hold a per-string shape.
@@ -162,7 +163,8 @@ PLAN_STRINGS = 1 << len(_TOKEN_SHAPES)
 
 def _strings_may_hold_shape(line: bytes) -> bool:
     """Raw-line test for the per-string rules other than token formats: ``=``, ``:/``
-    (a URL), an escape, Bearer/Basic, ``name:`` outside JSON syntax. Lines without any
+    or ``//`` (a URL), an escape, a percent-escape, Bearer/Basic, ``name:`` outside JSON
+    syntax. Lines without any
     (most lines with a secret key) only have their keys checked."""
     for x in _STRINGS_GATE_B:
         if x in line:
@@ -177,11 +179,20 @@ _SCHEME_RE = re.compile(
     r"|\b[Bb]asic\s+((?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{6,}={0,2}"
     r"|[A-Za-z0-9+/]*[A-Z][A-Za-z0-9+/]*[a-z0-9+/][A-Za-z0-9+/]{4,}={0,2})"
 )
-#: ``scheme://userinfo@``: group 2 is the userinfo, up to the last ``@`` before a path.
-_URL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2})([^\s/\"'<>]*)@")
+#: ``scheme://userinfo@`` (or scheme-relative ``//userinfo@``): group 2 is the userinfo,
+#: up to the last ``@`` before a path.
+#: The scheme is a whole run of scheme characters, taken possessively (a superset of
+#: schemes: ``x-https://`` counts): tried from every word boundary of ``a.a.a.…`` a
+#: scheme cost O(run) per position (a 20 kB string took seconds, a 1 MiB line most of an
+#: hour).
+_URL_RE = re.compile(
+    r"(?i)((?:(?<![a-z0-9+.\-])[a-z0-9+.\-]*+:)?(?:\\?/){2})([^\s/\"'<>]*)@"
+)
 #: ``scheme://user:pass`` cut by the end of the text before its ``@``: the tail after the
 #: colon may be a password.
-_URL_TAIL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2}[^\s/\"'<>@:]*:)([^\s/\"'<>@]+)\Z")
+_URL_TAIL_RE = re.compile(
+    r"(?i)((?<![a-z0-9+.\-])[a-z0-9+.\-]*+:(?:\\?/){2}[^\s/\"'<>@:]*+:)([^\s/\"'<>@]+)\Z"
+)
 #: ``name=value`` / ``name: value`` in free text (query strings, headers, DSNs): the name
 #: and separator only; the value is measured from there (:data:`_KV_VALUE_RE`), so a
 #: non-secret pair never swallows the next one (``https://h/?token=…``).
@@ -191,10 +202,17 @@ _URL_TAIL_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*:(?:\\?/){2}[^\s/\"'<>@:]*:
 #: 64 characters, from a letter) is cut in Python.
 _KV_RE = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]++)(=|\s?:\s*|\s+=\s*)")
 _KV_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*\Z")
+#: The value of a secret pair: quoted (``secret='a b'``, ``password: "x"``: up to the
+#: closing quote or the end of the text) or bare (up to a delimiter). One group matches.
 _KV_VALUE_RE = re.compile(
-    r"(?i:(?:bearer|basic|digest|token|negotiate|ntlm)\s+)?((?:[^\s&;,\"'<>\\]|\\.)+)"
+    r"(?i:(?:bearer|basic|digest|token|negotiate|ntlm)\s+)?"
+    r"(?:'([^'\n]*)'?|\"((?:[^\"\\\n]|\\.)*)\"?|((?:[^\s&;,\"'<>\\]|\\.)+))"
 )
-_GATE_LITERALS = ("=", ":", '"', "earer", "EARER", "asic", *_SHAPE_LITERALS)
+#: A percent-escape (``%3D``): a URL- or form-encoded text is scanned decoded too.
+_PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
+#: ``Bearer+token`` / ``Basic+…``: a form-encoded space after a scheme name.
+_PLUS_SCHEME_RE = re.compile(r"(?i)(?:bearer|basic)\+")
+_GATE_LITERALS = ("=", ":", '"', "%", "earer", "EARER", "asic", *_SHAPE_LITERALS)
 
 
 def _may_hold_shape(text: str) -> bool:
@@ -362,9 +380,10 @@ class SecretHasher:
             *(_word_forms_re2(w) for w in sorted(self._words)),
             *(_joined_re2(n) for n in self._needles),
             shape_prefixes,
-            r":(?:\\?/){2}[^/\s\"]*@",  # URL userinfo
+            r"(?:\\?/){2}[^/\s\"]*@",  # URL userinfo (scheme-relative too)
             r":(?:\\?/){2}[^/\s\"@]*:[^/\s\"@]*\s*$",  # ... cut before its "@"
             r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
+            r"%[0-9a-f]{2}",  # URL- or form-encoded text (scanned decoded)
         ]
         self._text_pattern = "|".join(parts)
 
@@ -630,18 +649,17 @@ class SecretHasher:
                     out = out[:ws] + t
         if "earer" in out or "EARER" in out or "asic" in out:
             out = _SCHEME_RE.sub(lambda m: self._hash_group(m, found), out)
-        if ":" in out:
-            if "@" in out and (":/" in out or ":\\/" in out):
-                out = _URL_RE.sub(lambda m: self._hash_userinfo(m, found), out)
-            if tail:
-                ws = max(out.rfind(c) for c in _URL_TAIL_STOPS) + 1
-                win = out[ws:]
-                if ":/" in win or ":\\/" in win:
-                    t = _URL_TAIL_RE.sub(
-                        lambda m: m.group(1) + self._hash_match(m.group(2), found), win
-                    )
-                    if t != win:
-                        out = out[:ws] + t
+        if "@" in out and ("//" in out or "\\/\\/" in out):
+            out = _URL_RE.sub(lambda m: self._hash_userinfo(m, found), out)
+        if tail and ":" in out:
+            ws = max(out.rfind(c) for c in _URL_TAIL_STOPS) + 1
+            win = out[ws:]
+            if ":/" in win or ":\\/" in win:
+                t = _URL_TAIL_RE.sub(
+                    lambda m: m.group(1) + self._hash_match(m.group(2), found), win
+                )
+                if t != win:
+                    out = out[:ws] + t
         # The two scanners below hash only under a secret *name*; they step through
         # every pair / string in Python. On a long text, first ask RE2 (one linear pass)
         # whether any secret name may be there at all, so a megabyte of ordinary pairs
@@ -651,7 +669,28 @@ class SecretHasher:
                 out = self._scan_kv(out, found)
             if '"' in out:
                 out = self._scan_json_text(out, found, _depth)
+        if _depth < MAX_EMBED_DEPTH and ("%" in out or "+" in out):
+            out = self._scan_decoded(out, found, tail, _depth)
         return text if out == text else out
+
+    def _scan_decoded(self, text: str, found: list[str], tail: bool, depth: int) -> str:
+        """A URL- or form-encoded text (``?api%5Fkey%3D…``, ``Bearer%20…``, a whole
+        encoded URL) hides its separators from the rules above: scan it decoded. When the
+        decoded text holds a secret, the decoded text with the secret hashed is kept
+        (an encoded copy of the secret must not survive beside its digest)."""
+        if _PCT_RE.search(text) is None and _PLUS_SCHEME_RE.search(text) is None:
+            return text
+        decoded = urllib.parse.unquote_plus(text, errors="surrogateescape")
+        if decoded == text:
+            return text
+        more: list[str] = []
+        red = self.scrub_str(decoded, more, tail=tail, _depth=depth + 1)
+        if not more:
+            return text
+        found.extend(more)
+        # undecodable bytes of the encoded text come back as lone surrogates: escape them
+        # as they were (percent-escapes) so the result stays valid text
+        return red.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
     def _may_name_secret(self, text: str) -> bool:
         """Whether ``text`` may hold a secret name (key, ``name=``, query parameter).
@@ -731,11 +770,12 @@ class SecretHasher:
             v = _KV_VALUE_RE.match(text, pos)
             if v is None:
                 continue
-            value = v.group(1)
-            if not value.startswith(HASH_PREFIX):
-                pieces.append(text[last : v.start(1)])
+            g = v.lastindex or 3
+            value = v.group(g)
+            if value and not value.startswith(HASH_PREFIX):
+                pieces.append(text[last : v.start(g)])
                 pieces.append(self._hash_match(value, found))
-                last = v.end(1)
+                last = v.end(g)
             pos = max(v.end(), pos)
         if not pieces:
             return text

@@ -1,0 +1,170 @@
+"""Red team: secrets hidden by URL/form encoding, quotes and scheme-relative URLs.
+
+The attacker writes the logs, and the logs carry other people's credentials: a query string
+logged URL-encoded (``?api%5Fkey%3D…``), a whole encoded URL passed as an argument, an
+``Authorization`` header logged form-encoded (``Bearer+…``, ``Bearer%20…``), a quoted value
+(``secret='…'``, ``password: "…"``) or a scheme-relative URL (``//user:pass@host``). None of
+them may reach the store, the quarantine or an alert unhashed.
+
+Each shape here leaked in clear before the fix (found by ``/tmp`` probes through
+``toolwatch ingest``); the end-to-end test runs the real CLI in a subprocess and reads every
+view of the real store back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import TOOLWATCH
+from toolwatch.secrets import SecretHasher
+from toolwatch.store import Store
+
+KEY = "ab" * 32
+TS = "2026-11-02T10:00:00Z"
+HASHER = SecretHasher(bytes.fromhex(KEY))
+
+#: Texts that carry secret ``{S}`` in a shape the plain rules already know.
+TEMPLATES = (
+    "https://api.example.com/v1/items?api_key={S}&page=2",
+    "https://api.example.com/v1/items?access_token={S}",
+    "https://host/x?token={S}",
+    "https://user:{S}@db.example.com:5432/prod",
+    "Authorization: Bearer {S}",
+    "Bearer {S}",
+    "password={S}&user=bob",
+    "client_secret={S}",
+)
+
+
+def _encoders() -> st.SearchStrategy:
+    """Ways a logger (or an agent) encodes a text: none, URL, form, twice."""
+    return st.sampled_from(
+        [
+            ("plain", lambda s: s),
+            ("quote", lambda s: urllib.parse.quote(s, safe="")),
+            ("quote_keep_slash", lambda s: urllib.parse.quote(s, safe="/:")),
+            ("quote_plus", lambda s: urllib.parse.quote_plus(s)),
+            ("twice", lambda s: urllib.parse.quote(urllib.parse.quote(s, safe=""), safe="")),
+        ]
+    )
+
+
+secret_text = st.text(
+    alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789", min_size=14,
+    max_size=40,
+).map(lambda s: "Q9" + s)  # never all hex: a digest can never spell it
+
+
+@settings(max_examples=150, deadline=None)
+@given(secret=secret_text, template=st.sampled_from(TEMPLATES), enc=_encoders(),
+       prefix=st.sampled_from(["", "see ", "url=", "next: "]))
+def test_encoded_secret_never_survives_scrub(secret: str, template: str, enc, prefix: str) -> None:
+    """Whatever the encoding, neither the secret nor an encoded spelling of it remains."""
+    name, encode = enc
+    text = prefix + encode(template.format(S=secret))
+    found: list[str] = []
+    out = HASHER.scrub_str(text, found)
+    assert secret not in out, (name, text, out)
+    assert found, (name, text)
+    # and through the JSON-line path (the one ingest runs), under an ordinary key
+    line = json.dumps({"ts": TS, "tool": "t", "args": {"q": text}}).encode()
+    red, h = HASHER.redact_line(line)
+    assert secret.encode() not in red, (name, red)
+    assert h is not None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "secret='{S}' next=1",
+        'password: "{S} two words" and more',
+        "//admin:{S}@internal-host/path",
+        "DSN is \\/\\/admin:{S}@db",
+        "Bearer+{S}",
+        "Authorization%3A%20Bearer%20{S}",
+        "https%3A%2F%2Fuser%3A{S}%40host%2Fx",
+        "https://host/x?api%5Fkey={S}",
+        "https://host/x?token%3D{S}",
+    ],
+)
+def test_hand_made_shapes_are_hashed(text: str) -> None:
+    """The worst cases found by hand, one by one (each leaked before the fix)."""
+    s = "Q9xW7vK3mP8rT2yZ"
+    out = HASHER.scrub_str(text.format(S=s))
+    assert s not in out, out
+    assert "hmac:" in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://example.com/a%20b?q=hello%20world",
+        "100% sure, 50%+ off",
+        "a+b=c and C++",
+        "path%2Fto%2Ffile",
+        "user%40example.com",
+        "//cdn.example.com/lib.js",
+        "http://user@host/",
+        "pwd= and token=''",
+    ],
+)
+def test_ordinary_encoded_text_is_left_alone(text: str) -> None:
+    """The decoded scan changes a text only when the decoded text holds a secret."""
+    assert HASHER.scrub_str(text) is text
+
+
+def test_encoded_secrets_never_reach_the_store(tmp_path: Path) -> None:
+    """Real CLI, real store: events, quarantine (cut and non-JSON lines) and raw bytes."""
+    s = "Q9xW7vK3mP8rT2yZ"
+    texts = [t.format(S=s) for t in TEMPLATES]
+    encoded = [urllib.parse.quote(t, safe="") for t in texts] + [
+        urllib.parse.quote_plus(t) for t in texts
+    ]
+    encoded += ["secret='" + s + "'", "//admin:" + s + "@db/x", "Bearer+" + s]
+    lines = [json.dumps({"ts": TS, "session_id": "s1", "tool": "fetch", "args": {"u": e}})
+             for e in encoded]
+    # cut lines and plain text go to quarantine, scrubbed without structure
+    lines += [json.dumps({"ts": TS, "tool": "t", "args": {"u": e}})[:-3] for e in encoded[:4]]
+    lines += ["server says " + e for e in encoded[4:8]]
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
+    store = tmp_path / "st"
+    res = subprocess.run(
+        [TOOLWATCH, "ingest", str(src), "-d", str(store), "--json", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["lines_read"] == len(lines)
+    assert summary["events_stored"] + summary["quarantined_total"] == len(lines)
+    st_ = Store(store)
+    for view in ("events", "quarantine", "sessions"):
+        for row in st_.query(f"SELECT * FROM {view}").to_pylist():
+            dumped = json.dumps(row, default=str)
+            assert s not in dumped, (view, dumped[:600])
+    for p in store.rglob("*"):
+        if p.is_file():
+            assert s.encode() not in p.read_bytes(), p
+
+
+def test_scheme_character_run_is_scanned_once() -> None:
+    """``a.a.a.…//x@`` (every ``.`` a word boundary) made the URL rule rescan the run from
+    each boundary: 100 kB took ~20 s, a 1 MiB line most of an hour of one ingest. Now one
+    pass (figures: ``benchmarks/bench_secrets.py``, case ``a.a.a. run``); checked here by
+    the result, not by time."""
+    run = "a." * 50_000
+    text = run + "//x@ :/ and " + run + "b://u:Q9secretpw@h"
+    out = HASHER.scrub_str(text, tail=True)
+    assert "Q9secretpw" not in out and out.startswith(run + "//x@ :/")
+    line = json.dumps({"ts": TS, "tool": "t", "args": {"q": text}}).encode()
+    red, h = HASHER.redact_line(line)
+    assert b"Q9secretpw" not in red and h is not None

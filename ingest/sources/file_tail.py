@@ -69,7 +69,14 @@ class LineAssembler:
         Mixed into the fingerprint (``run`` uses the child's pid and start time, so two runs
         of one server are two streams even if their first lines are equal).
     max_line_bytes
-        A line longer than this is cut (the cut part is emitted as its own line).
+        A line longer than this is cut: its first ``max_line_bytes`` bytes (and a little)
+        are emitted as one line, which the parser quarantines as ``line_too_long``, and
+        the rest of the line is dropped as it arrives, up to its newline — like the batch
+        reader (:class:`~toolwatch.ingest.sources.file.StreamReader`), so the same bytes
+        give the same lines, offsets and line numbers however they were split. Parsing
+        the rest as lines of their own gave one row per read of a huge line, numbered
+        every later line wrong, and let a cut-off piece that happens to be a JSON object
+        (an argument array of objects) be stored as an event nobody logged.
     """
 
     def __init__(
@@ -92,6 +99,8 @@ class LineAssembler:
         self.skip_to = 0
         self.skipped_bytes = 0
         self.resumed_from = 0
+        #: Inside an over-long line already emitted (cut): drop bytes up to its newline.
+        self.dropping = False
 
     @property
     def consumed(self) -> int:
@@ -113,6 +122,16 @@ class LineAssembler:
         final
             The stream ended: a last partial line is emitted as if it had its newline.
         """
+        if self.dropping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                self.offset += len(data)
+                if final:
+                    self.dropping = False
+                return None
+            self.offset += nl + 1
+            data = data[nl + 1 :]
+            self.dropping = False
         buf = self.buf + data if self.buf else data
         if final and buf and not buf.endswith(b"\n"):
             buf += b"\n"
@@ -160,10 +179,13 @@ class LineAssembler:
         return batch
 
     def cut_long_line(self) -> RawBatch | None:
-        """Emit a waiting line that exceeds ``max_line_bytes`` as its own (cut) line."""
+        """Emit a waiting line that exceeds ``max_line_bytes`` as one cut line (its
+        prefix); the rest of it is dropped as it arrives (see ``max_line_bytes``)."""
         if len(self.buf) <= self.max_line_bytes + 2 or self.fp is None:
             return None
-        piece = self.buf + b"\n"
+        size = len(self.buf)
+        # One byte more than the limit (plus the newline) still reads as over-long.
+        piece = self.buf[: self.max_line_bytes + 3] + b"\n"
         self.buf = b""
         lines, offs, _ = split_lines(piece, self.offset)
         batch = RawBatch(
@@ -172,10 +194,12 @@ class LineAssembler:
             lines=lines,
             offsets=offs,
             line_nos=np.array([self.line_no + 1], dtype=np.int64),
-            end_offset=self.offset + len(piece) - 1,
+            end_offset=self.offset + size,
+            sizes=np.array([size], dtype=np.int64),  # so far: the line is still growing
         )
         self.line_no += 1
-        self.offset += len(piece) - 1
+        self.offset += size
+        self.dropping = True
         return batch
 
 

@@ -1009,25 +1009,23 @@ def view_columns(store: Store) -> pl.DataFrame:
 
 
 def json_safe_rows(df: pl.DataFrame) -> bytes:
-    """Rows as a JSON array (times ISO 8601 UTC), for downloads."""
-    return orjson.dumps(
+    """Rows as a JSON array (times ISO 8601 UTC), for downloads; characters that act on
+    a terminal or hide text (controls, bidi, zero-width) as ``\\uXXXX`` escapes."""
+    from toolwatch.output import json_safe
+
+    text = orjson.dumps(
         df.to_dicts(),
         option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC | orjson.OPT_INDENT_2,
         default=str,
-    )
+    ).decode()
+    # Raw newlines are the indentation's own (orjson escapes those inside strings).
+    return "\n".join(json_safe(part) for part in text.split("\n")).encode()
 
 
 def csv_bytes(df: pl.DataFrame) -> bytes:
-    """Rows as CSV; nested columns are written as JSON text."""
-    nested = [c for c, t in df.schema.items() if isinstance(t, pl.List | pl.Struct | pl.Array)]
-    if nested:
-        df = df.with_columns(
-            pl.col(c).map_elements(
-                lambda v: orjson.dumps(
-                    v.to_list() if hasattr(v, "to_list") else v, default=str
-                ).decode(),
-                return_dtype=pl.Utf8,
-            )
-            for c in nested
-        )
-    return df.write_csv().encode()
+    """Rows as CSV for a download, as ``toolwatch query --format csv`` writes them
+    (:func:`toolwatch.output.safe_csv`): log values are attacker-controlled, and a cell
+    such as ``=HYPERLINK(…)`` runs as a formula in the spreadsheet the file is opened in."""
+    from toolwatch.output import safe_csv
+
+    return safe_csv(df).encode()

@@ -104,11 +104,17 @@ def alerts_to_arrow(alerts: pl.DataFrame) -> pa.Table:
 
 
 def write_alerts_jsonl(alerts: pl.DataFrame, path: Path) -> None:
-    """Alerts as JSON lines (docs/alert.schema.json); ``evidence`` as an object."""
+    """Alerts as JSON lines (docs/alert.schema.json); ``evidence`` as an object.
+
+    Terminal-safe like the live sinks' lines (:func:`toolwatch.output.json_safe`): entity
+    ids and reasons come from the logs, and this file gets ``cat``/``tail -f``'d."""
+    from toolwatch.output import json_safe
+
     with open(path, "wb") as fh:
         for row in alerts.select(schema.ALERTS.names).iter_rows(named=True):
             row["evidence"] = orjson.loads(row["evidence"]) if row.get("evidence") else {}
-            fh.write(orjson.dumps(row, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC) + b"\n")
+            text = orjson.dumps(row, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC).decode()
+            fh.write(json_safe(text).encode() + b"\n")
 
 
 def _warm_imports() -> None:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -352,10 +351,12 @@ def status(
     # collector, or left by a wrapper that died (orphaned: the next writer ingests it).
     spools = [{"kind": "spool", "alive": s["wrapper_alive"], **s}
               for s in pending_spools(cfg.data_dir)]
+    from toolwatch.output import json_dumps, safe_rich
+
     if json_out:
-        print(orjson.dumps(rows + spools, default=str).decode())
+        # terminal-safe: names hold file paths and server commands
+        print(json_dumps(rows + spools))
         return
-    from toolwatch.output import safe_rich
 
     # Wide enough for the twelve columns when piped (rich falls back to 80 columns off a
     # terminal, which folded every cell to a few characters).

@@ -194,6 +194,14 @@ def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
+def safe_csv(df: pl.DataFrame) -> str:
+    """``df`` as CSV text for a file a person opens: every string cell and header escaped
+    (:func:`safe_text`) and formula-neutralized (a leading ``=``, ``+``, ``-``, ``@``, tab
+    or CR gets a ``'``), nested values as JSON text. What ``--format csv`` prints and the
+    dashboard's downloads hold."""
+    return _csv_frame(df).write_csv()
+
+
 def write_rows(
     tbl: pa.Table,
     fmt: str,
@@ -215,7 +223,7 @@ def write_rows(
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     if fmt == "csv":
-        out.write(_csv_frame(df).write_csv())
+        out.write(safe_csv(df))
     elif fmt == "json":
         for row in df.iter_rows(named=True):
             out.write(json_dumps(row) + "\n")

@@ -38,6 +38,7 @@ import polars as pl
 from toolwatch import schema
 from toolwatch.detectors.config import SEVERITY_RANK
 from toolwatch.live.config import SinkConfig
+from toolwatch.output import json_safe, safe_text
 
 log = logging.getLogger("toolwatch.sinks")
 
@@ -59,29 +60,42 @@ def alert_dicts(alerts: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def alert_json(row: dict[str, Any]) -> bytes:
-    """One alert as a JSON line (with trailing newline)."""
-    return orjson.dumps(row, option=_JSON_OPTS, default=str) + b"\n"
+    """One alert as a JSON line (with trailing newline), safe on a terminal.
+
+    Entity ids and reasons are attacker-controlled and these lines go to stdout and to
+    files people ``tail -f``: JSON leaves DEL, C1 controls (``\\x9b`` is a CSI), bidi
+    overrides, zero-width characters and line separators raw, so they are written as
+    ``\\uXXXX`` escapes (:func:`toolwatch.output.json_safe`; the decoded values are the
+    same).
+    """
+    text = orjson.dumps(row, option=_JSON_OPTS, default=str).decode()
+    return json_safe(text).encode() + b"\n"
 
 
 def slack_payload(row: dict[str, Any]) -> dict[str, Any]:
     """Slack incoming-webhook message for one alert (``{"text": ...}``, mrkdwn).
 
-    Log-derived values are attacker-controlled: Slack's control characters ``<``, ``>``
-    and ``&`` are escaped so a caller id cannot inject links or mentions.
+    Log-derived values are attacker-controlled: each is shown escaped
+    (:func:`toolwatch.output.safe_text`: no bidi override, zero-width or control
+    character), Slack's control characters ``<``, ``>`` and ``&`` are escaped so it cannot
+    inject links or mentions, and it sits in a code span (a backtick in it becomes ``'``)
+    so mrkdwn formatting and Slack's linking of bare URLs do not apply to it.
     """
 
     def esc(v: Any) -> str:
-        return str(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return safe_text(v).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    def code(v: Any) -> str:
+        return "`" + esc(v).replace("`", "'") + "`"
 
     reasons = row.get("reasons") or []
-    first = esc(reasons[0]) if reasons else ""
     text = (
         f"*toolwatch {esc(row.get('severity', '?')).upper()}* {esc(row.get('category'))}: "
-        f"{esc(row.get('entity_type'))}=`{esc(row.get('entity_id'))}`"
+        f"{esc(row.get('entity_type'))}={code(row.get('entity_id'))}"
         f" (score {float(row.get('score') or 0):.2f})"
     )
-    if first:
-        text += f"\n{first}"
+    if reasons:
+        text += f"\n{code(reasons[0])}"
     return {"text": text, "alert_id": row.get("alert_id")}
 
 

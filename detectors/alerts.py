@@ -173,6 +173,8 @@ def build_alerts(
     decided: list[tuple[Detector, pl.DataFrame]],
     config: DetectorsConfig,
     detected_at_us: int | None,
+    *,
+    lazy: bool = True,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Alert records from each detector's decided rows.
 
@@ -184,6 +186,9 @@ def build_alerts(
         For severity bands and suppression.
     detected_at_us
         Detection time (µs): ``now`` in live mode, the latest log time in batch replay.
+    lazy
+        Explain isolation-forest session rows only when their explanation is read (see
+        below); False explains every decided row first (same records, more work).
 
     Returns
     -------
@@ -192,19 +197,48 @@ def build_alerts(
         ``suppressed_by`` column naming the allowlist that matched.
     """
     rows: list[dict[str, Any]] = []
+    # Forest (anomaly) session rows are explained only if they can be read: one forest
+    # pass per feature makes their explanation the costliest step, and most of them are
+    # folded into an entity alert that lists their session, which only counts them. A
+    # session row that shares its session with a rule row may be folded into it (its first
+    # reason is quoted), so it is explained at once; the others after folding, if they
+    # survive it. Explanations are per row, so the survivors get exactly the same text.
+    rule_sessions: set[Any] = set()
     for det, frame in decided:
+        if det.category != "anomaly" and frame.height and "window_start" in frame.columns:
+            rule_sessions.update(
+                frame.filter(pl.col("window_start").is_null())["session_id"].to_list())
+    later: dict[int, tuple[Detector, pl.DataFrame]] = {}
+    for k, (det, frame) in enumerate(decided):
         if frame.height == 0:
             continue
-        explained = det.explain_all(frame)
-        for r, (reasons, evidence) in zip(frame.iter_rows(named=True), explained, strict=True):
-            r = dict(r)
+        recs = [dict(r) for r in frame.iter_rows(named=True)]
+        if lazy and det.category == "anomaly":
+            now = [i for i, r in enumerate(recs)
+                   if r["window_start"] is not None or r["session_id"] in rule_sessions]
+            later[k] = (det, frame)
+        else:
+            now = list(range(len(recs)))
+        explained = det.explain_all(frame if len(now) == frame.height else frame[now])
+        for i, (reasons, evidence) in zip(now, explained, strict=True):
+            recs[i]["_reasons"], recs[i]["_evidence"] = reasons, evidence
+        for i, r in enumerate(recs):
             r["category"] = det.category
             r["detector"] = det.name
-            r["_reasons"] = reasons
-            r["_evidence"] = evidence
+            if "_evidence" not in r:  # explained after folding, if it survives
+                r["_reasons"], r["_evidence"], r["_at"] = None, None, (k, i)
             rows.append(r)
     rows, _ = _fold(rows, config)
     rows = _dedupe_windows(rows)
+    todo: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if "_at" in r:
+            todo.setdefault(r["_at"][0], []).append(r)
+    for k, waiting in todo.items():
+        det, frame = later[k]
+        explained = det.explain_all(frame[[r["_at"][1] for r in waiting]])
+        for r, (reasons, evidence) in zip(waiting, explained, strict=True):
+            r["_reasons"], r["_evidence"] = reasons, evidence
     out: list[dict[str, Any]] = []
     suppressed: list[dict[str, Any]] = []
     hop = config.hop_us

@@ -185,6 +185,29 @@ def _features(
     return fs
 
 
+def _history_features(
+    history: pl.DataFrame, config: DetectorsConfig, reuse: dict[str, Any] | None
+) -> FeatureSet:
+    """Features of the baseline history; live mode computes them once per history frame.
+
+    Live detection splits a large detection into passes that all get the *same* history
+    frame (and a flush whose history did not change passes the same frame again): its
+    features are computed on the first call and reused while the frame is the same
+    object. Only the latest history is kept (it replaces the previous one), so the memory
+    held between flushes is one history's features.
+    """
+    if reuse is None:
+        return FeatureSet.build(history, None, config)
+    cached = reuse.get("history_features")
+    if cached is not None and cached[0] is history and cached[1] is config:
+        return cached[2]
+    reuse["history_features"] = None  # drop the previous one before building the next
+    fs = FeatureSet.build(history, None, config)
+    reuse["history_features"] = (history, config, fs)
+    reuse["history_builds"] = reuse.get("history_builds", 0) + 1
+    return fs
+
+
 def detect(
     events: pl.DataFrame,
     summaries: pl.DataFrame | None,
@@ -207,7 +230,9 @@ def detect(
         Also return every detector's full score frame (evaluation, notebooks).
     reuse
         Live mode's per-process cache: the first fitted (or loaded) forest is kept here
-        and reused by later calls instead of being fitted or loaded again.
+        and reused by later calls instead of being fitted or loaded again; so are the
+        features of the last ``history`` frame (the passes of one live detection share
+        it) and the forest's explanations of unchanged rows (:class:`ExplainMemo`).
     """
     timings: dict[str, float] = {}
     dets = registry.build(config, detectors)
@@ -217,7 +242,7 @@ def detect(
     timings["features"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if history is not None and history.height:
-        fit_on = FeatureSet.build(history, None, config).union(batch)
+        fit_on = _history_features(history, config, reuse).union(batch)
     else:
         fit_on = batch
     model = _fit_all(dets, fit_on, model_path, reuse)

@@ -1,0 +1,201 @@
+"""Live detection cost: CPU-µs per event of the live detection path, old code vs new.
+
+Replays a store's events through the real :class:`toolwatch.live.pipeline.LivePipeline`
+detection step (``_detect``: window, touched entities, passes, baseline history, the
+detectors, alert tracking) in micro-batches of ``flush_events``, once as a caught-up
+stream (``tail``: every micro-batch is detected) and once as a backlog (``backlog``:
+detection deferred to ``backlog_detect_events``), and prints the process CPU spent in
+detection per event. The old code is a ``git archive`` of ``--base`` imported in a child
+process (the same import mapping as the editable install), so old and new run in one
+session, interleaved, best of ``--repeat``; the alert ids and scores of both must agree.
+
+Example::
+
+    .venv/bin/python benchmarks/bench_live_detect.py --events 400000 --base HEAD --repeat 3
+
+(``--store`` reuses an ingested store; otherwise ``--events`` bench lines are generated
+and ingested into the work directory.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+
+#: Import mapping of the editable install (pyproject's package-dir), rooted at a tree.
+_PACKAGES = {
+    "toolwatch": "toolwatch", "toolwatch.detectors": "detectors",
+    "toolwatch.ingest": "ingest", "toolwatch.sample_logs": "sample_logs",
+    "toolwatch.dashboard": "dashboard",
+}
+
+_CHILD = r'''
+import importlib.abc, importlib.machinery, json, os, sys, time
+root, mapping = sys.argv[1], json.loads(sys.argv[2])
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name in mapping:
+            d = os.path.join(root, mapping[name])
+            return importlib.machinery.PathFinder.find_spec(name, [os.path.dirname(d)]) \
+                if os.path.basename(d) == name.rsplit(".", 1)[-1] else \
+                importlib.util.spec_from_file_location(
+                    name, os.path.join(d, "__init__.py"), submodule_search_locations=[d])
+        return None
+
+import importlib.util
+sys.path = [p for p in sys.path if p not in ("", ".")]
+sys.meta_path.insert(0, _Finder())
+sys.argv = [sys.argv[0], *sys.argv[3:]]
+exec(compile(open(os.environ["BENCH_SELF"]).read(), os.environ["BENCH_SELF"], "exec"),
+     {"__name__": "__child__", "__file__": os.environ["BENCH_SELF"]})
+'''
+
+
+def _child(store_dir: str, mode: str, overrides: list[str], out_json: str) -> None:
+    """Run one replay in this process (imports resolve to the tree under test)."""
+    import polars as pl
+    import pyarrow as pa
+
+    import toolwatch
+    from toolwatch.config import Config
+    from toolwatch.live.config import LiveConfig
+    from toolwatch.live.pipeline import LivePipeline
+    from toolwatch.store import Store
+
+    src = Store(store_dir)
+    con = src.connect()
+    events = con.sql("SELECT * FROM events ORDER BY ts, event_id").to_arrow_table()
+    try:
+        summaries = con.sql("SELECT * FROM summaries ORDER BY ts").to_arrow_table()
+    except Exception:
+        summaries = None
+    con.close()
+    work = tempfile.mkdtemp(prefix="bld-")
+    cfg = Config()
+    cfg.store.data_dir = work
+    live = dict(cfg.live) if isinstance(cfg.live, dict) else {}
+    for kv in overrides:
+        k, v = kv.split("=", 1)
+        live[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
+    cfg.live = live
+    lp = LivePipeline(cfg, Store(work), live=LiveConfig.from_config(cfg))
+    n = events.num_rows
+    step = lp.live.flush_events
+    ts_s = pl.from_arrow(summaries.select(["ts"])) if summaries is not None else None
+    # Warm the imports (detectors, scikit-learn) outside the measurement, as a live
+    # process does while it reads its first lines.
+    lp._detect(events.slice(0, 0), summaries.slice(0, 0) if summaries is not None
+               else pa.table({}), defer=False)
+    cpu = wall = 0.0
+    got: dict[str, list] = {}
+    defer = mode == "backlog"
+    s_lo = 0
+    for lo in range(0, n, step):
+        ev = events.slice(lo, step)
+        hi_ts = ev.column("ts")[-1]
+        if summaries is not None:
+            s_hi = int((ts_s["ts"] <= hi_ts.as_py()).sum()) if lo + step < n else ts_s.height
+            su = summaries.slice(s_lo, s_hi - s_lo)
+            s_lo = s_hi
+        else:
+            su = pa.table({})
+        last = lo + step >= n
+        c0, w0 = time.process_time(), time.perf_counter()
+        out = lp._detect(ev, su, defer=defer and not last)
+        cpu += time.process_time() - c0
+        wall += time.perf_counter() - w0
+        if out is not None:
+            # The latest version of each alert: id, score and a digest of its text.
+            for aid, sc, ev, rs in out.select("alert_id", "score", "evidence",
+                                               "reasons").iter_rows():
+                txt = hashlib.sha1(json.dumps([ev, rs]).encode()).hexdigest()[:12]
+                got[aid] = [sc, txt]
+    digest = sorted(got.items())
+    with open(out_json, "w") as f:
+        json.dump({"cpu": cpu, "wall": wall, "events": n, "alerts": digest,
+                   "root": str(Path(toolwatch.__file__).parents[1]),
+                   "extra": {k: v for k, v in lp.status.extra.items()
+                             if isinstance(v, int | float)}}, f)
+
+
+def _ingest(work: Path, events: int) -> Path:
+    from toolwatch.sample_logs.generate import generate_bench
+
+    log = work / "bench.log"
+    generate_bench(events, log)
+    store = work / "store"
+    subprocess.run([str(Path(sys.executable).with_name("toolwatch")), "ingest", str(log),
+                    "-d", str(store), "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+    return store
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=400_000)
+    ap.add_argument("--store", type=Path, help="an ingested store to replay")
+    ap.add_argument("--base", default="HEAD", help="git revision of the old code")
+    ap.add_argument("--old-tree", type=Path, help="old code already extracted here")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--modes", default="tail,backlog")
+    ap.add_argument("--live", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--work", type=Path)
+    ap.add_argument("--only", choices=["old", "new"], help="run one tree only")
+    args = ap.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-live-detect-"))
+    work.mkdir(parents=True, exist_ok=True)
+    store = args.store or _ingest(work, args.events)
+    old = args.old_tree
+    if old is None:
+        old = work / "old"
+        old.mkdir(exist_ok=True)
+        arc = subprocess.run(["git", "-C", str(HERE), "archive", args.base],
+                             check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old)], input=arc, check=True)
+    trees = {"old": old, "new": HERE}
+    if args.only:
+        trees = {args.only: trees[args.only]}
+    print(f"load average {os.getloadavg()[0]:.2f}; store {store}; base {args.base}")
+    best: dict[tuple[str, str], dict] = {}
+    for mode in args.modes.split(","):
+        for rep in range(args.repeat):
+            for name, root in (trees.items() if rep % 2 == 0 else reversed(trees.items())):
+                out = work / f"{name}-{mode}-{rep}.json"
+                env = {**os.environ, "BENCH_SELF": str(Path(__file__).resolve())}
+                subprocess.run([sys.executable, "-c", _CHILD, str(root), json.dumps(_PACKAGES),
+                                "--child", str(store), mode, out, *args.live],
+                               check=True, env=env)
+                r = json.loads(out.read_text())
+                if (mode, name) not in best or r["cpu"] < best[mode, name]["cpu"]:
+                    best[mode, name] = r
+                print(f"  {mode:8s} {name}: {1e6 * r['cpu'] / r['events']:6.1f} CPU-us/event "
+                      f"({r['cpu']:.1f} CPU-s, {r['wall']:.1f} s wall, "
+                      f"{len(r['alerts'])} alerts) {r['extra']}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    for mode in args.modes.split(","):
+        if len(trees) < 2:
+            break
+        o, n = best[mode, "old"], best[mode, "new"]
+        same = o["alerts"] == n["alerts"]
+        ids = {a for a, _ in o["alerts"]} == {a for a, _ in n["alerts"]}
+        h = hashlib.sha1(json.dumps(n["alerts"]).encode()).hexdigest()[:10]
+        print(f"{mode:8s} best-of-{args.repeat}: old {1e6 * o['cpu'] / o['events']:.1f}, "
+              f"new {1e6 * n['cpu'] / n['events']:.1f} detection CPU-us/event "
+              f"(new/old {n['cpu'] / o['cpu']:.2f}x); alerts {len(o['alerts'])} vs "
+              f"{len(n['alerts'])}, same ids {ids}, same ids+scores+text {same} [{h}]")
+
+
+if __name__ in ("__main__", "__child__"):
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child(sys.argv[2], sys.argv[3], sys.argv[5:], sys.argv[4])
+    else:
+        main()

@@ -1,0 +1,137 @@
+"""Live detection's shortcuts change no alert: history features built once per detection,
+forest explanations computed only for the alerts that show them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from toolwatch.detectors import DetectorsConfig
+from toolwatch.detectors.alerts import build_alerts
+from toolwatch.detectors.base import FeatureSet
+from toolwatch.detectors.forest import IsolationForestDetector
+from toolwatch.detectors.pipeline import _fit_all, detect
+from toolwatch.detectors.registry import build
+from toolwatch.detectors.testing import T0, Traffic
+
+#: A forest that fits on the small scenario and decides some sessions (the default
+#: contamination makes it decide one or two), so the explanation paths are exercised.
+CFG = DetectorsConfig.from_dict({"anomaly": {
+    "min_train_sessions": 100, "threshold": 0.5, "contamination": 0.05,
+    "quantile_margin": 0.0}})
+
+
+def _traffic(seed: int) -> Traffic:
+    tr = Traffic(seed=seed)
+    tr.background(days=3, users=40, per_day=3)
+    tr.enumeration("enum", T0 + timedelta(hours=3))
+    tr.stuffing_session("stuff", T0 + timedelta(hours=4))
+    tr.distributed_stuffing("ds", T0 + timedelta(days=1, hours=2), ip="192.0.2.77")
+    tr.stuck_loop("loop", T0 + timedelta(days=1, hours=6))
+    tr.scraping("sweep", T0 + timedelta(days=2, hours=1))
+    tr.oddball("odd", T0 + timedelta(days=2, hours=5))
+    tr.oddball("odd2", T0 + timedelta(days=1, hours=9), caller="odd2")
+    return tr
+
+
+@pytest.fixture(scope="module")
+def traffic() -> Traffic:
+    return _traffic(11)
+
+
+def _decided(events: pl.DataFrame, summaries: pl.DataFrame) -> list[tuple[Any, pl.DataFrame]]:
+    """Every detector's decided rows, fitted on the batch itself (as analyze does)."""
+    fs = FeatureSet.build(events, summaries, CFG)
+    dets = build(CFG)
+    _fit_all(dets, fs, None)
+    return [(d, d.decide(d.score(fs))) for d in dets]
+
+
+class CountingForest(IsolationForestDetector):
+    """The real forest, counting the rows it is asked to explain."""
+
+    explained = 0
+
+    def explain_all(self, decided: pl.DataFrame) -> list[tuple[list[str], dict[str, Any]]]:
+        type(self).explained += decided.height
+        return super().explain_all(decided)
+
+
+def _same(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    assert a.columns == b.columns
+    assert a.sort("alert_id").to_dicts() == b.sort("alert_id").to_dicts()
+
+
+def test_lazy_explanations_give_the_same_alerts(traffic: Traffic) -> None:
+    decided = _decided(traffic.events(), traffic.summaries())
+    forest_rows = sum(f.height for d, f in decided if d.category == "anomaly")
+    assert forest_rows > 0, "the scenario must make the forest decide some sessions"
+    lazy, lazy_sup = build_alerts(decided, CFG, None)
+    eager, eager_sup = build_alerts(decided, CFG, None, lazy=False)
+    _same(lazy, eager)
+    _same(lazy_sup, eager_sup)
+
+
+def test_forest_rows_folded_into_entity_alerts_are_not_explained(traffic: Traffic) -> None:
+    decided = _decided(traffic.events(), traffic.summaries())
+    forest = next(d for d, _ in decided if d.category == "anomaly")
+    counting = CountingForest(CFG)
+    counting.__dict__.update(forest.__dict__)
+    decided = [(counting if d is forest else d, f) for d, f in decided]
+    CountingForest.explained = 0
+    build_alerts(decided, CFG, None, lazy=False)
+    eager_n = CountingForest.explained
+    CountingForest.explained = 0
+    alerts, _ = build_alerts(decided, CFG, None)
+    lazy_n = CountingForest.explained
+    assert eager_n == sum(f.height for d, f in decided if d is counting)
+    # Never more than the eager path; as many as the forest alerts that survive folding
+    # (or were folded into a rule alert of the same session, which quotes them).
+    assert lazy_n <= eager_n
+    assert lazy_n >= int((alerts["detector"] == "isolation_forest").sum()) > 0
+    assert lazy_n < eager_n  # the sessions of the distributed stuffing are only counted
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), cut=st.floats(0.2, 0.8))
+def test_lazy_equals_eager_on_generated_traffic(seed: int, cut: float) -> None:
+    tr = _traffic(seed)
+    ev, su = tr.events(), tr.summaries()
+    # A live-like slice: the newest part of the stream, fitted on itself.
+    ev = ev.tail(max(1, int(ev.height * cut)))
+    decided = _decided(ev, su)
+    for at in (None, 1_900_000_000_000_000):
+        a, a_sup = build_alerts(decided, CFG, at)
+        b, b_sup = build_alerts(decided, CFG, at, lazy=False)
+        _same(a, b)
+        _same(a_sup, b_sup)
+
+
+def _passes(ev: pl.DataFrame, n: int) -> list[pl.DataFrame]:
+    key = pl.coalesce(pl.col("caller_id"), pl.col("session_id")).hash(seed=7) % n
+    part = ev.select(key.alias("p"))["p"]
+    return [ev.filter(part == i) for i in range(n)]
+
+
+def test_history_features_built_once_per_history_frame(traffic: Traffic) -> None:
+    ev = traffic.events().sort("ts")
+    hist, live = ev.head(ev.height // 2), ev.tail(ev.height - ev.height // 2)
+    parts = _passes(live, 4)
+    cached: dict[str, Any] = {}
+    fresh: dict[str, Any] = {}
+    for p in parts:
+        a = detect(p, None, CFG, history=hist, reuse=cached).alerts
+        fresh.pop("history_features", None)  # the uncached path: features every call
+        b = detect(p, None, CFG, history=hist, reuse=fresh).alerts
+        _same(a, b)
+    assert cached["history_builds"] == 1
+    assert fresh["history_builds"] == len(parts)
+    # A new history frame (the next flush) is built again; the old one is let go.
+    hist2 = ev.head(ev.height // 2 + 10)
+    detect(parts[0], None, CFG, history=hist2, reuse=cached)
+    assert cached["history_builds"] == 2
+    assert cached["history_features"][0] is hist2

@@ -23,12 +23,24 @@ measuring the score drop.
 Persistence uses skops (never pickle) with an explicit list of trusted types, stamped with
 the scikit-learn version; a model from another scikit-learn major.minor raises
 :class:`~toolwatch.errors.ModelError` (``run_batch`` refits instead when
-``anomaly.on_version_mismatch = "refit"``).
+``anomaly.on_version_mismatch = "refit"``). ``save`` also writes the trees as plain arrays
+beside it (``<model>.npz``, stamped with the model file's SHA-256).
+
+Scoring never needs scikit-learn: :class:`~toolwatch.detectors.forest_trees.TreeEnsemble`
+evaluates the fitted trees in numpy with the same result, bit for bit. A live process
+(``load_or_fit(..., isolated=True)``) fits or loads its forest once in a short-lived child
+process (:mod:`toolwatch.detectors.forest_child`) or from the ``.npz``, so scikit-learn and
+scipy (~90 MiB of RSS) are never imported there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
+import threading
+import time
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,10 +54,14 @@ if TYPE_CHECKING:
 
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
 from toolwatch.detectors.baseline import habits, habitual_gate
+from toolwatch.detectors.forest_child import TRUSTED_TYPES, import_sklearn
+from toolwatch.detectors.forest_trees import ChildResult, TreeEnsemble, run_child
 from toolwatch.detectors.scoring import all_of, gate
 from toolwatch.detectors.text import clean, num, pct
 
 from toolwatch.errors import ModelError
+
+log = logging.getLogger("toolwatch.detectors.forest")
 
 #: (feature, transform, plain words, tolerance). ``log`` = log1p of a count; ``ratio`` as
 #: is. Values up to the tolerance (raw units) are everyday noise — a few misses, a couple of
@@ -67,63 +83,47 @@ FOREST_FEATURES: list[tuple[str, str, str, float]] = [
     ("dense_ids", "log", "longest block of consecutive ids", 4.0),
 ]
 
-#: Every type a saved model may contain beyond skops' built-in safe set. Loading refuses
-#: files holding anything else.
-TRUSTED_TYPES: list[str] = [
-    "sklearn.ensemble._iforest.IsolationForest",
-    "sklearn.tree._classes.ExtraTreeRegressor",
-    "sklearn.tree._tree.Tree",
-    "numpy.ndarray",
-    "numpy.dtype",
-    "numpy.float64",
-    "numpy.int64",
-    "builtins.dict",
-    "builtins.list",
-    "builtins.str",
-    "builtins.int",
-    "builtins.float",
-]
-
 FORMAT_VERSION = 2
 
 #: Smallest robust scale of a share feature for the outlier check (5 percentage points).
 RATIO_MIN_SCALE = 0.05
 
 
-def _import_sklearn() -> None:
-    """Import scikit-learn's forest without pandas when pandas is not loaded yet.
+#: Above this many (distinct) rows, a forest fitted or loaded in this process scores with
+#: scikit-learn's compiled tree code, which is faster on large inputs; below it (and always
+#: in a live process, which has no scikit-learn) the numpy scorer. Both give the same
+#: scores bit for bit (tests/test_forest_numpy.py), so the choice never changes a result.
+SKLEARN_MIN_ROWS = 2_000
 
-    ``sklearn.utils.fixes`` imports pandas whenever it is installed (for its optional
-    DataFrame output, which the forest never uses): ~37 MiB of RSS and ~0.3 s of CPU in
-    every live process that fits or loads a forest. pandas is hidden for the duration of
-    that first import only; ``import pandas`` works normally afterwards, and a process
-    that already has pandas (the dashboard) is not affected.
-    """
-    import sys
+#: Seconds a live process waits before trying its forest child again after a failure
+#: (doubling per consecutive failure, up to :data:`CHILD_RETRY_MAX_S`).
+CHILD_RETRY_S = 30.0
+CHILD_RETRY_MAX_S = 900.0
 
-    if "sklearn.ensemble" in sys.modules:
-        return
-    hide = "pandas" not in sys.modules
-    if hide:
-        sys.modules["pandas"] = None  # type: ignore[assignment]  # import -> ImportError
-    try:
-        import sklearn.ensemble  # noqa: F401
-    finally:
-        if hide and sys.modules.get("pandas", 0) is None:
-            del sys.modules["pandas"]
+_import_sklearn = import_sklearn  # the name analyze.py and benchmarks use
 
 
 def sklearn_version() -> str:
-    """Installed scikit-learn version.
+    """Installed scikit-learn version, read from its package metadata (no import).
 
-    scikit-learn (with scipy and pandas, which it imports) takes ~1 s of CPU to import,
-    so this module imports it only when a forest is fitted or loaded: ``import detectors``
-    stays cheap and ``analyze`` can overlap that import with work that does not need it.
+    scikit-learn (with scipy) takes ~1 s of CPU and ~90 MiB of RSS to import, so this
+    module imports it only when a forest is fitted or loaded in-process: a live process
+    never does, and ``analyze`` can overlap that import with work that does not need it.
     """
-    _import_sklearn()
-    import sklearn
+    import sys
 
-    return str(sklearn.__version__)
+    mod = sys.modules.get("sklearn")
+    if mod is not None:
+        return str(mod.__version__)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("scikit-learn")
+    except PackageNotFoundError:  # pragma: no cover - not installed from a distribution
+        _import_sklearn()
+        import sklearn
+
+        return str(sklearn.__version__)
 
 
 def sklearn_minor(version: str) -> str:
@@ -156,7 +156,19 @@ def raw_feature_frame(sessions: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _iso_scores(model: IsolationForest, x: np.ndarray) -> np.ndarray:
+def _forest_scores(
+    trees: TreeEnsemble, model: IsolationForest | None, x: np.ndarray
+) -> np.ndarray:
+    """Isolation scores of distinct rows: scikit-learn for large inputs when it is loaded
+    in this process anyway, else numpy (identical results, see :data:`SKLEARN_MIN_ROWS`)."""
+    if model is not None and x.shape[0] >= SKLEARN_MIN_ROWS:
+        return -model.score_samples(x)
+    return trees.iso_scores(x)
+
+
+def _iso_scores(
+    trees: TreeEnsemble, x: np.ndarray, model: IsolationForest | None = None
+) -> np.ndarray:
     """Isolation scores (``-score_samples``) of the rows of ``x``.
 
     After flooring, many sessions share the exact same feature vector; each distinct row
@@ -164,11 +176,11 @@ def _iso_scores(model: IsolationForest, x: np.ndarray) -> np.ndarray:
     does not depend on the other rows scored with it, so the result is the same.
     """
     if x.shape[0] < 2:
-        return -model.score_samples(x)
+        return _forest_scores(trees, model, x)
     x = np.ascontiguousarray(x)
     rows = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
     _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
-    return (-model.score_samples(x[first]))[inverse.ravel()]
+    return _forest_scores(trees, model, x[first])[inverse.ravel()]
 
 
 def _transform(raw: np.ndarray) -> np.ndarray:
@@ -188,11 +200,21 @@ class IsolationForestDetector(Detector):
     summary = "Isolation forest over log-scaled session features (one-sided)."
 
     # ------------------------------------------------------------------ learning
-    def fit(self, history: FeatureSet) -> Self:
-        """Fit on history sessions; too few sessions leave it unfitted (neutral scores)."""
+    def fit(self, history: FeatureSet, *, isolated: bool = False) -> Self:
+        """Fit on history sessions; too few sessions leave it unfitted (neutral scores).
+
+        ``isolated``: fit the trees in a child process (:func:`fit_isolated`), so this
+        process never imports scikit-learn (live processes).
+
+        Raises
+        ------
+        ModelError
+            ``isolated`` and the child failed (crashed, killed, timed out).
+        """
         a = self.settings
         self.fitted_ = True
         self.model_ = None
+        self.trees_ = None
         self._cache = None
         raw = raw_feature_frame(history.sessions).to_numpy().astype(np.float64)
         if raw.shape[0] < a.min_train_sessions:
@@ -218,26 +240,26 @@ class IsolationForestDetector(Detector):
         ])
         self.scale_ = np.maximum(1.4826 * np.nan_to_num(mad), min_scale)
         x = self._prep(x, med)
-        _import_sklearn()
-        from sklearn.ensemble import IsolationForest
+        if isolated:
+            res = fit_isolated(x, a.n_estimators, a.max_samples, a.random_state)
+            model, trees, version = None, res.trees, str(res.meta["sklearn_version"])
+        else:
+            from toolwatch.detectors.forest_child import fit_model
 
-        model = IsolationForest(
-            n_estimators=a.n_estimators,
-            max_samples=min(a.max_samples, x.shape[0]),
-            random_state=a.random_state,
-            n_jobs=1,
-        ).fit(x)
+            model = fit_model(x, a.n_estimators, a.max_samples, a.random_state)
+            trees, version = TreeEnsemble.from_sklearn(model), sklearn_version()
         # The alert quantile from (at most) 20k training sessions: precise enough, cheap.
         step = 1 if x.shape[0] <= 20_000 else max(1, x.shape[0] // 20_000)
         if sampled:
-            train_scores = _iso_scores(model, x[::step])
+            train_scores = _iso_scores(trees, x[::step], model)
         else:
             # x holds every history session, prepared exactly as scoring prepares it:
             # score them all once, for the quantile, the habits and (batch) scoring.
-            all_scores = _iso_scores(model, x)
+            all_scores = _iso_scores(trees, x, model)
             train_scores = all_scores[::step]
             self._cache = (history.sessions, all_scores)
         self.model_ = model
+        self.trees_ = trees
         self.medians_ = med
         self.raw_medians_ = np.array(
             [float(np.nanmedian(raw[:, j])) if np.isfinite(raw[:, j]).any() else 0.0
@@ -245,7 +267,7 @@ class IsolationForestDetector(Detector):
         )
         self.learned_threshold_ = float(np.quantile(train_scores, 1.0 - a.contamination))
         self.n_train_ = int(x.shape[0])
-        self.sklearn_version_ = sklearn_version()
+        self.sklearn_version_ = version
         self.trained_at_ = datetime.now(UTC).isoformat()
         self.learn_habits(history)
         return self
@@ -294,12 +316,12 @@ class IsolationForestDetector(Detector):
     @property
     def model_fitted(self) -> bool:
         """Whether a forest exists (fit on enough sessions, or loaded)."""
-        return getattr(self, "model_", None) is not None
+        return getattr(self, "trees_", None) is not None
 
     # ------------------------------------------------------------------ scoring
     def _score_raw(self, raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         x = self._prep(_transform(raw), self.medians_)
-        return _iso_scores(self.model_, x), x  # type: ignore[arg-type]
+        return _iso_scores(self.trees_, x, self.model_), x  # type: ignore[arg-type]
 
     def _outlier_z(self, raw: np.ndarray) -> np.ndarray:
         """Largest robust z-score of any single feature (after tolerances)."""
@@ -357,7 +379,7 @@ class IsolationForestDetector(Detector):
         for j in range(k):
             xc = x.copy()
             xc[:, j] = self.medians_[j]
-            drops[:, j] = base - (-self.model_.score_samples(xc))  # type: ignore[union-attr]
+            drops[:, j] = base - _forest_scores(self.trees_, self.model_, xc)  # type: ignore[arg-type]
         out = []
         for i in range(x.shape[0]):
             order = [int(j) for j in np.argsort(-drops[i]) if drops[i, j] > 1e-4]
@@ -390,29 +412,11 @@ class IsolationForestDetector(Detector):
         return out
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | Path) -> Path:
-        """Write the fitted model with skops (no pickle), stamped with versions.
-
-        Raises
-        ------
-        ModelError
-            When there is no fitted forest to save.
-        """
-        _import_sklearn()
-        import skops.io as sio
-
-        if not self.model_fitted:
-            raise ModelError(
-                "no isolation forest to save: fit needs at least "
-                f"{self.settings.min_train_sessions} sessions"
-            )
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        state = {
+    def _state_fields(self) -> dict[str, Any]:
+        return {
             "format_version": FORMAT_VERSION,
             "sklearn_version": self.sklearn_version_,
             "features": [f[0] for f in FOREST_FEATURES],
-            "model": self.model_,
             "medians": self.medians_,
             "center": self.center_,
             "scale": self.scale_,
@@ -421,38 +425,74 @@ class IsolationForestDetector(Detector):
             "n_train": self.n_train_,
             "trained_at": self.trained_at_,
         }
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model with skops (no pickle), stamped with versions, and its
+        trees as plain arrays beside it (``<path>.npz``, see :func:`trees_path`).
+
+        Raises
+        ------
+        ModelError
+            When there is no fitted forest to save, or it was fitted out of process
+            (a live process has no scikit-learn model to save).
+        """
+        if not self.model_fitted:
+            raise ModelError(
+                "no isolation forest to save: fit needs at least "
+                f"{self.settings.min_train_sessions} sessions"
+            )
+        if getattr(self, "model_", None) is None:
+            raise ModelError("this forest was fitted out of process; fit it in-process "
+                             "(toolwatch train) to save it")
+        _import_sklearn()
+        import skops.io as sio
+
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        state = {**self._state_fields(), "model": self.model_}
         tmp = p.with_suffix(p.suffix + ".tmp")
         sio.dump(state, tmp)
         tmp.replace(p)
+        _write_trees(self, p)
         return p
 
-    def load(self, path: str | Path) -> Self:
+    def load(self, path: str | Path, *, isolated: bool = False) -> Self:
         """Load a model written by :meth:`save`.
+
+        ``isolated``: read the trees from the ``.npz`` beside the model when it matches
+        the model file, else load the model in a child process; either way this process
+        never imports scikit-learn.
 
         Raises
         ------
         ModelError
             Missing/unreadable file, types outside :data:`TRUSTED_TYPES`, another feature
-            set, or a scikit-learn major.minor different from the running one.
+            set, or a scikit-learn major.minor different from the installed one (or, when
+            ``isolated``, the child failed).
         """
-        _import_sklearn()
-        import skops.io as sio
-
         p = Path(path)
         if not p.is_file():
             raise ModelError(f"model file {p} not found (run `toolwatch train`)")
-        try:
-            untrusted = sio.get_untrusted_types(file=p)
-        except Exception as exc:  # skops raises various errors on corrupt files
-            raise ModelError(f"model file {p} is not a readable skops file: {exc}") from exc
-        bad = sorted(set(untrusted) - set(TRUSTED_TYPES))
-        if bad:
-            raise ModelError(f"model file {p} holds untrusted types {bad}; refusing to load")
-        try:
-            state = sio.load(p, trusted=TRUSTED_TYPES)
-        except Exception as exc:
-            raise ModelError(f"cannot load model file {p}: {exc}") from exc
-        if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
+        if isolated:
+            got = _read_trees(p)
+            if got is None:
+                res = _child("load", str(p), json.dumps(TRUSTED_TYPES))
+                got = (res.trees, res.meta, res.state)
+            trees, meta, arrays = got
+            state: dict[str, Any] = {**meta, **arrays}
+            model = None
+        else:
+            from toolwatch.detectors.forest_child import BadInput, load_state
+
+            try:
+                state = load_state(p)
+            except BadInput as exc:
+                raise ModelError(str(exc)) from exc
+            model = state.get("model")
+            if type(model).__name__ != "IsolationForest":
+                raise ModelError(f"model file {p} holds no isolation forest; retrain it")
+            trees = TreeEnsemble.from_sklearn(model)
+        if state.get("format_version") != FORMAT_VERSION:
             raise ModelError(f"model file {p} has an unknown format; retrain it")
         saved = str(state.get("sklearn_version", "?"))
         if sklearn_minor(saved) != sklearn_minor(sklearn_version()):
@@ -461,18 +501,29 @@ class IsolationForestDetector(Detector):
                 f"{sklearn_version()} is installed; retrain with `toolwatch train` "
                 "(or set detectors.anomaly.on_version_mismatch = 'refit')"
             )
-        if list(state.get("features", [])) != [f[0] for f in FOREST_FEATURES]:
+        if list(state.get("features") or []) != [f[0] for f in FOREST_FEATURES]:
             raise ModelError(f"model file {p} uses another feature set; retrain it")
-        self.model_ = state["model"]
+        k = len(FOREST_FEATURES)
+        try:
+            fields = {n: np.asarray(state[n], dtype=np.float64).reshape(k)
+                      for n in ("medians", "center", "scale", "raw_medians")}
+            learned, n_train = float(state["learned_threshold"]), int(state["n_train"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"model file {p} lacks learned fields ({exc}); retrain it") \
+                from exc
+        if trees.n_features != k:
+            raise ModelError(f"model file {p} uses another feature set; retrain it")
+        self.model_ = model
+        self.trees_ = trees
         self._cache = None
-        self.medians_ = np.asarray(state["medians"], dtype=np.float64)
-        self.center_ = np.asarray(state["center"], dtype=np.float64)
-        self.scale_ = np.asarray(state["scale"], dtype=np.float64)
-        self.raw_medians_ = np.asarray(state["raw_medians"], dtype=np.float64)
-        self.learned_threshold_ = float(state["learned_threshold"])
-        self.n_train_ = int(state["n_train"])
+        self.medians_ = fields["medians"]
+        self.center_ = fields["center"]
+        self.scale_ = fields["scale"]
+        self.raw_medians_ = fields["raw_medians"]
+        self.learned_threshold_ = learned
+        self.n_train_ = n_train
         self.sklearn_version_ = saved
-        self.trained_at_ = str(state.get("trained_at", ""))
+        self.trained_at_ = str(state.get("trained_at") or "")
         self.fitted_ = True
         return self
 
@@ -482,31 +533,172 @@ def _f(v: float) -> float | None:
     return None if math.isnan(v) or math.isinf(v) else v
 
 
-def load_or_fit(
-    detector: IsolationForestDetector, model_path: Path | None, fit_on: FeatureSet
-) -> str:
-    """Load ``model_path`` when given and present, else fit on ``fit_on``.
+# ---------------------------------------------------------------------- trees beside the model
+def trees_path(model_path: str | Path) -> Path:
+    """Where :meth:`IsolationForestDetector.save` puts the trees as arrays:
+    ``forest.skops`` → ``forest.skops.npz``."""
+    p = Path(model_path)
+    return p.with_name(p.name + ".npz")
 
-    Returns how the model was obtained: ``loaded``, ``fitted`` or ``refit`` (saved model
-    incompatible and ``on_version_mismatch = 'refit'``).
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_trees(det: IsolationForestDetector, model_path: Path) -> None:
+    """The ``.npz`` beside a saved model: its trees, learned fields and the model file's
+    SHA-256 (a live process uses it only while it matches the model file)."""
+    meta = {k: v for k, v in det._state_fields().items()
+            if k not in ("medians", "center", "scale", "raw_medians")}
+    meta["model_sha256"] = _sha256(model_path)
+    arrays = {**det.trees_.to_arrays(),  # type: ignore[union-attr]
+              **{f"state_{k}": np.asarray(getattr(det, f"{k}_"), dtype=np.float64)
+                 for k in ("medians", "center", "scale", "raw_medians")}}
+    out = trees_path(model_path)
+    tmp = out.with_name(out.name + ".tmp.npz")
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+    tmp.replace(out)
+
+
+def _read_trees(
+    model_path: Path,
+) -> tuple[TreeEnsemble, dict[str, Any], dict[str, np.ndarray]] | None:
+    """The ``.npz`` beside ``model_path`` if it is there, readable and made from this very
+    model file; else ``None`` (the caller loads the model in a child instead)."""
+    side = trees_path(model_path)
+    if not side.is_file():
+        return None
+    try:
+        with np.load(side, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(str(arrays.pop("meta")))
+        if not isinstance(meta, dict) or meta.get("model_sha256") != _sha256(model_path):
+            return None
+        state = {k.removeprefix("state_"): v for k, v in arrays.items()
+                 if k.startswith("state_")}
+        trees = TreeEnsemble.from_arrays(arrays)
+    except (OSError, ValueError, KeyError, ModelError) as exc:
+        log.warning("ignoring %s (%s); loading the model file instead", side, exc)
+        return None
+    return trees, meta, state
+
+
+# ---------------------------------------------------------------------- child process
+_stats_lock = threading.Lock()
+_STATS: dict[str, Any] = {
+    "forest_child_runs": 0, "forest_child_failures": 0, "forest_child_last_error": None,
+    "forest_child_wall_s": None, "forest_child_peak_rss_mib": None,
+}
+_retry_at = 0.0
+_failures_in_row = 0
+
+
+def child_stats() -> dict[str, Any]:
+    """This process's forest-child counters (for live status): runs, failures, the last
+    error, and the last run's wall time and peak RSS."""
+    with _stats_lock:
+        return dict(_STATS)
+
+
+def _child(cmd: str, *args: str) -> ChildResult:
+    """Run the forest child, counting runs and failures (:func:`child_stats`)."""
+    try:
+        res = run_child(cmd, *args)
+    except ModelError as exc:
+        with _stats_lock:
+            _STATS["forest_child_runs"] += 1
+            _STATS["forest_child_failures"] += 1
+            _STATS["forest_child_last_error"] = str(exc)
+        raise
+    with _stats_lock:
+        _STATS["forest_child_runs"] += 1
+        _STATS["forest_child_wall_s"] = round(res.wall_s, 3)
+        _STATS["forest_child_peak_rss_mib"] = round(res.peak_rss_mib, 1)
+    log.info("isolation forest %s in a child process: %.2f s, peak RSS %.0f MiB",
+             cmd, res.wall_s, res.peak_rss_mib)
+    return res
+
+
+def fit_isolated(x: np.ndarray, n_estimators: int, max_samples: int,
+                 random_state: int) -> ChildResult:
+    """Fit the trees on the prepared matrix ``x`` in a child process (same estimator,
+    parameters and seed as in-process, so the same trees).
 
     Raises
     ------
     ModelError
-        When the saved model is incompatible and the config says ``'error'``, or the file
-        is untrusted/corrupt.
+        The child failed (see :func:`~toolwatch.detectors.forest_trees.run_child`).
     """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="toolwatch-forest-x-") as tmp:
+        src = Path(tmp) / "x.npy"
+        np.save(src, np.ascontiguousarray(x, dtype=np.float64), allow_pickle=False)
+        return _child("fit", str(src), str(n_estimators), str(max_samples),
+                      str(random_state))
+
+
+def load_or_fit(
+    detector: IsolationForestDetector, model_path: Path | None, fit_on: FeatureSet,
+    *, isolated: bool = False,
+) -> str:
+    """Load ``model_path`` when given and present, else fit on ``fit_on``.
+
+    Returns how the model was obtained: ``loaded``, ``fitted`` or ``refit`` (saved model
+    incompatible and ``on_version_mismatch = 'refit'``); ``failed`` when ``isolated`` and
+    the child process failed.
+
+    ``isolated`` (live processes): fitting or loading runs in a short-lived child process
+    and this process never imports scikit-learn. A child that fails (bad model file,
+    crash, kill, timeout) is logged and counted (:func:`child_stats`); the forest stays
+    unfitted, the other detectors go on, and the child is not tried again for
+    :data:`CHILD_RETRY_S` seconds (doubling per consecutive failure).
+
+    Raises
+    ------
+    ModelError
+        (Not ``isolated``.) When the saved model is incompatible and the config says
+        ``'error'``, or the file is untrusted/corrupt.
+    """
+    if not isolated:
+        return _load_or_fit(detector, model_path, fit_on, isolated=False)
+    global _retry_at, _failures_in_row
+    if time.monotonic() < _retry_at:
+        return "failed"
+    try:
+        how = _load_or_fit(detector, model_path, fit_on, isolated=True)
+    except ModelError as exc:
+        _failures_in_row += 1
+        wait = min(CHILD_RETRY_MAX_S, CHILD_RETRY_S * 2 ** (_failures_in_row - 1))
+        _retry_at = time.monotonic() + wait
+        detector.model_ = None
+        detector.trees_ = None
+        log.error("isolation forest unavailable (detection goes on without it; "
+                  "retrying in %.0f s): %s", wait, exc)
+        return "failed"
+    _failures_in_row = 0
+    return how
+
+
+def _load_or_fit(
+    detector: IsolationForestDetector, model_path: Path | None, fit_on: FeatureSet,
+    *, isolated: bool,
+) -> str:
     if model_path is not None and Path(model_path).is_file():
         try:
-            detector.load(model_path)
+            detector.load(model_path, isolated=isolated)
             detector.learn_habits(fit_on)
             return "loaded"
         except ModelError as exc:
             version_issue = "scikit-learn" in str(exc)
             if not version_issue or detector.settings.on_version_mismatch == "error":
                 raise
-            warnings.warn(f"{exc}; refitting on the data at hand", stacklevel=2)
-            detector.fit(fit_on)
+            warnings.warn(f"{exc}; refitting on the data at hand", stacklevel=3)
+            detector.fit(fit_on, isolated=isolated)
             return "refit"
-    detector.fit(fit_on)
+    detector.fit(fit_on, isolated=isolated)
     return "fitted"

@@ -89,6 +89,17 @@ def _child(store_dir: str, mode: str, overrides: list[str], out_json: str) -> No
         live[k] = json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
     cfg.live = live
     lp = LivePipeline(cfg, Store(work), live=LiveConfig.from_config(cfg))
+    # Count forest loads/fits: after the first fit the live forest must be reused.
+    import toolwatch.detectors.pipeline as dp
+
+    fits = {"forest_load_or_fit": 0}
+    real_load_or_fit = dp.load_or_fit
+
+    def counted(*a: object) -> object:
+        fits["forest_load_or_fit"] += 1
+        return real_load_or_fit(*a)
+
+    dp.load_or_fit = counted
     n = events.num_rows
     step = lp.live.flush_events
     ts_s = pl.from_arrow(summaries.select(["ts"])) if summaries is not None else None
@@ -122,10 +133,13 @@ def _child(store_dir: str, mode: str, overrides: list[str], out_json: str) -> No
                 got[aid] = [sc, txt]
     digest = sorted(got.items())
     with open(out_json, "w") as f:
-        json.dump({"cpu": cpu, "wall": wall, "events": n, "alerts": digest,
+        import resource
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        json.dump({"cpu": cpu, "wall": wall, "events": n, "alerts": digest, "peak_mib": rss,
                    "root": str(Path(toolwatch.__file__).parents[1]),
                    "extra": {k: v for k, v in lp.status.extra.items()
-                             if isinstance(v, int | float)}}, f)
+                             if isinstance(v, int | float)} | fits}, f)
 
 
 def _ingest(work: Path, events: int) -> Path:
@@ -145,6 +159,8 @@ def main() -> None:
     ap.add_argument("--store", type=Path, help="an ingested store to replay")
     ap.add_argument("--base", default="HEAD", help="git revision of the old code")
     ap.add_argument("--old-tree", type=Path, help="old code already extracted here")
+    ap.add_argument("--new", dest="new_rev", help="git revision of the new code "
+                    "(default: the working tree, with everyone's uncommitted edits)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--modes", default="tail,backlog")
     ap.add_argument("--live", action="append", default=[], metavar="KEY=VALUE")
@@ -161,7 +177,14 @@ def main() -> None:
         arc = subprocess.run(["git", "-C", str(HERE), "archive", args.base],
                              check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(old)], input=arc, check=True)
-    trees = {"old": old, "new": HERE}
+    new = HERE
+    if args.new_rev:
+        new = work / "new"
+        new.mkdir(exist_ok=True)
+        arc = subprocess.run(["git", "-C", str(HERE), "archive", args.new_rev],
+                             check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(new)], input=arc, check=True)
+    trees = {"old": old, "new": new}
     if args.only:
         trees = {args.only: trees[args.only]}
     print(f"load average {os.getloadavg()[0]:.2f}; store {store}; base {args.base}")
@@ -179,7 +202,8 @@ def main() -> None:
                     best[mode, name] = r
                 print(f"  {mode:8s} {name}: {1e6 * r['cpu'] / r['events']:6.1f} CPU-us/event "
                       f"({r['cpu']:.1f} CPU-s, {r['wall']:.1f} s wall, "
-                      f"{len(r['alerts'])} alerts) {r['extra']}", flush=True)
+                      f"{len(r['alerts'])} alerts, peak RSS {r['peak_mib']:.0f} MiB) "
+                      f"{r['extra']}", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f}")
     for mode in args.modes.split(","):
         if len(trees) < 2:

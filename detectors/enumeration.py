@@ -121,6 +121,7 @@ class EnumerationDetector(Detector):
         s = habitual_gate(self._raw(s), self.habit_, ["caller_id"], self.threshold,
                           pl.col("z_own"), e.self_z)
         scored = s.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
+        scored = self._name_walked_field(scored, ["sh"], None, features, "_score")
         pats = list(self._patterns())
         out = session_frame(
             scored, pl.col("_score"), [*_EVIDENCE, *pats, "p_summary", "z_own", "own_n",
@@ -224,6 +225,7 @@ class EnumerationDetector(Detector):
         )
         hot = feats.filter(pl.col("score") >= self.threshold)
         feats = feats.join(sessions_of(ee, hot, features), on=KEYS, how="left")
+        feats = self._name_walked_field(feats, KEYS, ee.select(*KEYS, "i"), features, "score")
         feats = finish(feats, features)
         return feats.select(
             "entity_type",
@@ -247,6 +249,59 @@ class EnumerationDetector(Detector):
             "session_ids",
             "n_sessions",
         )
+
+    def _name_walked_field(self, rows: pl.DataFrame, keys: list[str],
+                           ev: pl.DataFrame | None, features: FeatureSet,
+                           score: str) -> pl.DataFrame:
+        """``resource_key`` of the alerting rows: the field that was walked.
+
+        The feature's ``resource_key`` is merely the first resource field the group named
+        (a session that polls ``jobId`` and then walks ``documentId`` would be reported as
+        walking ``jobId``). The walked field is the one that carried the walk's first id
+        (``seq_first``, else the dense block's ``dense_lo``); without a run or block (sparse
+        probing), the field most of the group's lookups named. Only rows at the threshold
+        are looked up: their events are a small subset.
+
+        Parameters
+        ----------
+        rows
+            Scored rows with ``keys``, ``score``, ``seq_run``, ``seq_first``, ``dense_ids``,
+            ``dense_lo`` and ``resource_key``.
+        keys
+            Group columns shared by ``rows`` and ``ev``.
+        ev
+            ``keys`` and ``i`` (row of ``features.events``) of the groups' resource calls;
+            None for sessions (``keys == ["sh"]``: looked up in ``features.events``).
+        """
+        wid = (
+            pl.when(pl.col("seq_run").fill_null(0) >= 2).then(pl.col("seq_first"))
+            .when(pl.col("dense_ids").fill_null(0) >= 2).then(pl.col("dense_lo"))
+        )
+        hot = rows.filter(pl.col(score) >= self.threshold).select(*keys, wid.alias("_wid"))
+        if hot.height == 0:
+            return rows
+        if ev is None:
+            ev = features.events.filter(
+                pl.col("has_res") & pl.col("sh").is_in(hot["sh"].implode())).select("sh", "i")
+        x = ev.join(hot.select(keys), on=keys, how="semi")
+        x = x.with_columns(
+            features.events["resource_id"].gather(x["i"]).alias("_rid"),
+            features.events["resource_key"].gather(x["i"]).alias("_rk"),
+        ).filter(pl.col("_rk").is_not_null())
+        walked = (
+            x.join(hot, on=keys).filter(pl.col("_rid") == pl.col("_wid"))
+            .group_by(keys).agg(pl.col("_rk").sort_by("i").first().alias("_wk"))
+        )
+        mode = (
+            x.group_by(*keys, "_rk").agg(pl.len().alias("_n"), pl.col("i").min().alias("_i0"))
+            .sort(["_n", "_i0"], descending=[True, False])
+            .group_by(keys, maintain_order=True).first()
+            .select(*keys, pl.col("_rk").alias("_mk"))
+        )
+        named = hot.select(keys).join(walked, on=keys, how="left").join(
+            mode, on=keys, how="left").select(*keys, pl.coalesce("_wk", "_mk").alias("_key"))
+        return rows.join(named, on=keys, how="left").with_columns(
+            pl.coalesce("_key", "resource_key").alias("resource_key")).drop("_key")
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons such as "143 distinct documentId values in 4 min, 92% not found or

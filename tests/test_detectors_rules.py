@@ -7,6 +7,8 @@ from datetime import timedelta
 import orjson
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig
 from toolwatch.detectors.testing import T0, Traffic
 
@@ -158,6 +160,105 @@ def test_habitual_walker_is_quiet_but_not_a_far_bigger_walk() -> None:
     res = run(tr)
     assert_quiet(res, "sync-0", "sync-1", "sync-2")
     assert alerts_for(res, "sync-big", "enumeration")
+
+
+_BASE_ROWS: list[dict] = []
+
+
+def _fresh() -> Traffic:
+    """The ordinary population of :func:`base`, built once (hypothesis reruns often)."""
+    if not _BASE_ROWS:
+        _BASE_ROWS.extend(base().rows)
+    tr = Traffic(seed=2)
+    tr.rows.extend(dict(r) for r in _BASE_ROWS)
+    return tr
+
+
+def _poll_then_walk(tr: Traffic, sid: str, key: str, *, caller: str = "walker",
+                    n: int = 60, first: int = 3001, start_h: float = 4) -> None:
+    """Polls a job first (``jobId`` is the session's first resource field), then walks
+    ``key``: the case where the reason used to name ``jobId``."""
+    t = T0 + timedelta(hours=start_h)
+    for _ in range(3):
+        tr.call(sid, t, "getJobStatus", caller=caller, ip="203.0.113.9", resource_key="jobId",
+                resource_id="job-77", nbytes=300)
+        t += timedelta(seconds=5)
+    for k in range(n):
+        tr.call(sid, t, "getRecord", caller=caller, ip="203.0.113.9", resource_key=key,
+                resource_id=f"rec-{first + k}", status="not_found" if k % 3 else "ok")
+        t += timedelta(seconds=2)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(key=st.text(min_size=1, max_size=30).filter(lambda k: k != "jobId"))
+def test_enumeration_names_the_walked_field_whatever_its_name(key: str) -> None:
+    """The reason and evidence name the field that was walked, not the session's first
+    resource field; key names are attacker-controlled, so markup, format specs and
+    control characters must come through as the very same text (no interpretation)."""
+    tr = _fresh()
+    _poll_then_walk(tr, "walk", key)
+    hit = alerts_for(run(tr), "walk", "enumeration")
+    assert len(hit) == 1
+    ev = orjson.loads(hit[0]["evidence"])
+    assert ev["resource_key"] == key
+    assert ev["run_first_id"] == "rec-3001"
+    assert hit[0]["reasons"][0].startswith(f"{ev['distinct_resources']} distinct {key} values")
+    assert "jobId" not in hit[0]["reasons"][0]
+
+
+def test_enumeration_names_the_walked_field_markup_and_entity_rows() -> None:
+    """Fixed hostile names (rich / HTML / format markup) and the distributed (entity) path,
+    whose field used to be that of the window's first event."""
+    tr = _fresh()
+    key = "[bold red]{0}%s<b>`x`</b>"
+    _poll_then_walk(tr, "walk", key)
+    t = T0 + timedelta(hours=8)
+    n = 7000
+    for s in range(8):  # each session polls first, then walks 5 ids: only the caller alerts
+        tr.call(f"dist-{s}", t, "getJobStatus", caller="sly", ip="198.51.100.77",
+                resource_key="jobId", resource_id=f"job-{s}")
+        for _ in range(5):
+            t += timedelta(seconds=40)
+            tr.call(f"dist-{s}", t, "getDocument", caller="sly", ip="198.51.100.77",
+                    resource_key="documentId", resource_id=f"doc-{n}")
+            n += 1
+        t += timedelta(minutes=50)
+    res = run(tr)
+    hit = alerts_for(res, "walk", "enumeration")
+    assert orjson.loads(hit[0]["evidence"])["resource_key"] == key
+    assert f" distinct {key} values in " in hit[0]["reasons"][0]
+    ent = [a for a in alerts_for(res, "sly", "enumeration") if a["entity_type"] == "caller_id"]
+    assert ent
+    for a in ent:
+        assert orjson.loads(a["evidence"])["resource_key"] == "documentId"
+        assert " distinct documentId values in " in a["reasons"][0]
+
+
+def test_sparse_probe_names_the_field_most_lookups_used() -> None:
+    """No run or dense block (ids in no order, mostly missing): the field named by most of
+    the lookups, not the first one."""
+    tr = _fresh()
+    t = T0 + timedelta(hours=5)
+    tr.call("probe", t, "getJobStatus", caller="prober", ip="203.0.113.11",
+            resource_key="jobId", resource_id="job-1")
+    for k in range(80):
+        t += timedelta(seconds=3)
+        tr.call("probe", t, "getAccount", caller="prober", ip="203.0.113.11",
+                resource_key="accountId", resource_id=f"acct-{(k * 7919) % 100000:05d}x",
+                status="not_found" if k % 10 else "ok")
+    hit = alerts_for(run(tr), "probe", "enumeration")
+    assert len(hit) == 1
+    assert orjson.loads(hit[0]["evidence"])["resource_key"] == "accountId"
+    assert " distinct accountId values in " in hit[0]["reasons"][0]
+
+
+def test_poll_then_a_few_reads_stays_quiet() -> None:
+    """Hard negative for the field lookup: polling a job then opening a handful of records
+    is no walk (the lookup only runs for rows at the threshold)."""
+    tr = _fresh()
+    _poll_then_walk(tr, "poller", "recordId", caller="ops", n=5)
+    assert_quiet(run(tr), "poller")
 
 
 # --------------------------------------------------------------------------- credentials

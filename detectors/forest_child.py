@@ -165,8 +165,21 @@ STATE_SCALARS = ("format_version", "sklearn_version", "learned_threshold", "n_tr
                  "trained_at", "features")
 
 
+def peak_rss_kib() -> int:
+    """This process's peak RSS in KiB: ``VmHWM`` (per address space, so it starts afresh
+    at exec; ``ru_maxrss`` would carry over the parent's peak), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def _write(out: Path, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
-    meta = {**meta, "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    meta = {**meta, "peak_rss_kib": peak_rss_kib()}
     tmp = out.with_name(out.name + ".part.npz")
     np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
     tmp.replace(out)

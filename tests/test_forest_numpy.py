@@ -290,32 +290,58 @@ def _alerts(data_dir: Path) -> list[tuple[object, ...]]:
     return sorted(df.rows())
 
 
-@pytest.mark.slow
-def test_live_tail_never_imports_sklearn_and_alerts_like_the_sklearn_path(
-    traffic: Traffic, tmp_path: Path
-) -> None:
-    log = tmp_path / "calls.jsonl"
-    _write_log(traffic, log)
-    env = {**os.environ, "TOOLWATCH_HMAC_KEY": "00" * 32}
-    # 1. The real CLI; Python reports every module it imports (stderr).
-    live_dir = tmp_path / "live"
+def _tail_cli(log: Path, data_dir: Path, env: dict[str, str]) -> set[str]:
+    """Run the real ``toolwatch tail`` over ``log``; the modules it imported."""
+    conf = data_dir.parent / f"{data_dir.name}.toml"
+    conf.write_text(LIVE_TOML)
     out = subprocess.run(
-        [str(Path(sys.executable).with_name("toolwatch")), "tail", str(log), "-d",
-         str(live_dir), "--exit-when-idle", "0.5", "--no-stdout"],
+        [str(Path(sys.executable).with_name("toolwatch")), "tail", str(log), "-c", str(conf),
+         "-d", str(data_dir), "--exit-when-idle", "0.5", "--no-stdout"],
         capture_output=True, text=True, env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    imported = {ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines()
-                if ln.startswith("import time:")}
-    assert "toolwatch.detectors.forest" in imported  # detection (and the forest) ran
-    heavy = sorted(m for m in imported if m.split(".")[0] in ("sklearn", "scipy"))
-    assert heavy == []
-    live = _alerts(live_dir)
-    assert any(cat == "anomaly" for _, cat, *_ in live), live
+    return {ln.rsplit("|", 1)[-1].strip() for ln in out.stderr.splitlines()
+            if ln.startswith("import time:")}
 
-    # 2. The same tail in a fresh interpreter, forest fitted in-process by scikit-learn.
-    ref_dir = tmp_path / "ref"
+
+LIVE_TOML = "[live]\ncompact_interval_s = 0\n"
+
+
+@pytest.mark.slow
+def test_live_tail_never_imports_sklearn_and_alerts_like_the_sklearn_path(
+    traffic: Traffic, tmp_path: Path
+) -> None:
+    """A trained model (as `toolwatch train` leaves it) makes the forest's presence in a
+    live run independent of how the file happens to be cut into flushes."""
+    log = tmp_path / "calls.jsonl"
+    late = Traffic(seed=5)
+    late.rows = list(traffic.rows)
+    late.oddball("odd-late", T0 + timedelta(days=3, hours=1))  # inside the live window
+    _write_log(late, log)
+    env = {**os.environ, "TOOLWATCH_HMAC_KEY": "00" * 32}
+    model = tmp_path / "forest.skops"
+    detectors.train(traffic.events(), traffic.summaries(), DetectorsConfig(), model)
+    runs = {}
+    for name, beside in (("npz", True), ("child", False), ("ref", True)):
+        d = tmp_path / name
+        (d / "models").mkdir(parents=True)
+        (d / "models" / "forest.skops").write_bytes(model.read_bytes())
+        if beside:
+            (d / "models" / "forest.skops.npz").write_bytes(fmod.trees_path(model).read_bytes())
+        runs[name] = d
+    # 1. The real CLI, loading the trees from the .npz, then through the child process;
+    #    Python reports every module it imports (stderr; the child runs with -I: silent).
+    for name in ("npz", "child"):
+        imported = _tail_cli(log, runs[name], env)
+        assert "toolwatch.detectors.forest" in imported  # detection (and the forest) ran
+        heavy = sorted(m for m in imported if m.split(".")[0] in ("sklearn", "scipy"))
+        assert heavy == [], name
+    live = _alerts(runs["npz"])
+    assert any(cat == "anomaly" for _, cat, *_ in live), live
+    assert _alerts(runs["child"]) == live
+
+    # 2. The same tail in a fresh interpreter, forest loaded in-process by scikit-learn.
     code = textwrap.dedent(f"""
         import sys
         import toolwatch.detectors.forest as F
@@ -325,7 +351,8 @@ def test_live_tail_never_imports_sklearn_and_alerts_like_the_sklearn_path(
         from toolwatch.config import Config
         from toolwatch.live_cli import tail_files
         cfg = Config()
-        cfg.store.data_dir = {str(ref_dir)!r}
+        cfg.store.data_dir = {str(runs["ref"])!r}
+        cfg.live = {{"compact_interval_s": 0}}
         tail_files(cfg, [{str(log)!r}], idle_exit_s=0.5)
         print('sklearn' in sys.modules)
     """)
@@ -333,4 +360,4 @@ def test_live_tail_never_imports_sklearn_and_alerts_like_the_sklearn_path(
                          env=env, timeout=600)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert ref.stdout.split()[-1] == "True"  # this one did use scikit-learn
-    assert live == _alerts(ref_dir)
+    assert _alerts(runs["ref"]) == live

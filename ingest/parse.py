@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from toolwatch.ingest import arrays, intervals
 from toolwatch.ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
 from toolwatch.ingest.outcome import outcome_column
-from toolwatch.ingest.records import RawBatch, slice_batch
+from toolwatch.ingest.records import NEWLINE, RawBatch, slice_batch
 
 from toolwatch.config import Config, IngestConfig
 from toolwatch.secrets import SecretHasher, load_or_create_key
@@ -204,6 +204,86 @@ def _non_ascii_lines(lines: pa.LargeBinaryArray, offsets: np.ndarray) -> list[in
     return np.unique(np.searchsorted(offsets - start, found, side="right") - 1).tolist()
 
 
+try:  # google-re2 (a dependency): patterns compiled once per parser, not once per batch
+    import re2 as _re2
+except ImportError:  # pragma: no cover - an environment installed before it was added
+    _re2 = None
+
+
+class _BufferScan:
+    """The byte-level scans of a batch, with RE2 patterns compiled once per parser.
+
+    ``pyarrow.compute.match_substring_regex`` compiles its pattern on every call: ~4 ms
+    for the secret-candidate pattern (~11 kB), and a cold DFA each time, which made the
+    scans the largest fixed cost of a live micro-batch (a 1k-line batch spent more time
+    compiling than matching). Here each pattern is compiled once (Latin-1, case
+    insensitive: what Arrow does for binary input) and run over the batch's bytes as one
+    buffer, one line per ``\n``-terminated segment: multi-line mode puts ``^``/``$`` at
+    each segment's ends and ``never_nl`` keeps every match inside one segment, so a line
+    matches exactly when its text without the newline does. The search restarts at the
+    next line after a hit, so Python work is per matching line, never per line.
+
+    Batches whose lines hold a newline other than their last byte (a Kafka message with
+    one inside) are not scanned here (:meth:`segments` returns ``None``).
+    """
+
+    def __init__(self, patterns: dict[str, str]) -> None:
+        if _re2 is None:
+            raise ImportError("google-re2 is not installed")
+        opts = _re2.Options()
+        opts.encoding = _re2.Options.Encoding.LATIN1
+        opts.case_sensitive = False
+        opts.never_nl = True
+        opts.max_mem = 64 << 20  # room for the big pattern's DFA: no NFA fallback
+        opts.log_errors = False
+        self._rx = {
+            k: _re2.compile(f"(?m:{p})".encode(), opts)._regexp for k, p in patterns.items()
+        }
+        self._anchor = _re2._re2.RE2.Anchor.UNANCHORED
+
+    @staticmethod
+    def segments(lines: pa.LargeBinaryArray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The batch as ``(bytes, starts)``: line ``i`` is ``bytes[starts[i]:starts[i+1]]``,
+        its text followed by one ``\n``; ``None`` when a line holds an inner newline.
+
+        Lines of file sources already end in ``\n``: their buffer is used as is.
+        Messages without any newline (Kafka) get one appended each (one copy).
+        """
+        off = _line_offsets(lines)
+        base = int(off[0])
+        raw = np.frombuffer(lines.buffers()[2], dtype=np.uint8)[base : int(off[-1])]
+        n = len(lines)
+        step = 1 << 20
+        nl = sum(int(np.count_nonzero(raw[i : i + step] == NEWLINE))
+                 for i in range(0, len(raw), step))
+        if nl == 0:
+            return np.insert(raw, off[1:] - base, NEWLINE), off - base + np.arange(n + 1)
+        lengths = np.diff(off)
+        if nl == n and bool((lengths > 0).all()) and bool(
+            (raw[off[1:] - base - 1] == NEWLINE).all()
+        ):
+            return raw, off - base
+        return None
+
+    def lines(self, key: str, data: np.ndarray, starts: np.ndarray) -> list[int]:
+        """Indices of the lines where pattern ``key`` matches."""
+        rx, anchor = self._rx[key], self._anchor
+        out: list[int] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            at = rx.Match(anchor, data, pos, end)[0][0]
+            if at < 0:
+                break
+            k = int(np.searchsorted(starts, at, side="right")) - 1
+            out.append(k)
+            pos = int(starts[k + 1])
+        return out
+
+    def any(self, key: str, data: np.ndarray) -> bool:
+        """Whether pattern ``key`` matches anywhere in the batch."""
+        return self._rx[key].Match(self._anchor, data, 0, len(data))[0][0] >= 0
+
+
 class _CurrentBatch:
     """Arrow stream source whose content is the batch being parsed right now.
 
@@ -301,6 +381,13 @@ class Parser:
         self._groups: frozenset[str] = frozenset(RARE_GROUPS)  # of the batch being parsed
         self._skip_pruning = 0  # batches left to parse without looking for rare names
         self._statements: dict[frozenset[str], str] = {}
+        try:
+            self._scan: _BufferScan | None = _BufferScan(
+                {"need": self._scan_pattern, "escape": r"\\u"}
+                | {g: p for g, p in self._group_patterns.items() if p}
+            )
+        except Exception:  # no google-re2, or a pattern it refuses: Arrow's scans
+            self._scan = None
         # Binding and optimizing the statement costs ~20 ms, more than parsing a small
         # live micro-batch: it is prepared once, over a holder that hands DuckDB whichever
         # batch is current each time the statement runs.
@@ -569,26 +656,11 @@ FROM res
             # deep); a byte order mark. Every repaired line goes too (its bytes were not
             # what the regex saw). The extra alternatives cost nothing measurable: RE2
             # runs one DFA pass either way.
-            prune = self._skip_pruning == 0
-            maybe = pc.match_substring_regex(
-                lines, self._scan_all if prune else self._scan_pattern, ignore_case=True
-            )
-            hits = pc.indices_nonzero(maybe)
-            if prune and len(hits) * 8 <= n:
-                idx, self._groups = self._split_hits(lines, hits)
+            seg = self._scan.segments(lines) if self._scan is not None else None
+            if seg is not None:
+                idx, self._groups = self._scan_hits(*seg)
             else:
-                # Many lines name rare fields (a JSON-RPC transcript, summaries): pruning
-                # saves nothing there, and each hit would be scanned twice. Parse with
-                # every field, and look again 16 batches later.
-                if prune:
-                    hits = pc.indices_nonzero(
-                        pc.match_substring_regex(lines, self._scan_pattern, ignore_case=True)
-                    )
-                    self._skip_pruning = 16
-                else:
-                    self._skip_pruning -= 1
-                idx = set(arrays.to_numpy(hits).tolist())
-                self._groups = frozenset(RARE_GROUPS)
+                idx = self._scan_arrow(lines, n)
             todo: list[tuple[int, bytes]] = []
             for i in sorted(idx.union(repl)):
                 if pre_reason.get(i) == "line_too_long":
@@ -636,6 +708,53 @@ FROM res
             },
             schema=_INPUT,
         )
+
+    def _scan_hits(self, data: np.ndarray, starts: np.ndarray) -> tuple[set[int], frozenset[str]]:
+        """Lines that need Python and the rare groups some line may name (see
+        :class:`_BufferScan`; same answer as :meth:`_scan_arrow` + :meth:`_split_hits`).
+
+        A line naming a rare field always matches a group's pattern, so a group absent
+        from the whole batch is absent from every line: one search that stops at the
+        first hit decides it. Every group is read when a line holds an escape (a name
+        may be spelled with it); such a line needs Python anyway.
+        """
+        assert self._scan is not None
+        need = set(self._scan.lines("need", data, starts))
+        if self._scan_all is self._scan_pattern:  # no rare names to look for
+            return need, frozenset(RARE_GROUPS)
+        if need and self._scan.any("escape", data):
+            return need, frozenset(RARE_GROUPS)
+        groups = frozenset(g for g, p in self._group_patterns.items()
+                           if p and self._scan.any(g, data))
+        return need, groups
+
+    def _scan_arrow(self, lines: pa.LargeBinaryArray, n: int) -> set[int]:
+        """Lines that need Python, found with Arrow's RE2 (sets ``self._groups``).
+
+        The path for batches :class:`_BufferScan` cannot take (a line with an inner
+        newline, or no google-re2): each call compiles its pattern again.
+        """
+        prune = self._skip_pruning == 0
+        maybe = pc.match_substring_regex(
+            lines, self._scan_all if prune else self._scan_pattern, ignore_case=True
+        )
+        hits = pc.indices_nonzero(maybe)
+        if prune and len(hits) * 8 <= n:
+            idx, self._groups = self._split_hits(lines, hits)
+        else:
+            # Many lines name rare fields (a JSON-RPC transcript, summaries): pruning
+            # saves nothing there, and each hit would be scanned twice. Parse with
+            # every field, and look again 16 batches later.
+            if prune:
+                hits = pc.indices_nonzero(
+                    pc.match_substring_regex(lines, self._scan_pattern, ignore_case=True)
+                )
+                self._skip_pruning = 16
+            else:
+                self._skip_pruning -= 1
+            idx = set(arrays.to_numpy(hits).tolist())
+            self._groups = frozenset(RARE_GROUPS)
+        return idx
 
     def _split_hits(
         self, lines: pa.LargeBinaryArray, hits: pa.Array

@@ -89,11 +89,12 @@ FORMAT_VERSION = 2
 RATIO_MIN_SCALE = 0.05
 
 
-#: Above this many (distinct) rows, a forest fitted or loaded in this process scores with
-#: scikit-learn's compiled tree code, which is faster on large inputs; below it (and always
+#: From this many (distinct) rows on, a forest fitted or loaded in this process scores with
+#: scikit-learn's compiled tree code (numpy/sklearn speed: 24x at 50 rows, 1.5x at 10k,
+#: 0.8x at 100k; benchmarks/bench_forest.py); below it (and always
 #: in a live process, which has no scikit-learn) the numpy scorer. Both give the same
 #: scores bit for bit (tests/test_forest_numpy.py), so the choice never changes a result.
-SKLEARN_MIN_ROWS = 2_000
+SKLEARN_MIN_ROWS = 50_000
 
 #: Seconds a live process waits before trying its forest child again after a failure
 #: (doubling per consecutive failure, up to :data:`CHILD_RETRY_MAX_S`).

@@ -32,8 +32,9 @@ from toolwatch.errors import ModelError
 #: well under a second; the limit only catches a hung child.
 CHILD_TIMEOUT_S = 300.0
 
-#: Rows scored per block: ``trees x rows`` node indices stay small enough for the caches.
-BLOCK_ELEMENTS = 1 << 18
+#: Rows scored per block: ``trees x rows`` node indices stay small enough for the caches
+#: (2^15: measured fastest of 2^14..2^18 on 20k rows x 100 trees).
+BLOCK_ELEMENTS = 1 << 15
 
 _ARRAY_KEYS = ("node_offsets", "children_left", "children_right", "feature", "threshold",
                "n_node_samples", "missing_go_to_left", "features", "max_samples",
@@ -169,14 +170,14 @@ class TreeEnsemble:
         # A leaf must keep every row, NaN included: NaN "goes left" (to itself) there.
         nan_left = np.where(o_inner, mleft[bfs], True)
         denominator = float(n_trees) * float(_average_path_length(np.array([max_samples]))[0])
-        idx = np.int32 if n_nodes < 2**31 - 2 else np.int64
+        # intp: numpy converts any other index type to intp on every gather.
         return cls(
-            left=left.astype(idx),
-            feature=gfeat[bfs].astype(idx),
+            left=left.astype(np.intp),
+            feature=gfeat[bfs].astype(np.intp),
             threshold=threshold,
             nan_left=nan_left,
             leaf_value=leaf_value[bfs],
-            roots=new_of[offs[:-1]].astype(idx),
+            roots=new_of[offs[:-1]].astype(np.intp),
             steps=int(depth.max()) - 1,
             denominator=denominator,
             n_features=n_in,
@@ -205,13 +206,14 @@ class TreeEnsemble:
             xb = xv[lo: lo + block]
             m = xb.shape[0]
             flat = xb.ravel()
-            base = (np.arange(m, dtype=self.left.dtype) * f)[None, :]
+            base = (np.arange(m, dtype=np.intp) * f)[None, :]
             node = np.repeat(self.roots[:, None], m, axis=1)
             for _ in range(self.steps):
                 v = flat[base + self.feature[node]]
-                right = ~(v <= self.threshold[node])
+                # v > t is "not v <= t" except for NaN, which goes where the tree says.
+                right = v > self.threshold[node]
                 if has_nan:
-                    right &= ~(np.isnan(v) & self.nan_left[node])
+                    right |= np.isnan(v) & ~self.nan_left[node]
                 node = self.left[node] + right
             # scikit-learn adds the trees one after the other: same order, same rounding.
             lv = self.leaf_value[node]

@@ -153,7 +153,8 @@ def _same_detector(a: IsolationForestDetector, b: IsolationForestDetector,
     assert a.explain_all(decided) == b.explain_all(decided)
 
 
-def test_isolated_fit_equals_in_process_fit(fs: FeatureSet) -> None:
+def test_isolated_fit_equals_in_process_fit(fs: FeatureSet,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = DetectorsConfig()
     inproc = IsolationForestDetector(cfg)
     assert load_or_fit(inproc, None, fs) == "fitted"
@@ -164,6 +165,7 @@ def test_isolated_fit_equals_in_process_fit(fs: FeatureSet) -> None:
     assert iso.model_ is None and iso.model_fitted  # no scikit-learn object here
     _same_detector(inproc, iso, fs)
     # In-process scoring of large inputs goes through scikit-learn: same numbers.
+    monkeypatch.setattr(fmod, "SKLEARN_MIN_ROWS", 500)
     x = np.random.default_rng(1).lognormal(size=(fmod.SKLEARN_MIN_ROWS + 5, 13))
     np.testing.assert_allclose(
         fmod._forest_scores(inproc.trees_, inproc.model_, x),  # type: ignore[arg-type]

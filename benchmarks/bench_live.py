@@ -373,7 +373,8 @@ def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event) -> 
 
 def rss(work: Path, events: int, log_rate: int | None = None,
         live: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-        every: float = 1.0, realtime: int | None = None) -> dict[str, Any]:
+        every: float = 1.0, realtime: int | None = None,
+        launcher: list[str] | None = None) -> dict[str, Any]:
     """RSS of a real ``toolwatch tail`` process while it works through ``events`` lines.
 
     The tail runs as its own process through the console entry point
@@ -391,6 +392,9 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     ``realtime``: instead, a writer appends the lines at that many events/s of *wall*
     time to a file the tail follows from the start (``--realtime 10000 --log-rate
     10000``: sustained real time; flushes are interval-triggered, as in production).
+
+    ``launcher``: run ``launcher + [tail arguments]`` instead of the console entry point
+    (e.g. ``python probe.py``, a script that samples the process's allocators from inside).
     """
     src = _source(work, events, log_rate)
     stop_writer = threading.Event()
@@ -405,8 +409,8 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     lines = ["[live]"] + [f"{k} = {json.dumps(v)}" for k, v in (live or {}).items()]
     cfg_path.write_text("\n".join(lines) + "\n")
     exe = Path(sys.executable).with_name("toolwatch")
-    cmd = [str(exe), "tail", str(follow if realtime else src), "-d", str(data), "-c",
-           str(cfg_path), "--no-stdout", "--exit-when-idle", "2"]
+    cmd = [*(launcher or [str(exe)]), "tail", str(follow if realtime else src), "-d",
+           str(data), "-c", str(cfg_path), "--no-stdout", "--exit-when-idle", "2"]
     penv = {**os.environ, **(env or {})}
     samples: list[tuple[float, float, int]] = []
     status: dict[str, Any] = {}
@@ -731,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="rss/components: hours of log time at --log-rate (sets --events)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="rss: an environment variable for the tail process")
+    p.add_argument("--launcher", default=None,
+                   help="rss: command (split on spaces) run instead of the toolwatch "
+                        "entry point, given the tail arguments, e.g. 'python probe.py'")
     p.add_argument("--no-detect", action="store_true", help="throughput without detection")
     p.add_argument("--work", default=None, help="work directory (default: a temp dir)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -753,7 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.part in ("rss", "all"):
         env = dict(x.split("=", 1) for x in a.env)
         res["rss"] = rss(work, a.events or 1_000_000, a.log_rate, _overrides(a.live), env,
-                         realtime=a.realtime)
+                         realtime=a.realtime,
+                         launcher=a.launcher.split() if a.launcher else None)
     if a.part in ("components", "all"):
         res["components"] = components(work, a.events or 1_000_000, a.log_rate,
                                        _overrides(a.live))

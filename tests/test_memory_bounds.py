@@ -269,3 +269,74 @@ def test_backlog_stores_at_once_and_detects_every_backlog_detect_events(tmp_path
     lp.close()
     assert len(calls) == 2  # close found nothing left to detect
     assert stored_count(data) == 60
+
+
+def test_max_queued_events_bounds_the_commit_queue(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """While the commit thread is busy, transformed micro-batches queue up to
+    ``live.max_queued_events``; the next flush waits (back-pressure) instead of holding
+    more in memory, and nothing is lost once the commit thread frees up."""
+    import threading
+
+    from toolwatch.config import Config
+    from toolwatch.errors import ConfigError
+    from toolwatch.live import LiveConfig, LivePipeline
+    from toolwatch.live.commit import queue_bound
+    from toolwatch.store import Store
+
+    try:
+        from tests.test_live import Feeder, nf
+        from tests.test_live_support import config_for, enum_detector, stored_count, wait_for
+    except ImportError:  # tests/ itself on sys.path
+        from test_live import Feeder, nf  # type: ignore[no-redef]
+        from test_live_support import (  # type: ignore[no-redef]
+            config_for,
+            enum_detector,
+            stored_count,
+            wait_for,
+        )
+
+    assert queue_bound(LiveConfig()) == 4 * LiveConfig().flush_events  # 0: the old default
+    assert queue_bound(LiveConfig(max_queued_events=123)) == 123
+    bad = Config()
+    bad.live = {"max_queued_events": -1}
+    with pytest.raises(ConfigError):
+        LiveConfig.from_config(bad)
+
+    inner = enum_detector(5)
+    gate = threading.Event()
+    entered = threading.Event()
+
+    def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
+        entered.set()
+        assert gate.wait(30)
+        return inner(events, summaries, history=history)
+
+    data = tmp_path / "store"
+    # Interval-style flushes (10 lines, flush_events 1000): detected at once, never deferred.
+    cfg = config_for(data, detect=True, flush_events=1000, max_queued_events=20)
+    lp = LivePipeline(cfg, Store(data), detector=detector)
+    f = Feeder()
+    seen: list[int] = []
+
+    def flush(k: int) -> None:
+        lp.add(f.batch(b"".join(nf(k * 10 + i) for i in range(10))))
+        lp.flush(wait=False)
+        with lp._cv:
+            seen.append(lp._queued_events)
+
+    flush(0)
+    assert entered.wait(30)  # the commit thread is inside detection, holding batch 0
+    flush(1)
+    flush(2)  # 20 events queued: the bound
+    blocked = threading.Thread(target=flush, args=(3,), daemon=True)
+    blocked.start()
+    blocked.join(0.5)
+    assert blocked.is_alive()  # waits for room; it did not queue a third batch
+    assert max(seen) <= 20
+    gate.set()
+    blocked.join(30)
+    assert not blocked.is_alive()
+    lp.drain()
+    wait_for(lambda: stored_count(data) == 40)
+    lp.close()
+    assert stored_count(data) == 40

@@ -12,14 +12,21 @@ import polars as pl
 import pyarrow as pa
 
 from toolwatch import schema
+from toolwatch.live.config import LiveConfig
 from toolwatch.live.window import _US
 from toolwatch.store import Checkpoint
 
 log = logging.getLogger("toolwatch.live")
 
-#: The commit thread's queue holds at most this many times ``flush_events`` transformed
-#: events (4 or 8 measured the same throughput and peak RSS; the smaller bound wins).
+#: Default bound of the commit thread's queue (``live.max_queued_events = 0``): this many
+#: times ``flush_events`` transformed events (4 or 8 measured the same throughput and peak
+#: RSS; the smaller bound wins).
 _QUEUE_FACTOR = 4
+
+
+def queue_bound(live: LiveConfig) -> int:
+    """Most transformed events queued for the commit thread (``live.max_queued_events``)."""
+    return live.max_queued_events or live.flush_events * _QUEUE_FACTOR
 
 
 @dataclass
@@ -65,7 +72,7 @@ class CommitMixin:
 
     def _enqueue(self, job: _Job) -> None:
         """Hand a transformed micro-batch to the commit thread (blocks while it is full)."""
-        cap = self.live.flush_events * _QUEUE_FACTOR
+        cap = queue_bound(self.live)
         with self._cv:
             # Back-pressure: transformed rows waiting for the commit thread are bounded.
             while self._queued_events >= cap and self._worker_error is None:
@@ -98,7 +105,7 @@ class CommitMixin:
         if self._urgent or self._stopping:
             return 0.0
         base = self.live.flush_events
-        target = min(base * _QUEUE_FACTOR, max(base, self.window.size))
+        target = min(queue_bound(self.live), max(base, self.window.size))
         if self._queued_events >= target:
             return 0.0
         age = time.monotonic() - self._queue[0].created

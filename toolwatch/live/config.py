@@ -87,6 +87,15 @@ class LiveConfig:
         "every flush is detected at once. 0: max_detect_events x detect_passes.",
         0,
     )
+    max_queued_events: int = doc(
+        "Transformed events (parsed micro-batches, ~0.5 KB each with their raw lines) "
+        "waiting for the commit thread, at most; past it the reader waits (back-pressure), "
+        "so a host too busy to keep up holds this many, not an unbounded backlog, in "
+        "memory. Under a backlog the commit thread also waits for this many (or the "
+        "window's size, if smaller) before committing them as one batch. 0: 4 x "
+        "flush_events.",
+        0,
+    )
     overlap_detection: bool = doc(
         "tail/run/follow: detect and commit a micro-batch on a second thread while the "
         "next one is read and parsed (same order and atomicity; a backlog's waiting "
@@ -183,12 +192,15 @@ class LiveConfig:
         Raises
         ------
         toolwatch.errors.ConfigError
-            On a non-positive interval or an unknown sink type.
+            On a non-positive interval, a negative queue bound or an unknown sink type.
         """
         from toolwatch.errors import ConfigError
 
         if self.flush_interval_s <= 0 or self.flush_events <= 0:
             raise ConfigError("must be positive", key="live.flush_interval_s")
+        if self.max_queued_events < 0:
+            raise ConfigError("must be 0 (4 x flush_events) or positive",
+                              key="live.max_queued_events")
         # The sinks registry (toolwatch.sinks.SINKS) says which types exist and what
         # each needs: adding a sink never touches this file.
         from toolwatch.sinks import SINKS

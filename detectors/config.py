@@ -336,6 +336,26 @@ class ToolLoopConfig:
         "longest-streak rule.",
         True,
     )
+    reread_quiet: bool = doc(
+        "A streak at human pace whose responses keep changing is someone re-reading the "
+        "files they are working on (a review loop over one's own documents), not a stuck "
+        "agent: when the median gap between its repeats is at least reread_gap_s and at "
+        "least reread_new_share of its repeats return a result (size or outcome) that call "
+        "never returned before in the session, the streak does not count. A loop at model "
+        "pace, or one whose responses stay the same at any pace, still does. False "
+        "restores the plain rule.",
+        True,
+    )
+    reread_gap_s: float = doc(
+        "Median seconds between a streak's repeats from which it is human-paced (an agent "
+        "stuck in a loop calls every few seconds, a person re-reads every few minutes).",
+        60.0,
+    )
+    reread_new_share: float = doc(
+        "Share of a streak's repeats that must return a result never seen before for that "
+        "call (the file changed since the last read) for the reread_quiet rule.",
+        0.5,
+    )
     max_cycle: int = doc(
         "Longest cycle of distinct calls (A→B→A→B is 2) still counted as a loop: a "
         "streak must be made of at most this many distinct calls.",

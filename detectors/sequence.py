@@ -216,6 +216,13 @@ class ToolLoopDetector(_SequenceDetector):
         poll = s.finished_poll_quiet
         if poll:
             ev = self._changes(ev)
+        reread = s.reread_quiet
+        if reread:
+            # A repeat is "new" when its call never returned this result (size, outcome)
+            # before in the session: the thing read has changed since.
+            ev = ev.with_columns(pl.struct(
+                "sh", "ch", pl.col("bytes").fill_null(-1), pl.col("status").fill_null("")
+            ).hash(SEED).is_first_distinct().alias("_new"))
         streaks = (
             ev.filter(pl.col("_rep"))
             .group_by("sh", "_run")
@@ -226,10 +233,17 @@ class ToolLoopDetector(_SequenceDetector):
                 ((pl.col("t").max() - pl.col("t").min()) / 1e6).alias("loop_span_s"),
                 _chain_expr(6),
                 *(self._change_point() if poll else []),
+                *([pl.col("_new").mean().alias("_new_share"),
+                   (pl.col("t").diff().median() / 1e6).alias("_gap_s")] if reread else []),
             )
         )
         if poll:
             streaks = self._drop_finished_polls(streaks, ev)
+        if reread:
+            # Re-reading one's own changing files at human pace is review, not a loop.
+            quiet = ((pl.col("_gap_s") >= s.reread_gap_s)
+                     & (pl.col("_new_share") >= s.reread_new_share)).fill_null(False)
+            streaks = streaks.filter(~quiet).drop("_new_share", "_gap_s")
         streaks = (
             streaks.sort(["streak", "_run"], descending=[True, False])
             .group_by("sh", maintain_order=True)

@@ -126,3 +126,56 @@ def test_switch_only_ever_removes_alerts(prefix: list, reps: int, tail: list) ->
         steady &= result.setdefault((tool, job), (nbytes, outcome)) == (nbytes, outcome)
     if steady:
         assert on == off
+
+
+# ----------------------------------------------------------- re-reading one's own files
+REREAD_OFF = {"tool_loop": {"reread_quiet": False}}
+
+
+def _cycle(tr: Traffic, sid: str, *, reps: int, gap_s: float | list[float],
+           sizes: str, caller: str, n_files: int = 3, server: str = "drive") -> None:
+    """``reps`` reads cycling over ``n_files`` files (plus their first reads); ``sizes``:
+    'changing' (each read returns a new size: the file was edited), 'same'."""
+    gaps = gap_s if isinstance(gap_s, list) else [gap_s]
+    at = T
+    for k in range(reps + n_files):
+        f = k % n_files
+        nbytes = 20_000 + 997 * k if sizes == "changing" else 20_000 + f
+        tr.call(sid, at, "read_file", caller=caller, server=server, resource_key="fileId",
+                resource_id=f"file-{caller}-{f}", nbytes=nbytes)
+        at += timedelta(seconds=gaps[k % len(gaps)])
+
+
+@pytest.fixture(scope="module")
+def rereads() -> Traffic:
+    tr = Traffic(seed=13)
+    tr.background(days=2, users=20, per_day=2)
+    # The power-day false positive (seed 9202): 3 own files re-read 13 times over 91
+    # minutes at irregular human gaps, each read returning the edited file.
+    _cycle(tr, "review", reps=13, gap_s=[78, 153, 1, 1330, 875, 300, 45, 600, 90, 240],
+           sizes="changing", caller="nora")
+    # Hard negatives of the rule (they must still alert):
+    _cycle(tr, "fast-changing", reps=40, gap_s=5, sizes="changing", caller="a")  # model pace
+    _cycle(tr, "slow-same", reps=20, gap_s=300, sizes="same", caller="b")  # nothing changes
+    _cycle(tr, "fast-same", reps=40, gap_s=2, sizes="same", caller="c")  # the generator's loop
+    return tr
+
+
+def test_human_paced_review_of_changing_files_is_quiet(rereads: Traffic) -> None:
+    assert _loops(rereads) == {"fast-changing", "slow-same", "fast-same"}
+
+
+def test_reread_switch_off_flags_the_review_again(rereads: Traffic) -> None:
+    assert _loops(rereads, REREAD_OFF) == {"review", "fast-changing", "slow-same", "fast-same"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(reps=st.integers(12, 120), gap=st.floats(0.5, 59.0),
+       sizes=st.sampled_from(["changing", "same"]), n_files=st.integers(1, 4))
+def test_model_paced_loops_alert_whatever_their_responses(reps: int, gap: float, sizes: str,
+                                                          n_files: int) -> None:
+    """Any loop at under a minute per call (changing responses or not) still alerts, so the
+    generator's loops (2-15 s) cannot hide behind the re-read rule."""
+    tr = Traffic(seed=17)
+    _cycle(tr, "loop", reps=reps, gap_s=gap, sizes=sizes, caller="x", n_files=n_files)
+    assert _loops(tr) == {"loop"}

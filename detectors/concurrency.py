@@ -317,6 +317,39 @@ def _caller_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 
+def _without_session_bursts(cp: pl.DataFrame, swept: pl.DataFrame,
+                            history: FeatureSet) -> pl.DataFrame:
+    """Caller windows minus those whose peak one session's own burst explains.
+
+    A window whose peak is mostly one session that is a burst by itself (its own peak
+    reaches ``peak_lo`` and exceeds ``caller_max_session_share`` of the window's peak) is
+    that session's alert, not the caller's parallelism across sessions; in the caller's
+    usual caller-wide peak it would let one earlier burst (an attack already flagged at
+    session level) excuse a later burst spread over several sessions (seed 9202: a 43-call
+    single-session burst lifted the usual peak to 16.5, hiding a 29-call burst over four
+    sessions). Quiet windows (peak below ``peak_lo``) are kept.
+    """
+    c = history.config.concurrency_abuse
+    if cp.height == 0:
+        return cp
+    own, _ = _session_sweep(history)
+    burst = own.filter(pl.col("peak") >= c.peak_lo).select("sh", pl.col("peak").alias("_sp"))
+    if burst.height == 0:
+        return cp
+    spans = (
+        swept.join(burst, on="sh", how="semi")
+        .group_by("sh").agg(pl.col("ceh").first(), pl.col("s").min(), pl.col("e").max())
+        .join(burst, on="sh")
+    )
+    hit = (
+        cp.join(spans, on="ceh")
+        .filter((pl.col("s") <= pl.col("peak_t")) & (pl.col("e") > pl.col("peak_t"))
+                & (pl.col("_sp") > c.caller_max_session_share * pl.col("peak")))
+        .select("ceh", "w").unique()
+    )
+    return cp.join(hit, on=["ceh", "w"], how="anti")
+
+
 def _usual_peaks(peaks: pl.DataFrame, time_col: str, cfg: DetectorsConfig) -> pl.DataFrame:
     """Per caller (``ceh``): the median of its peaks, for callers with an established
     history (enough sessions/windows on enough distinct days)."""
@@ -362,7 +395,9 @@ class ConcurrencyAbuseDetector(Detector):
         self.caller_own_: pl.DataFrame | None = None
         if not c.callers:
             return
-        cp, _ = _caller_sweep(history)
+        cp, swept = _caller_sweep(history)
+        if c.caller_baseline_skips_bursts:
+            cp = _without_session_bursts(cp, swept, history)
         self.caller_own_ = _usual_peaks(cp, "w", cfg)
 
     def score(self, features: FeatureSet) -> pl.DataFrame:

@@ -70,6 +70,14 @@ class ConcurrencyAbuseConfig:
         "and at least entity_min_sessions sessions take part.",
         0.5,
     )
+    caller_baseline_skips_bursts: bool = doc(
+        "The caller's usual caller-wide peak leaves out windows whose peak one session's own "
+        "burst explains (that session reaches peak_lo and holds more than "
+        "caller_max_session_share of the window's peak): such a burst is flagged as a "
+        "session, and counting it as the caller's normal would excuse a later burst spread "
+        "over several sessions. False counts every busy window.",
+        True,
+    )
 
 
 @dataclass

@@ -145,6 +145,45 @@ def test_one_busy_session_is_not_also_a_caller_alert(background: Traffic) -> Non
     assert _flagged(tr, ConcurrencyAbuseDetector) == {"solo"}
 
 
+def _mixed_caller(tr: Traffic, caller: str = "u-mix") -> list[str]:
+    """Seed 9202's missed caller: modest parallel steps on day 0, a 43-call burst in one
+    session on day 1, an ordinary session on day 2, then on day 3 a burst spread over four
+    sessions (7 calls each, 28 across the caller). Returns the spread sessions."""
+    tc.modest_parallel(tr, "mix-steps", T0 + timedelta(hours=10), width=4, caller=caller)
+    tc.burst(tr, "mix-solo", T0 + timedelta(days=1, hours=10), n=43, caller=caller)
+    tr.normal_session("mix-plain", T0 + timedelta(days=2, hours=10), caller=caller)
+    return tc.spread_burst(tr, "mix-spread", T0 + timedelta(days=3, hours=15), sessions=4,
+                           width=7, caller=caller)
+
+
+def _flagged_with(tr: Traffic, **conc: object) -> set[str]:
+    cfg = DetectorsConfig.from_dict({"concurrency_abuse": conc})
+    fs = FeatureSet.build(tr.events(), tr.summaries(), cfg)
+    det = ConcurrencyAbuseDetector(cfg).fit(fs)
+    return set(det.decide(det.score(fs))["entity_id"].to_list())
+
+
+def test_earlier_session_burst_does_not_excuse_a_spread_burst(background: Traffic) -> None:
+    """The caller's own earlier single-session burst (flagged on its own) is not its usual
+    caller-wide parallelism: the later burst spread over sessions is a caller alert."""
+    tr = _with(background)
+    _mixed_caller(tr)
+    assert _flagged_with(tr) == {"mix-solo", "u-mix"}
+    # Switch off: the burst window counts in the usual peak (median 16 of 4, 43, 1, 28)
+    # and the spread burst (28 < 2.5 × 16) is excused, as on seed 9202.
+    assert _flagged_with(tr, caller_baseline_skips_bursts=False) == {"mix-solo"}
+
+
+def test_workers_routine_still_excused_beside_a_session_burst(background: Traffic) -> None:
+    """Hard negative: a service's nightly worker sessions (caller-wide parallelism is its
+    routine) stay quiet when the same service also had one single-session burst; only
+    windows a session's own burst explains leave the baseline."""
+    tr = _with(background)
+    tc.parallel_workers(tr, "idx", T0 + timedelta(hours=1), nights=4, sessions=6, width=3)
+    tc.burst(tr, "idx-solo", T0 + timedelta(days=1, hours=12), n=45, caller="svc-indexer")
+    assert _flagged_with(tr) == {"idx-solo"}
+
+
 def test_caller_peaks_match_brute_force_per_window() -> None:
     """Caller-wide peaks per hop bucket vs brute force over random intervals."""
     import random

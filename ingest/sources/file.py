@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import gzip
+import io
 import sys
 import zlib
 from collections.abc import Iterator
@@ -39,6 +39,99 @@ def expand_paths(patterns: list[str]) -> list[str]:
     return out
 
 
+class GzipStream(io.RawIOBase):
+    """Decompress a gzip file as it is read, keeping what precedes any damage.
+
+    :class:`gzip.GzipFile` raises from the read that meets a truncated stream (a log
+    compressed while it was still being written, a copy cut short), corrupt data or bytes
+    after the last member, and the data of that read is lost with it: a ``.gz`` cut in
+    half stored nothing. Here everything that decompresses is returned first; the damage
+    is then kept in :attr:`error` and the stream ends (the reader stores the complete
+    lines, holds back a partial last one and reports the file as failed). Concatenated
+    members are read in turn; NUL padding after the last member is ignored, as gzip(1)
+    does.
+
+    Parameters
+    ----------
+    fileobj
+        The compressed file, opened for binary reading.
+    """
+
+    def __init__(self, fileobj: BinaryIO):
+        self.fileobj = fileobj  # progress() reports its position (compressed bytes)
+        self._d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        self._carry = b""  # compressed bytes read but not yet fed (the next member's)
+        self._in_member = False  # bytes of a member were fed and its end not reached
+        self._eof = False
+        #: What ended the stream early (truncation, corruption, trailing data), if any.
+        self.error: str | None = None
+        #: The data ends inside a member (truncated or corrupt): its last line is cut.
+        self.cut = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: memoryview) -> int:  # type: ignore[override]
+        # Fills ``b`` (as the BufferedReader of GzipFile does): a batch is a whole chunk.
+        out = memoryview(b).cast("B")
+        want = len(out)
+        pos = 0
+        while not self._eof and pos < want:
+            data = self._d.unconsumed_tail or self._carry or self.fileobj.read(1 << 18)
+            self._carry = b""
+            if not data:
+                self._eof = True
+                if self._in_member:
+                    self.cut = True
+                    self.error = (
+                        "compressed file ended before the end-of-stream marker "
+                        "(truncated): the lines before it were read"
+                    )
+                break
+            if not self._in_member and data[:2] != _GZIP_MAGIC[: len(data[:2])]:
+                self._trailing(data)  # after the last member
+                break
+            try:
+                got = self._d.decompress(data, want - pos)
+            except zlib.error as exc:
+                self._eof = True
+                self.cut = True
+                self.error = f"corrupt gzip data ({exc}): the lines before it were read"
+                break
+            self._in_member = True
+            if self._d.eof:
+                self._next_member(self._d.unused_data)
+            out[pos : pos + len(got)] = got
+            pos += len(got)
+        return pos
+
+    def _next_member(self, rest: bytes) -> None:
+        """After a member's end: start the next member, or end on padding/garbage."""
+        self._in_member = False
+        self._d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        if not rest:
+            return  # the next read decides (end of file, or another member)
+        self._carry = rest  # another member, or padding/garbage (see readinto)
+
+    def _trailing(self, data: bytes) -> None:
+        """Bytes after the last member that start no member: NUL padding is ignored,
+        anything else is reported (the data before it is complete and kept)."""
+        self._eof = True
+        if (data + self.fileobj.read(1 << 16)).strip(b"\0"):
+            self.error = "data after the last gzip member is not gzip (ignored)"
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            return self.readall()
+        buf = bytearray(n)
+        got = self.readinto(memoryview(buf))
+        return bytes(buf[:got])
+
+    def close(self) -> None:
+        self.fileobj.close()
+        super().close()
+
+
 def open_maybe_gzip(path: str) -> BinaryIO:
     """Open a file for binary reading, transparently decompressing gzip (by magic bytes)."""
     try:
@@ -47,7 +140,7 @@ def open_maybe_gzip(path: str) -> BinaryIO:
         raise SourceError(f"cannot open: {exc.strerror}", source=path) from exc
     head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
     if head == _GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return GzipStream(raw)  # type: ignore[return-value]
     return raw
 
 
@@ -94,7 +187,7 @@ class StreamReader:
         """Turn a failed read (I/O, corrupt gzip) into a SourceError naming the source."""
         try:
             yield
-        except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise SourceError(
                 f"read failed after {self.bytes_read} bytes: {exc}", source=self.source
             ) from exc
@@ -176,7 +269,20 @@ class StreamReader:
         )
 
     def batches(self) -> Iterator[RawBatch]:
-        """Yield batches of complete lines; the last partial line is flushed at EOF."""
+        """Yield batches of complete lines; the last partial line is flushed at EOF.
+
+        Raises
+        ------
+        SourceError
+            After the lines it could read, when the stream was damaged (a truncated or
+            corrupt ``.gz``, see :class:`GzipStream`).
+        """
+        yield from self._batches()
+        damage = getattr(self.fh, "error", None)
+        if damage is not None:
+            raise SourceError(damage, source=self.source)
+
+    def _batches(self) -> Iterator[RawBatch]:
         buf = self._read(self.chunk_bytes)
         if not buf:
             return
@@ -216,6 +322,19 @@ class StreamReader:
                 buf = self._read_after(buf, self.chunk_bytes)
                 more = len(buf) > before
             eof = reads and not more
+            if eof and getattr(self.fh, "cut", False):
+                # A cut archive: its complete lines are stored, a partial last line is not
+                # (the checkpoint stays before it, so an intact copy read later continues
+                # there); batches() then reports the file as failed.
+                lines, offs, consumed = split_lines(buf, offset)
+                if len(lines):
+                    yield RawBatch(
+                        source=self.source, source_fp=fp, lines=lines, offsets=offs,
+                        line_nos=np.arange(line_no + 1, line_no + len(lines) + 1,
+                                           dtype=np.int64),
+                        end_offset=offset + consumed,
+                    )
+                return
             if eof and buf and memoryview(buf)[-1] != NEWLINE:
                 buf = bytes(buf) + b"\n"  # a file's last line need not end with a newline
             if not buf:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -168,3 +169,48 @@ def test_scheme_character_run_is_scanned_once() -> None:
     line = json.dumps({"ts": TS, "tool": "t", "args": {"q": text}}).encode()
     red, h = HASHER.redact_line(line)
     assert b"Q9secretpw" not in red and h is not None
+
+
+PEM_BODY = [
+    "MIIEpAIBAAKCAQEA3Tz2mr7SZiAMfQyuvBjM2d5rQ9xW7vK3mP8rT2yZabcdEFGH",
+    "x9K2mQ8vB7nL4pR6tY1wZ3aC5eG7iK9mO1qS3uW5yA7cE9gI1kM3oQ5sU7wY9a==",
+]
+
+
+def _pem_lines() -> list[str]:
+    return ["server config loaded; key follows:", "-----BEGIN RSA PRIVATE KEY-----",
+            *PEM_BODY, "-----END RSA PRIVATE KEY-----", "ServerStartedSuccessfully"]
+
+
+def test_pem_body_over_several_lines_is_hashed_by_ingest(tmp_path: Path) -> None:
+    """A server that prints a private key over several lines: only the first names it, so
+    every body line was stored in clear (quarantine ``invalid_json``)."""
+    src = tmp_path / "in.log"
+    src.write_text("\n".join(_pem_lines()) + "\n")
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
+    res = subprocess.run(
+        [TOOLWATCH, "ingest", str(src), "-d", str(tmp_path / "st"), "--json", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    raws = [r["raw"] for r in Store(tmp_path / "st").query(
+        "SELECT raw FROM quarantine ORDER BY line_no").to_pylist()]
+    assert len(raws) == len(_pem_lines())
+    assert not any(b[:30] in r for b in PEM_BODY for r in raws), raws
+    assert raws[-1] == "ServerStartedSuccessfully"  # a word without digits is no key
+
+
+def test_pem_body_on_a_wrapped_servers_stderr_is_hashed(tmp_path: Path) -> None:
+    """The same through ``toolwatch run`` (non-JSON stderr: quarantine ``server_text``)."""
+    script = tmp_path / "srv.py"
+    script.write_text("import sys\nsys.stderr.write(%r)\n" % ("\n".join(_pem_lines()) + "\n"))
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
+    res = subprocess.run(
+        [TOOLWATCH, "run", "-d", str(tmp_path / "st"), "--", sys.executable, str(script)],
+        env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    raws = [r["raw"] for r in Store(tmp_path / "st").query(
+        "SELECT raw FROM quarantine").to_pylist()]
+    assert len(raws) == len(_pem_lines())
+    assert not any(b[:30] in r for b in PEM_BODY for r in raws), raws

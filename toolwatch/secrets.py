@@ -212,6 +212,10 @@ _KV_VALUE_RE = re.compile(
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 #: ``Bearer+token`` / ``Basic+…``: a form-encoded space after a scheme name.
 _PLUS_SCHEME_RE = re.compile(r"(?i)(?:bearer|basic)\+")
+#: A line that is only base64 (a PEM body line, a key printed alone), hashed whole by
+#: the structure-free scan when it mixes upper case, lower case and digits.
+_B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
+_B64_CLASSES_B = (re.compile(rb"[0-9]"), re.compile(rb"[A-Z]"), re.compile(rb"[a-z]"))
 _GATE_LITERALS = ("=", ":", '"', "%", "earer", "EARER", "asic", *_SHAPE_LITERALS)
 
 
@@ -384,6 +388,7 @@ class SecretHasher:
             r":(?:\\?/){2}[^/\s\"@]*:[^/\s\"@]*\s*$",  # ... cut before its "@"
             r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
             r"%[0-9a-f]{2}",  # URL- or form-encoded text (scanned decoded)
+            r"^\s*[a-z0-9+/]{20,}={0,2}\s*$",  # a bare base64 line (PEM body)
         ]
         self._text_pattern = "|".join(parts)
 
@@ -606,6 +611,12 @@ class SecretHasher:
 
     def _scrub_bytes(self, line: bytes) -> tuple[bytes, str | None]:
         found: list[str] = []
+        body = line.strip()
+        if _B64_LINE_B.fullmatch(body) and all(c.search(body) for c in _B64_CLASSES_B):
+            # A bare base64 line: the body of a PEM key (or any key) a server printed
+            # over several lines, where no line but the first names what it is.
+            h = self._hash_bytes(body, found)
+            return line.replace(body, h, 1), found[0]
         text = line.decode("utf-8", "surrogateescape")
         out = self.scrub_str(text, found, tail=True)
         if out is text:

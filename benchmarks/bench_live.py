@@ -347,8 +347,12 @@ def _source(work: Path, events: int, log_rate: int | None) -> Path:
     return bench_file(work, events) if log_rate is None else rate_file(work, events, log_rate)
 
 
-def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event) -> threading.Thread:
-    """Append ``src``'s lines to ``dst`` at ``rate`` lines/s of wall time (10 writes/s)."""
+def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event,
+                     limit: int | None = None) -> threading.Thread:
+    """Append ``src``'s lines to ``dst`` at ``rate`` lines/s of wall time (10 writes/s).
+
+    ``limit``: stop after that many lines (``src`` may be longer).
+    """
 
     def run() -> None:
         step = max(1, rate // 10)
@@ -356,12 +360,15 @@ def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event) -> 
         sent = 0
         with open(src, "rb") as fin, open(dst, "ab") as fout:
             while not stop.is_set():
-                chunk = b"".join(line for _, line in zip(range(step), fin, strict=False))
+                n = step if limit is None else min(step, limit - sent)
+                if n <= 0:
+                    break
+                chunk = b"".join(line for _, line in zip(range(n), fin, strict=False))
                 if not chunk:
                     break
                 fout.write(chunk)
                 fout.flush()
-                sent += step
+                sent += n
                 ahead = t0 + sent / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)
@@ -417,7 +424,7 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=penv, stdout=subprocess.DEVNULL)
     if realtime:
-        writer = _realtime_writer(src, follow, realtime, stop_writer)
+        writer = _realtime_writer(src, follow, realtime, stop_writer, limit=events)
     ps = psutil.Process(proc.pid)
     sdir = data / "_state" / "live"
     while proc.poll() is None:

@@ -139,3 +139,20 @@ def test_dashboard_downloads_are_inert(values: list[str]) -> None:
     js = data.json_safe_rows(df).decode()
     assert not _unsafe(js.replace("\n", " "))
     assert [r["caller_id"] for r in json.loads(js)] == values
+
+
+def test_analyze_table_cuts_a_huge_entity(tmp_path: Path) -> None:
+    """A 300 kB session id made ``analyze``'s alert table thousands of lines (1 MB of
+    output) where ``toolwatch alerts`` shows a cut cell: the same cut in both."""
+    log = tmp_path / "a.jsonl"
+    big = "S" * 300_000 + "\u202e"
+    _enumeration_log(log, big, "c", "get")
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY="ab" * 32)
+    res = subprocess.run(
+        [TOOLWATCH, "analyze", str(log), "-d", str(tmp_path / "st"), "--no-progress"],
+        env=env, capture_output=True, timeout=180,
+    )
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    out = res.stdout.decode()
+    assert "enumeration" in out and "S" * 40 in out
+    assert len(out) < 20_000 and "\u202e" not in out

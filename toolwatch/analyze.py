@@ -21,7 +21,7 @@ from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
 from toolwatch.ingest_run import IngestResult, ingest_paths
-from toolwatch.output import safe_rich
+from toolwatch.output import json_safe, table_cell
 from toolwatch.store import Store
 
 if TYPE_CHECKING:
@@ -108,7 +108,6 @@ def write_alerts_jsonl(alerts: pl.DataFrame, path: Path) -> None:
 
     Terminal-safe like the live sinks' lines (:func:`toolwatch.output.json_safe`): entity
     ids and reasons come from the logs, and this file gets ``cat``/``tail -f``'d."""
-    from toolwatch.output import json_safe
 
     with open(path, "wb") as fh:
         for row in alerts.select(schema.ALERTS.names).iter_rows(named=True):
@@ -458,8 +457,10 @@ def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
         entity = f"{r['entity_type']}={r['entity_id']}"
         window = f"{r['first_seen']:%m-%d %H:%M} → {r['last_seen']:%m-%d %H:%M}"
         reason = (r["reasons"] or [""])[0]
-        # Ids and reasons quote logged values: escaped Text, never markup or raw controls.
-        t.add_row(*(safe_rich(v) for v in (r["severity"], r["category"], entity, window, reason)))
+        # Ids and reasons quote logged values: escaped Text, never markup or raw controls,
+        # and cut (a 300 kB session id folded into thousands of lines of table).
+        t.add_row(*(Text(table_cell(v)) for v in (r["severity"], r["category"], entity, window,
+                                                 reason)))
     console.print(t)
     if alerts.height > limit:
         console.print(Text(f"… {alerts.height - limit} more: toolwatch alerts"))

@@ -271,6 +271,11 @@ def _fmt_datetime(v: datetime) -> str:
     return v.isoformat(sep=" ", timespec=spec)
 
 
+def table_cell(value: object) -> str:
+    """A log-derived value as one terminal table cell: escaped, at most 300 characters."""
+    return _fmt(value)
+
+
 def _fmt(v: object) -> str:
     """A table cell: escaped, and cut so one huge value cannot flood the terminal."""
     if v is None:

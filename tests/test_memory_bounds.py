@@ -176,7 +176,8 @@ def test_fitting_the_forest_does_not_import_pandas() -> None:
 
 def test_a_live_process_never_imports_pandas(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """tail with detection, forest fitted: pandas stays unimported (pyarrow's
-    Schema.empty_table and scikit-learn would each pull it in: ~37 MiB RSS)."""
+    Schema.empty_table and scikit-learn would each pull it in: ~37 MiB RSS), whether the
+    forest is fitted in this process or in a child."""
     import orjson
 
     log = tmp_path / "calls.jsonl"
@@ -203,7 +204,10 @@ def test_a_live_process_never_imports_pandas(tmp_path) -> None:  # type: ignore[
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, "TOOLWATCH_HMAC_KEY": "00" * 32})
-    assert out.stdout.split()[-2:] == ["True", "False"]
+    # scikit-learn: in this process, or (H3's isolated forest) only in a short-lived child;
+    # pandas in neither case (tests/test_forest* check the child's side).
+    assert out.stdout.split()[-2] in ("True", "False")
+    assert out.stdout.split()[-1] == "False"
 
 
 def test_backlog_stores_at_once_and_detects_every_backlog_detect_events(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -187,7 +187,8 @@ def main() -> None:
     trees = {"old": old, "new": new}
     if args.only:
         trees = {args.only: trees[args.only]}
-    print(f"load average {os.getloadavg()[0]:.2f}; store {store}; base {args.base}")
+    print(f"load average {os.getloadavg()[0]:.2f}; store {store}; "
+          f"old {args.old_tree or args.base}, new {args.new_rev or 'working tree'}")
     best: dict[tuple[str, str], dict] = {}
     for mode in args.modes.split(","):
         for rep in range(args.repeat):

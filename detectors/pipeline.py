@@ -121,7 +121,11 @@ def _fit_all(
     # (~0.3 CPU-s on 1M events) alone is shorter than the rules (~0.6).
     beside = [d for d in dets if d.name in FIT_BESIDE_FOREST] if forests else []
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="forest-fit") as pool:
-        fitting = [pool.submit(load_or_fit, det, model_path, fit_on) for det in forests]
+        # Live processes (reuse["live"]) fit or load the forest in a short-lived child, so
+        # they never import scikit-learn (~90 MiB); batch analyze fits in process.
+        isolated = bool(reuse and reuse.get("live"))
+        fitting = [pool.submit(load_or_fit, det, model_path, fit_on, isolated=isolated)
+                   for det in forests]
         others = [pool.submit(det.fit, fit_on) for det in beside]
         for det in dets:
             if not isinstance(det, IsolationForestDetector) and det not in beside:

@@ -55,7 +55,8 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         float(getattr(dcfg, "entity_window_minutes", 60)),
         float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,
     )
-    reuse: dict[str, Any] = {}
+    # "live": the forest is fitted or loaded in a child process (no scikit-learn here).
+    reuse: dict[str, Any] = {"live": True}
 
     def run(
         events: pl.DataFrame, summaries: pl.DataFrame, history: pl.DataFrame | None = None
@@ -65,6 +66,10 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         )
         return apply_triage_suppressions(alerts, config.data_dir)
 
+    # The forest child's counters (runs, failures, last error) for the live status.
+    from toolwatch.detectors.forest import child_stats
+
+    run.child_stats = child_stats  # type: ignore[attr-defined]
     return run, retention
 
 
@@ -145,6 +150,11 @@ class DetectMixin:
             log.exception("detectors failed on a micro-batch; events are stored anyway")
             self.status.extra["detector_errors"] = self.status.extra.get("detector_errors", 0) + 1
             return None
+        finally:
+            stats = getattr(self.detector, "child_stats", None)
+            if stats is not None:
+                self.status.extra.update(
+                    {k: v for k, v in stats().items() if k.startswith("forest_child")})
         if alerts is None or alerts.height == 0:
             return None
         # Only entities this micro-batch touched: others were seen partially.

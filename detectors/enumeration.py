@@ -281,13 +281,17 @@ class EnumerationDetector(Detector):
         if hot.height == 0:
             return rows
         if ev is None:
-            ev = features.events.filter(
-                pl.col("has_res") & pl.col("sh").is_in(hot["sh"].implode())).select("sh", "i")
-        x = ev.join(hot.select(keys), on=keys, how="semi")
-        x = x.with_columns(
-            features.events["resource_id"].gather(x["i"]).alias("_rid"),
-            features.events["resource_key"].gather(x["i"]).alias("_rk"),
-        ).filter(pl.col("_rk").is_not_null())
+            x = features.events.filter(
+                pl.col("has_res") & pl.col("sh").is_in(hot["sh"].implode())
+            ).select("sh", "i", pl.col("resource_id").alias("_rid"),
+                     pl.col("resource_key").alias("_rk"))
+        else:
+            x = ev.join(hot.select(keys), on=keys, how="semi")
+            x = x.with_columns(
+                features.events["resource_id"].gather(x["i"]).alias("_rid"),
+                features.events["resource_key"].gather(x["i"]).alias("_rk"),
+            )
+        x = x.filter(pl.col("_rk").is_not_null())
         walked = (
             x.join(hot, on=keys).filter(pl.col("_rid") == pl.col("_wid"))
             .group_by(keys).agg(pl.col("_rk").sort_by("i").first().alias("_wk"))

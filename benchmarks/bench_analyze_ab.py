@@ -25,6 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import PY, make_file
+from bench_parse import overlay
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,8 +57,12 @@ def main() -> None:
         path = work / "events.jsonl"
         make_file(path, args.events)
         runs: dict[str, list[tuple[float, int, float]]] = {"old": [], "new": []}
+        # Each tree as one ``toolwatch`` package (see bench_parse.overlay): with a bare
+        # PYTHONPATH the editable install would load this checkout's ingest/detectors.
+        roots = {tag: overlay(tree.resolve(), work / f"tree-{tag}")
+                 for tag, tree in (("old", args.old), ("new", args.new))}
         for _ in range(args.repeat):
-            for tag, tree in (("old", args.old), ("new", args.new)):
+            for tag, tree in roots.items():
                 env = {**os.environ, "XDG_CONFIG_HOME": str(work / "cfg"),
                        "PYTHONPATH": str(tree.resolve()), "TOOLWATCH_HMAC_KEY": "00" * 32}
                 store = work / "store"

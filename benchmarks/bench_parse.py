@@ -4,8 +4,8 @@ Live sources (``toolwatch tail``, ``kafka``, ``run``) hand ``Pipeline.transform`
 micro-batch per stream per flush: 1k-10k lines, sometimes 80k on catch-up. Fixed per-call
 costs (statement binding, Arrow registration, schema casts, polars frames) that vanish in
 a 1M-line ``ingest`` dominate there. This prints, per batch size, the CPU microseconds
-per event of each stage, measured on one thread with ``time.thread_time`` (steadier than
-the wall clock on a shared machine):
+per event of each stage, measured as process CPU time (``time.process_time``: steadier than
+the wall clock on a shared machine, and it counts polars' worker threads):
 
 * ``prepare``   -- byte checks, secret scan and redaction (``Parser._prepare``);
 * ``sql``       -- the DuckDB statement (``Parser._run_sql_safely``);
@@ -103,21 +103,21 @@ def measure(path: Path, sizes: list[int]) -> dict[str, dict[str, float]]:
                 offsets=offsets[start:stop], line_nos=np.arange(start + 1, stop + 1),
                 end_offset=int(offsets[stop]) if stop < n else len(buf),
             )
-            c0 = time.thread_time()
+            c0 = time.process_time()
             tbl = parser._prepare(batch)
-            c1 = time.thread_time()
+            c1 = time.process_time()
             res = parser._run_sql_safely(tbl)
-            c2 = time.thread_time()
+            c2 = time.process_time()
             res = in_input_order(res, tbl.num_rows)
             res = (res.append_column("status", outcome_column(res.column("status_raw"),
                                                               res.column("is_error_b")))
                    .append_column("raw", tbl.column("line"))
                    .append_column("raw_bytes", pa.array(np.diff(_line_offsets(batch.lines)))))
-            c3 = time.thread_time()
+            c3 = time.process_time()
             staged._transform(batch, res)
-            c4 = time.thread_time()
+            c4 = time.process_time()
             whole.transform(batch)
-            c5 = time.thread_time()
+            c5 = time.process_time()
             for k, a, b in (("prepare", c0, c1), ("sql", c1, c2), ("post", c2, c3),
                             ("transform", c3, c4), ("total", c4, c5)):
                 t[k] += b - a

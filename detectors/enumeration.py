@@ -258,8 +258,9 @@ class EnumerationDetector(Detector):
         The feature's ``resource_key`` is merely the first resource field the group named
         (a session that polls ``jobId`` and then walks ``documentId`` would be reported as
         walking ``jobId``). The walked field is the one that carried the walk's first id
-        (``seq_first``, else the dense block's ``dense_lo``); without a run or block (sparse
-        probing), the field most of the group's lookups named. Only rows at the threshold
+        (``seq_first``, else the dense block's ``dense_lo``) — null when that id was logged
+        without a field name; without a run or block (sparse probing), the field most of
+        the group's lookups named. Only rows at the threshold
         are looked up: their events are a small subset.
 
         Parameters
@@ -291,21 +292,29 @@ class EnumerationDetector(Detector):
                 features.events["resource_id"].gather(x["i"]).alias("_rid"),
                 features.events["resource_key"].gather(x["i"]).alias("_rk"),
             )
-        x = x.filter(pl.col("_rk").is_not_null())
+        # A walked id logged without its field name (a bare resource_id) leaves the field
+        # unknown: the reason then says "resource", never a field of other calls.
         walked = (
             x.join(hot, on=keys).filter(pl.col("_rid") == pl.col("_wid"))
-            .group_by(keys).agg(pl.col("_rk").sort_by("i").first().alias("_wk"))
+            .group_by(keys).agg(pl.col("_rk").sort_by("i").first().alias("_wk"),
+                                pl.lit(True).alias("_walk"))
         )
         mode = (
-            x.group_by(*keys, "_rk").agg(pl.len().alias("_n"), pl.col("i").min().alias("_i0"))
+            x.filter(pl.col("_rk").is_not_null())
+            .group_by(*keys, "_rk").agg(pl.len().alias("_n"), pl.col("i").min().alias("_i0"))
             .sort(["_n", "_i0"], descending=[True, False])
             .group_by(keys, maintain_order=True).first()
             .select(*keys, pl.col("_rk").alias("_mk"))
         )
-        named = hot.select(keys).join(walked, on=keys, how="left").join(
-            mode, on=keys, how="left").select(*keys, pl.coalesce("_wk", "_mk").alias("_key"))
+        named = (
+            hot.select(keys).join(walked, on=keys, how="left").join(mode, on=keys, how="left")
+            .select(*keys, pl.when(pl.col("_walk").fill_null(False)).then(pl.col("_wk"))
+                    .otherwise(pl.col("_mk")).alias("_key"), pl.lit(True).alias("_named"))
+        )
         return rows.join(named, on=keys, how="left").with_columns(
-            pl.coalesce("_key", "resource_key").alias("resource_key")).drop("_key")
+            pl.when(pl.col("_named").fill_null(False)).then(pl.col("_key"))
+            .otherwise(pl.col("resource_key")).alias("resource_key")
+        ).drop("_key", "_named")
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons such as "143 distinct documentId values in 4 min, 92% not found or

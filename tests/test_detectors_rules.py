@@ -253,6 +253,27 @@ def test_sparse_probe_names_the_field_most_lookups_used() -> None:
     assert " distinct accountId values in " in hit[0]["reasons"][0]
 
 
+def test_walk_logged_without_field_names_is_not_named_after_other_calls() -> None:
+    """Seed 9202: a walk whose lines carry a bare resource_id (no field name) after
+    listDocuments(folderId=...) calls was reported as 'distinct folderId values'. The
+    field is unknown: the reason says 'resource', the evidence names no field."""
+    tr = _fresh()
+    t = T0 + timedelta(hours=6)
+    for p in range(3):
+        tr.call("bare", t, "listDocuments", caller="walker2", resource_key="folderId",
+                resource_id="fld-public", args={"page": p + 1})
+        t += timedelta(seconds=10)
+    for k in range(40):
+        tr.call("bare", t, "getDocument", caller="walker2", resource_id=f"doc-{4487 + k}",
+                args={"documentId": f"doc-{4487 + k}"}, status="ok" if k % 4 else "denied")
+        t += timedelta(seconds=20)
+    hit = alerts_for(run(tr), "bare", "enumeration")
+    assert len(hit) == 1
+    assert "resource_key" not in orjson.loads(hit[0]["evidence"])
+    assert " distinct resource values in " in hit[0]["reasons"][0]
+    assert "folderId" not in " ".join(hit[0]["reasons"])
+
+
 def test_poll_then_a_few_reads_stays_quiet() -> None:
     """Hard negative for the field lookup: polling a job then opening a handful of records
     is no walk (the lookup only runs for rows at the threshold)."""

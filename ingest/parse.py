@@ -279,9 +279,9 @@ class _BufferScan:
             pos = int(starts[k + 1])
         return out
 
-    def any(self, key: str, data: np.ndarray) -> bool:
-        """Whether pattern ``key`` matches anywhere in the batch."""
-        return self._rx[key].Match(self._anchor, data, 0, len(data))[0][0] >= 0
+    def at(self, key: str, data: np.ndarray, start: int, end: int) -> bool:
+        """Whether pattern ``key`` matches the line at ``data[start:end]``."""
+        return self._rx[key].Match(self._anchor, data, start, end)[0][0] >= 0
 
 
 class _CurrentBatch:
@@ -383,7 +383,7 @@ class Parser:
         self._statements: dict[frozenset[str], str] = {}
         try:
             self._scan: _BufferScan | None = _BufferScan(
-                {"need": self._scan_pattern, "escape": r"\\u"}
+                {"all": self._scan_all, "need": self._scan_pattern, "escape": r"\\u"}
                 | {g: p for g, p in self._group_patterns.items() if p}
             )
         except Exception:  # no google-re2, or a pattern it refuses: Arrow's scans
@@ -713,19 +713,27 @@ FROM res
         """Lines that need Python and the rare groups some line may name (see
         :class:`_BufferScan`; same answer as :meth:`_scan_arrow` + :meth:`_split_hits`).
 
-        A line naming a rare field always matches a group's pattern, so a group absent
-        from the whole batch is absent from every line: one search that stops at the
-        first hit decides it. Every group is read when a line holds an escape (a name
-        may be spelled with it); such a line needs Python anyway.
+        One pass of the combined pattern finds the (few) lines that need Python or name
+        a rare field; only those are tested again, pattern by pattern. Every group is
+        read when a hit line holds an escape (a name may be spelled with it).
         """
         assert self._scan is not None
-        need = set(self._scan.lines("need", data, starts))
+        scan = self._scan
         if self._scan_all is self._scan_pattern:  # no rare names to look for
+            return set(scan.lines("need", data, starts)), frozenset(RARE_GROUPS)
+        hits = scan.lines("all", data, starts)
+        if len(hits) * 8 > len(starts) - 1:
+            # Many lines name rare fields (a JSON-RPC transcript, summaries): testing
+            # each hit again costs more than one more pass; parse with every field.
+            return set(scan.lines("need", data, starts)), frozenset(RARE_GROUPS)
+        bounds = [(int(starts[i]), int(starts[i + 1])) for i in hits]
+        need = {i for i, (a, b) in zip(hits, bounds, strict=True) if scan.at("need", data, a, b)}
+        if need and any(scan.at("escape", data, a, b) for a, b in bounds):
             return need, frozenset(RARE_GROUPS)
-        if need and self._scan.any("escape", data):
-            return need, frozenset(RARE_GROUPS)
-        groups = frozenset(g for g, p in self._group_patterns.items()
-                           if p and self._scan.any(g, data))
+        groups = frozenset(
+            g for g, p in self._group_patterns.items()
+            if p and any(scan.at(g, data, a, b) for a, b in bounds)
+        )
         return need, groups
 
     def _scan_arrow(self, lines: pa.LargeBinaryArray, n: int) -> set[int]:

@@ -320,7 +320,8 @@ class Pipeline:
                 derived.combine_chunks(),
                 ids.cast(session_id.type),
             )
-        cols = {name: ev.column(name) for name in _EVENT_COLS if name in ev.column_names}
+        have = set(ev.column_names)  # not ``in ev.column_names``: a new list per test
+        cols = {name: ev.column(name) for name in _EVENT_COLS if name in have}
         cols.update(
             session_id=session_id,
             session_derived=derived,

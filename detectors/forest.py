@@ -42,6 +42,7 @@ import math
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
@@ -167,21 +168,56 @@ def _forest_scores(
     return trees.iso_scores(x)
 
 
+@dataclass
+class RowMemo:
+    """Scores of the distinct rows of the last history scored (sorted row bytes).
+
+    A live process rescores the whole history for the callers' habits at every flush,
+    and that history is mostly the same rows as at the previous flush: only rows not
+    seen then go through the forest. Rows are matched on their exact bytes and the
+    forest is fixed for the memo's life, so a remembered score is the score.
+    """
+
+    keys: np.ndarray | None = None
+    scores: np.ndarray | None = None
+    hits: int = 0
+    misses: int = 0
+
+
 def _iso_scores(
-    trees: TreeEnsemble, x: np.ndarray, model: IsolationForest | None = None
+    trees: TreeEnsemble, x: np.ndarray, model: IsolationForest | None = None,
+    memo: RowMemo | None = None, remember: bool = False,
 ) -> np.ndarray:
     """Isolation scores (``-score_samples``) of the rows of ``x``.
 
     After flooring, many sessions share the exact same feature vector; each distinct row
-    is scored once (a forest pass costs far more than finding duplicates). A row's score
-    does not depend on the other rows scored with it, so the result is the same.
+    is scored once (a forest pass costs far more than finding duplicates), or not at
+    all when ``memo`` has it (``remember``: the memo then holds this call's rows). A
+    row's score does not depend on the other rows scored with it, so the result is the
+    same.
     """
-    if x.shape[0] < 2:
+    if x.shape[0] < 2 and memo is None:
         return _forest_scores(trees, model, x)
     x = np.ascontiguousarray(x)
     rows = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
-    _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
-    return _forest_scores(trees, model, x[first])[inverse.ravel()]
+    keys, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    if memo is None or memo.keys is None or memo.keys.size == 0 or keys.size == 0:
+        scores = _forest_scores(trees, model, x[first])
+        if memo is not None:
+            memo.misses += int(keys.size)
+    else:
+        pos = np.minimum(np.searchsorted(memo.keys, keys), memo.keys.size - 1)
+        hit = memo.keys[pos] == keys
+        scores = np.empty(keys.size, dtype=np.float64)
+        scores[hit] = memo.scores[pos[hit]]  # type: ignore[index]
+        miss = ~hit
+        if miss.any():
+            scores[miss] = _forest_scores(trees, model, x[first[miss]])
+        memo.hits += int(hit.sum())
+        memo.misses += int(miss.sum())
+    if memo is not None and remember:
+        memo.keys, memo.scores = keys, scores
+    return scores[inverse.ravel()]
 
 
 def _transform(raw: np.ndarray) -> np.ndarray:
@@ -217,6 +253,7 @@ class IsolationForestDetector(Detector):
         self.model_ = None
         self.trees_ = None
         self._cache = None
+        self._memo = RowMemo()
         raw = raw_feature_frame(history.sessions).to_numpy().astype(np.float64)
         if raw.shape[0] < a.min_train_sessions:
             return self
@@ -256,7 +293,7 @@ class IsolationForestDetector(Detector):
         else:
             # x holds every history session, prepared exactly as scoring prepares it:
             # score them all once, for the quantile, the habits and (batch) scoring.
-            all_scores = _iso_scores(trees, x, model)
+            all_scores = _iso_scores(trees, x, model, self._memo, remember=True)
             train_scores = all_scores[::step]
             self._cache = (history.sessions, all_scores)
         self.model_ = model
@@ -281,7 +318,7 @@ class IsolationForestDetector(Detector):
         self.habit_ = None
         if not self.model_fitted or history.sessions.height == 0:
             return self
-        scores = self._score_sessions(history.sessions)
+        scores = self._score_sessions(history.sessions, remember=True)
         self.habit_ = habits(
             history.sessions.select("caller_id", "first_t").with_columns(
                 pl.Series("_raw", scores, dtype=pl.Float64)
@@ -291,12 +328,15 @@ class IsolationForestDetector(Detector):
         )
         return self
 
-    def _score_sessions(self, sessions: pl.DataFrame) -> np.ndarray:
+    def _score_sessions(self, sessions: pl.DataFrame, remember: bool = False) -> np.ndarray:
+        """Scores of sessions; ``remember``: this is the history (see :class:`RowMemo`)."""
         cached = getattr(self, "_cache", None)
         if cached is not None and cached[0] is sessions:
             return cached[1]
         raw = raw_feature_frame(sessions).to_numpy().astype(np.float64)
-        scores, _ = self._score_raw(raw)
+        x = self._prep(_transform(raw), self.medians_)
+        scores = _iso_scores(self.trees_, x, self.model_,  # type: ignore[arg-type]
+                             getattr(self, "_memo", None), remember)
         self._cache = (sessions, scores)
         return scores
 
@@ -520,6 +560,7 @@ class IsolationForestDetector(Detector):
         self.model_ = model
         self.trees_ = trees
         self._cache = None
+        self._memo = RowMemo()
         self.medians_ = fields["medians"]
         self.center_ = fields["center"]
         self.scale_ = fields["scale"]

@@ -172,6 +172,29 @@ def test_isolated_fit_equals_in_process_fit(fs: FeatureSet,
         inproc.trees_.iso_scores(x), rtol=0, atol=1e-12)  # type: ignore[union-attr]
 
 
+def test_history_rescored_at_every_flush_reuses_remembered_rows(traffic: Traffic) -> None:
+    """Live: habits rescore the history each flush; rows seen at the previous flush are
+    taken from the memo, and the scores are those of a fresh detector."""
+    cfg = DetectorsConfig()
+    events = traffic.events()
+    first = FeatureSet.build(events, None, cfg)
+    det = IsolationForestDetector(cfg).fit(first)
+    assert det.model_fitted
+    det.learn_habits(FeatureSet.build(events.head(events.height * 2 // 3), None, cfg))
+    before = det._memo.hits
+    # The next flush: more of the same (the window moved on).
+    later = FeatureSet.build(events.slice(events.height // 4), None, cfg)
+    det.learn_habits(later)
+    assert det._memo.hits > before and det._memo.misses > 0
+    fresh = IsolationForestDetector(cfg).fit(first)
+    fresh._memo = fmod.RowMemo()  # nothing remembered
+    got = det._score_sessions(later.sessions.clone())
+    want = fmod._iso_scores(fresh.trees_, fresh._prep(fmod._transform(  # type: ignore[arg-type]
+        fmod.raw_feature_frame(later.sessions).to_numpy().astype(np.float64)),
+        fresh.medians_))
+    np.testing.assert_array_equal(got, want)
+
+
 def test_isolated_load_uses_the_arrays_beside_the_model(
     traffic: Traffic, fs: FeatureSet, tmp_path: Path
 ) -> None:

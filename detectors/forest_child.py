@@ -26,7 +26,6 @@ unreadable, untrusted or foreign model file); anything else is a crash.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 from pathlib import Path
 from typing import Any
@@ -175,6 +174,10 @@ def peak_rss_kib() -> int:
                     return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
+    try:
+        import resource  # Unix only
+    except ImportError:  # pragma: no cover
+        return 0
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 

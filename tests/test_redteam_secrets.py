@@ -214,3 +214,47 @@ def test_pem_body_on_a_wrapped_servers_stderr_is_hashed(tmp_path: Path) -> None:
         "SELECT raw FROM quarantine").to_pylist()]
     assert len(raws) == len(_pem_lines())
     assert not any(b[:30] in r for b in PEM_BODY for r in raws), raws
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    secret=secret_text,
+    where=st.integers(0, 3),
+    copies=st.integers(2, 4),
+    key=st.sampled_from(["args", "password", "q", "ts"]),
+)
+def test_duplicate_keys_never_hide_a_secret(secret: str, where: int, copies: int, key: str) -> None:
+    """``{"args":{"password":S},"args":{}}``: orjson keeps the last value, DuckDB (which
+    parses the stored line) the first, so a secret in any but the last copy was stored in
+    clear in ``args`` and ``raw``."""
+    values = ['{"q":"x"}'] * copies
+    values[where % copies] = '{"password":"%s","u":"https://u:%s@h"}' % (secret, secret)
+    body = ",".join(f'"{key}":{v}' for v in values)
+    line = ('{"ts":"%s","tool":"t",%s}' % (TS, body)).encode()
+    red, h = HASHER.redact_line(line)
+    assert secret.encode() not in red, red
+    assert h is not None
+    # the first copy keeps its name (what DuckDB reads); the others are kept renamed
+    obj = json.loads(red)
+    assert key in obj and all(f"{key}#{i}" in obj for i in range(2, copies + 1))
+
+
+def test_duplicate_keys_through_ingest(tmp_path: Path) -> None:
+    s = "Q9xW7vK3mP8rT2yZ"
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        '{"ts":"%s","session_id":"s","tool":"t","args":{"password":"%s"},"args":{"q":"x"}}\n'
+        '{"ts":"%s","session_id":"s","tool":"t","args":{"password":"%s","password":null}}\n'
+        % (TS, s, TS, s)
+    )
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
+    res = subprocess.run(
+        [TOOLWATCH, "ingest", str(src), "-d", str(tmp_path / "st"), "--json", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = Store(tmp_path / "st").query("SELECT args, raw FROM events").to_pylist()
+    assert len(rows) == 2
+    for r in rows:
+        assert s not in r["args"] and s not in r["raw"], r
+        assert json.loads(r["args"])["password"].startswith("hmac:")

@@ -587,6 +587,8 @@ class SecretHasher:
             return self._scrub_bytes(line)
         # (the gate reads the line as logged: a digest put in by the token pass has a colon)
         red = self._walk(obj, found, strings=strings)
+        if _has_duplicate_keys(src, obj):
+            return self._redact_duplicates(src, line)
         if not found:
             return line, None
         if red is obj:
@@ -594,6 +596,20 @@ class SecretHasher:
         try:
             return orjson.dumps(red), found[0]
         except TypeError:  # deeper than orjson writes (255): fall back to the text scan
+            return self._scrub_bytes(line)
+
+    def _redact_duplicates(self, src: bytes, line: bytes) -> tuple[bytes, str | None]:
+        """A line with a key twice in one object: ``orjson`` keeps the last value, DuckDB
+        (which reads the stored line) the first, so a secret under the first was never
+        seen and stored in clear. Every occurrence is kept — the first under its name,
+        the others as ``name#2``, ``name#3`` … (so what is parsed does not change and no
+        value is lost) — and all are redacted."""
+        found: list[str] = []
+        try:
+            obj = json.loads(src, object_pairs_hook=_keep_duplicates)
+            red = self._walk(obj, found, strings=True)
+            return orjson.dumps(red), (found[0] if found else None)
+        except (ValueError, TypeError, RecursionError):
             return self._scrub_bytes(line)
 
     def _hash_bytes(self, secret: bytes, found: list[str]) -> bytes:
@@ -893,6 +909,62 @@ class SecretHasher:
         h = self.digest(value)
         found.append(h)
         return h
+
+
+#: Every JSON string of a line in order, group 1 set when it is a key (a colon follows).
+#: Between strings there are no quotes, so the scan stays aligned on valid JSON.
+_KEY_SCAN_B = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"(\s*:)?')
+
+
+#: A key whose colon does not follow its closing quote at once (``"k" : 1``).
+_SPACED_COLON_B = re.compile(rb'"[ \t\r\n]+:')
+
+
+def _has_duplicate_keys(line: bytes, obj: Any) -> bool:
+    """Whether some object of ``line`` (parsed as ``obj``) names a key twice: the keys in
+    the text outnumber the keys ``obj`` kept.
+
+    Keys in the text are counted exactly by tokenizing its strings; first, cheaply, as
+    ``":`` pairs, which is exact when no key has space before its colon and no string
+    holds an escaped quote (``\\"`` then ``:`` inside a value would count).
+    """
+    kept = _count_keys(obj)
+    if b'\\"' not in line and line.count(b'":') == kept and not _SPACED_COLON_B.search(line):
+        return False
+    found = _KEY_SCAN_B.findall(line)  # group 1 per string: b"" for a value
+    return len(found) - found.count(b"") != kept
+
+
+def _count_keys(obj: Any) -> int:
+    """Keys of every object in a parsed JSON value."""
+    kept = 0
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if type(o) is dict:
+            kept += len(o)
+            stack.extend(v for v in o.values() if type(v) is dict or type(v) is list)
+        elif type(o) is list:
+            stack.extend(v for v in o if type(v) is dict or type(v) is list)
+    return kept
+
+
+def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` keeping a repeated key's values as ``name#2``, ``name#3`` …"""
+    out: dict[str, Any] = {}
+    seen: dict[str, int] = {}
+    for k, v in pairs:
+        if k in out:
+            n = seen.get(k, 1)
+            while True:
+                n += 1
+                alias = f"{k}#{n}"
+                if alias not in out:
+                    break
+            seen[k] = n
+            k = alias
+        out[k] = v
+    return out
 
 
 def _items(container: dict[str, Any] | list[Any]) -> Any:

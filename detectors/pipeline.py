@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -195,19 +196,24 @@ def _history_features(
     """Features of the baseline history; live mode computes them once per history frame.
 
     Live detection splits a large detection into passes that all get the *same* history
-    frame (and a flush whose history did not change passes the same frame again): its
-    features are computed on the first call and reused while the frame is the same
-    object. Only the latest history is kept (it replaces the previous one), so the memory
-    held between flushes is one history's features.
+    frame: its features are computed on the first call and reused while that frame is
+    alive. The cache holds the frame weakly and is emptied when the frame is let go (the
+    detection is over), so nothing more than before is held between flushes.
     """
     if reuse is None:
         return FeatureSet.build(history, None, config)
     cached = reuse.get("history_features")
-    if cached is not None and cached[0] is history and cached[1] is config:
+    if cached is not None and cached[0]() is history and cached[1] is config:
         return cached[2]
-    reuse["history_features"] = None  # drop the previous one before building the next
+    reuse.pop("history_features", None)  # drop the previous one before building the next
     fs = FeatureSet.build(history, None, config)
-    reuse["history_features"] = (history, config, fs)
+    reuse["history_features"] = entry = (weakref.ref(history), config, fs)
+
+    def forget() -> None:
+        if reuse.get("history_features") is entry:
+            reuse.pop("history_features", None)
+
+    weakref.finalize(history, forget)
     reuse["history_builds"] = reuse.get("history_builds", 0) + 1
     return fs
 

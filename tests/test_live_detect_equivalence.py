@@ -3,6 +3,7 @@ forest explanations computed only for the alerts that show them."""
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 from typing import Any
 
@@ -134,4 +135,8 @@ def test_history_features_built_once_per_history_frame(traffic: Traffic) -> None
     hist2 = ev.head(ev.height // 2 + 10)
     detect(parts[0], None, CFG, history=hist2, reuse=cached)
     assert cached["history_builds"] == 2
-    assert cached["history_features"][0] is hist2
+    assert cached["history_features"][0]() is hist2
+    # Once the detection lets its history go, its features are not held either.
+    del hist2
+    gc.collect()
+    assert "history_features" not in cached

@@ -76,15 +76,15 @@ def test_forest_is_fitted_once_per_live_process(
     counts = {"fit": 0, "load": 0, "fitted": 0}
     real_fit, real_load = IsolationForestDetector.fit, IsolationForestDetector.load
 
-    def fit(self, history):  # type: ignore[no-untyped-def]
+    def fit(self, history, **kw):  # type: ignore[no-untyped-def]
         counts["fit"] += 1
-        out = real_fit(self, history)
+        out = real_fit(self, history, **kw)  # live: isolated=True (a child process)
         counts["fitted"] += bool(self.model_fitted)
         return out
 
-    def load(self, path):  # type: ignore[no-untyped-def]
+    def load(self, path, **kw):  # type: ignore[no-untyped-def]
         counts["load"] += 1
-        return real_load(self, path)
+        return real_load(self, path, **kw)
 
     monkeypatch.setattr(IsolationForestDetector, "fit", fit)
     monkeypatch.setattr(IsolationForestDetector, "load", load)

@@ -299,7 +299,8 @@ def test_max_queued_events_bounds_the_commit_queue(tmp_path) -> None:  # type: i
             wait_for,
         )
 
-    assert queue_bound(LiveConfig()) == 4 * LiveConfig().flush_events  # 0: the old default
+    assert queue_bound(LiveConfig()) == 10_000
+    assert queue_bound(LiveConfig(max_queued_events=0)) == 4 * LiveConfig().flush_events
     assert queue_bound(LiveConfig(max_queued_events=123)) == 123
     bad = Config()
     bad.live = {"max_queued_events": -1}

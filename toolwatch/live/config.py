@@ -88,13 +88,15 @@ class LiveConfig:
         0,
     )
     max_queued_events: int = doc(
-        "Transformed events (parsed micro-batches, ~0.5 KB each with their raw lines) "
-        "waiting for the commit thread, at most; past it the reader waits (back-pressure), "
-        "so a host too busy to keep up holds this many, not an unbounded backlog, in "
-        "memory. Under a backlog the commit thread also waits for this many (or the "
-        "window's size, if smaller) before committing them as one batch. 0: 4 x "
-        "flush_events.",
-        0,
+        "Transformed events (parsed micro-batches, ~0.7 KB each with their raw lines) "
+        "waiting for the commit thread, at most; past it the reader waits (back-pressure: "
+        "the file, the spool or Kafka keeps the lines), so a host too busy to keep up "
+        "holds this many in memory, not more. Under a backlog the commit thread also "
+        "waits for this many (or the window's size, if smaller) before committing them as "
+        "one batch. The default (one micro-batch at the default flush_events) measured "
+        "30-50 MiB less RSS than 4 x flush_events at 10k events/s, catching up at "
+        "0.90-0.98x the speed; raise it with flush_events. 0: 4 x flush_events.",
+        10_000,
     )
     overlap_detection: bool = doc(
         "tail/run/follow: detect and commit a micro-batch on a second thread while the "

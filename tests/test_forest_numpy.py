@@ -386,3 +386,42 @@ def test_live_tail_never_imports_sklearn_and_alerts_like_the_sklearn_path(
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert ref.stdout.split()[-1] == "True"  # this one did use scikit-learn
     assert _alerts(runs["ref"]) == live
+
+
+def test_live_tail_with_a_broken_model_keeps_ingesting_and_counts_the_failure(
+    traffic: Traffic, tmp_path: Path
+) -> None:
+    """The child refusing the store's model file: every event stored, rule alerts still
+    raised, the forest unfitted, the failure counted in the live status."""
+    log = tmp_path / "calls.jsonl"
+    tr = Traffic(seed=5)
+    tr.rows = list(traffic.rows)
+    tr.scraping("scrape", T0 + timedelta(days=3, hours=1))  # a rule alert, no forest needed
+    _write_log(tr, log)
+    data = tmp_path / "store"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / "forest.skops").write_bytes(b"PK\x03\x04 a broken model file")
+    code = textwrap.dedent(f"""
+        import json, sys
+        from toolwatch.config import Config
+        from toolwatch.live_cli import tail_files
+        cfg = Config()
+        cfg.store.data_dir = {str(data)!r}
+        cfg.live = {{"compact_interval_s": 0}}
+        lp = tail_files(cfg, [{str(log)!r}], idle_exit_s=0.5)
+        extra = lp.status.extra
+        print(json.dumps({{"stored": lp.status.events_stored,
+                          "failures": extra.get("forest_child_failures"),
+                          "error": extra.get("forest_child_last_error"),
+                          "sklearn": "sklearn" in sys.modules}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "TOOLWATCH_HMAC_KEY": "00" * 32}, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = orjson.loads(out.stdout.strip().splitlines()[-1])
+    assert res["stored"] == tr.events().height
+    assert res["failures"] >= 1 and "not a readable skops file" in res["error"]
+    assert res["sklearn"] is False
+    assert "isolation forest unavailable" in out.stderr  # logged with its reason
+    cats = {cat for _, cat, *_ in _alerts(data)}
+    assert "scraping_loop" in cats and "anomaly" not in cats, cats

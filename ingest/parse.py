@@ -88,6 +88,11 @@ RARE_GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Batches up to this many lines are scanned by :class:`_BufferScan` (patterns compiled
+#: once); larger ones by Arrow, whose ~8 ms of compiling per batch is amortized there
+#: and whose per-line matching measured ~15% cheaper (benchmarks/bench_parse.py).
+BUFFER_SCAN_MAX_LINES = 32_768
+
 #: A JSON escaped backslash, a surrogate pair escape, or a lone surrogate escape.
 _SURROGATE = re.compile(
     rb"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
@@ -656,7 +661,10 @@ FROM res
             # deep); a byte order mark. Every repaired line goes too (its bytes were not
             # what the regex saw). The extra alternatives cost nothing measurable: RE2
             # runs one DFA pass either way.
-            seg = self._scan.segments(lines) if self._scan is not None else None
+            # Large batches (batch ingest's 16 MiB chunks) amortize Arrow's per-call
+            # compile, and its per-line matching is a little cheaper per byte there.
+            seg = (self._scan.segments(lines)
+                   if self._scan is not None and n <= BUFFER_SCAN_MAX_LINES else None)
             if seg is not None:
                 idx, self._groups = self._scan_hits(*seg)
             else:

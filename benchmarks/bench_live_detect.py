@@ -95,9 +95,9 @@ def _child(store_dir: str, mode: str, overrides: list[str], out_json: str) -> No
     fits = {"forest_load_or_fit": 0}
     real_load_or_fit = dp.load_or_fit
 
-    def counted(*a: object) -> object:
+    def counted(*a: object, **k: object) -> object:
         fits["forest_load_or_fit"] += 1
-        return real_load_or_fit(*a)
+        return real_load_or_fit(*a, **k)
 
     dp.load_or_fit = counted
     n = events.num_rows
@@ -199,6 +199,8 @@ def main() -> None:
                                 "--child", str(store), mode, out, *args.live],
                                check=True, env=env)
                 r = json.loads(out.read_text())
+                if r["extra"].get("detector_errors"):
+                    sys.exit(f"{name} tree: detection failed ({r['extra']}); see the log above")
                 if (mode, name) not in best or r["cpu"] < best[mode, name]["cpu"]:
                     best[mode, name] = r
                 print(f"  {mode:8s} {name}: {1e6 * r['cpu'] / r['events']:6.1f} CPU-us/event "

@@ -113,8 +113,10 @@ class Store:
 
     #: Files smaller than this are merged by :meth:`compact`.
     SMALL_FILE_BYTES = 1024 * 1024
-    #: Upper bound of input bytes one merge reads (bounds compaction memory).
-    COMPACT_MAX_BYTES = 64 * 1024 * 1024
+    #: Upper bound of input bytes one merge reads (bounds compaction memory: a merge
+    #: holds ~10x its Parquet bytes decompressed, plus DuckDB's sort; 64 MiB of live
+    #: event files took a live process from ~530 MiB to 1.26 GiB RSS for a moment).
+    COMPACT_MAX_BYTES = 4 * 1024 * 1024
 
     def __init__(self, data_dir: str | Path, *, compact_min_files: int = 16):
         self.root = Path(data_dir)
@@ -376,8 +378,8 @@ class Store:
         """Merge small files per date partition, de-duplicating on the id column.
 
         Only files under :attr:`SMALL_FILE_BYTES` take part (live mode writes one small
-        file per flush; batch ingest already writes large ones), and one merge reads at
-        most :attr:`COMPACT_MAX_BYTES` of them, so memory stays bounded whatever the
+        file per flush; batch ingest already writes large ones), in merges of at most
+        :attr:`COMPACT_MAX_BYTES` of them each, so memory stays bounded whatever the
         partition's size. Returns the number of merges done.
         """
         # One compactor per store at a time: two merging the same files would each write
@@ -402,28 +404,38 @@ class Store:
             small = [f for f in part_files if f.stat().st_size < self.SMALL_FILE_BYTES]
             if len(small) < self.compact_min_files:
                 continue
-            group: list[Path] = []
+            # Groups of at most COMPACT_MAX_BYTES, each merged on its own: a merge holds
+            # its rows decompressed (~10x the Parquet bytes, plus DuckDB's sort), so the
+            # group size, not the partition's, is compaction's memory.
+            groups: list[list[Path]] = [[]]
             total = 0
             for f in small:
-                group.append(f)
-                total += f.stat().st_size
-                if total >= self.COMPACT_MAX_BYTES:
-                    break
-            con = duckdb.connect()
-            try:
-                tbl = con.sql(
-                    "SELECT * FROM read_parquet($files, union_by_name=true) "
-                    f"QUALIFY row_number() OVER (PARTITION BY {part_key} ORDER BY {order}) = 1",
-                    params={"files": [str(f) for f in group]},
-                ).to_arrow_table()
-            finally:
-                con.close()
-            tbl = tbl.select(schema.DATASETS[dataset].names).cast(schema.DATASETS[dataset])
-            self.write_batch(
-                {dataset: tbl}, replaces=[str(f.relative_to(self.root)) for f in group]
-            )
-            done += 1
+                size = f.stat().st_size
+                if groups[-1] and total + size > self.COMPACT_MAX_BYTES:
+                    groups.append([])
+                    total = 0
+                groups[-1].append(f)
+                total += size
+            for group in groups:
+                if len(group) < 2:
+                    continue
+                self._merge(dataset, group, part_key, order)
+                done += 1
         return done
+
+    def _merge(self, dataset: str, group: list[Path], part_key: str, order: str) -> None:
+        """Replace ``group`` by one file of its rows, de-duplicated on ``part_key``."""
+        con = duckdb.connect()
+        try:
+            tbl = con.sql(
+                "SELECT * FROM read_parquet($files, union_by_name=true) "
+                f"QUALIFY row_number() OVER (PARTITION BY {part_key} ORDER BY {order}) = 1",
+                params={"files": [str(f) for f in group]},
+            ).to_arrow_table()
+        finally:
+            con.close()
+        tbl = tbl.select(schema.DATASETS[dataset].names).cast(schema.DATASETS[dataset])
+        self.write_batch({dataset: tbl}, replaces=[str(f.relative_to(self.root)) for f in group])
 
     # ------------------------------------------------------------ reader side
     def files(self, dataset: str) -> list[str]:

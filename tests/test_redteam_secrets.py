@@ -228,9 +228,9 @@ def test_duplicate_keys_never_hide_a_secret(secret: str, where: int, copies: int
     parses the stored line) the first, so a secret in any but the last copy was stored in
     clear in ``args`` and ``raw``."""
     values = ['{"q":"x"}'] * copies
-    values[where % copies] = '{"password":"%s","u":"https://u:%s@h"}' % (secret, secret)
+    values[where % copies] = '{"password":"S","u":"https://u:S@h"}'.replace("S", secret)
     body = ",".join(f'"{key}":{v}' for v in values)
-    line = ('{"ts":"%s","tool":"t",%s}' % (TS, body)).encode()
+    line = ('{"ts":"' + TS + '","tool":"t",' + body + "}").encode()
     red, h = HASHER.redact_line(line)
     assert secret.encode() not in red, red
     assert h is not None
@@ -243,9 +243,9 @@ def test_duplicate_keys_through_ingest(tmp_path: Path) -> None:
     s = "Q9xW7vK3mP8rT2yZ"
     src = tmp_path / "in.jsonl"
     src.write_text(
-        '{"ts":"%s","session_id":"s","tool":"t","args":{"password":"%s"},"args":{"q":"x"}}\n'
-        '{"ts":"%s","session_id":"s","tool":"t","args":{"password":"%s","password":null}}\n'
-        % (TS, s, TS, s)
+        ('{"ts":"TS","session_id":"s","tool":"t","args":{"password":"S"},"args":{"q":"x"}}\n'
+         '{"ts":"TS","session_id":"s","tool":"t","args":{"password":"S","password":null}}\n')
+        .replace("TS", TS).replace('"S"', f'"{s}"')
     )
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
     res = subprocess.run(

@@ -258,3 +258,25 @@ def test_duplicate_keys_through_ingest(tmp_path: Path) -> None:
     for r in rows:
         assert s not in r["args"] and s not in r["raw"], r
         assert json.loads(r["args"])["password"].startswith("hmac:")
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"headers": [{"name": "Authorization", "value": "Bearer-less SECRET"}]},  # HAR
+        {"env": [{"name": "DB_PASSWORD", "value": "SECRET"}, {"name": "HOME", "value": "/r"}]},
+        {"Tags": [{"Key": "api_key", "Value": "SECRET"}]},  # cloud tags
+        {"args": {"Bearer SECRET": 1}},  # a secret in a key that is itself secret-like
+        {"args": {"token=SECRET": {"x": 1}}},
+    ],
+)
+def test_named_values_and_secret_keys_are_hashed(obj: dict) -> None:
+    """A value named by a sibling (``{"name": "DB_PASSWORD", "value": …}``) was kept in
+    clear, and so was a key that both looks secret and holds the secret."""
+    s = "Q9xW7vK3mP8rT2yZab"
+    line = json.dumps(obj).replace("SECRET", s).encode()
+    red, h = HASHER.redact_line(line)
+    assert s.encode() not in red, red
+    assert h is not None
+    if "env" in obj:
+        assert json.loads(red)["env"][1] == {"name": "HOME", "value": "/r"}  # others kept

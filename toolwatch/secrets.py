@@ -212,6 +212,10 @@ _KV_VALUE_RE = re.compile(
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 #: ``Bearer+token`` / ``Basic+…``: a form-encoded space after a scheme name.
 _PLUS_SCHEME_RE = re.compile(r"(?i)(?:bearer|basic)\+")
+#: Objects that name a value instead of keying it (``{"name": "Authorization", "value":
+#: …}``: HAR headers, Kubernetes env vars, cloud tags): the value is secret when the name is.
+_PAIR_VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
+_PAIR_NAME_KEYS = ("name", "Name", "key", "Key", "NAME", "KEY")
 #: A line that is only base64 (a PEM body line, a key printed alone), hashed whole by
 #: the structure-free scan when it mixes upper case, lower case and digits.
 _B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
@@ -487,10 +491,15 @@ class SecretHasher:
                     secret = cache.get(k)
                     if secret is None:
                         secret = self.is_secret_key(k)
+                    if not secret and k in _PAIR_VALUE_KEYS:
+                        # {"name": "DB_PASSWORD", "value": …} (k8s env, HAR headers, tags)
+                        secret = self._names_secret(f[0])
                     if secret:
                         new = self._hash_value(v, found)
-                        if new is not v:
-                            _set(f, k, k, new)
+                        # a key can hold a secret too ("Bearer …", "token=…")
+                        new_k = self.scrub_str(k, found) if strings and gate(k) else k
+                        if new is not v or new_k is not k:
+                            _set(f, k, new_k, new)
                         continue
                     if strings and gate(k):
                         new_k = self.scrub_str(k, found)
@@ -516,6 +525,14 @@ class SecretHasher:
             if result is not f[0]:
                 _set(f[3], f[4], f[4], result)
         return obj  # pragma: no cover - the loop returns at the root
+
+    def _names_secret(self, obj: dict[str, Any]) -> bool:
+        """Whether a ``{"name": …, "value": …}`` object names a secret in its name."""
+        for nk in _PAIR_NAME_KEYS:
+            name = obj.get(nk)
+            if type(name) is str and len(name) <= 256 and self.is_secret_key(name):
+                return True
+        return False
 
     def plan(self, lines: pa.Array) -> list[int]:
         """Which passes :meth:`redact_line` needs, for a batch of lines at once.

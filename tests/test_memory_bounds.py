@@ -386,3 +386,65 @@ def test_compaction_merges_in_bounded_groups(tmp_path) -> None:  # type: ignore[
     assert distinct == 12 * 190 + 10  # nothing lost
     # repeats inside a group are merged away; the 3 group boundaries' 10 ids each stay
     assert n == distinct + 3 * 10
+
+
+def test_a_deferred_backlog_detection_runs_in_backlog_detect_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A detection a backlog gathered runs in ``backlog_detect_passes`` passes (default
+    one: a pass's cost is mostly fixed), not in ``detect_passes`` passes of
+    ``max_detect_events``; 0 keeps ``detect_passes``. Same events, same alerts."""
+    import threading
+
+    from toolwatch.errors import ConfigError
+    from toolwatch.live import LiveConfig, LivePipeline
+    from toolwatch.store import Store
+
+    try:
+        from tests.test_live import Feeder, nf
+        from tests.test_live_support import config_for, enum_detector, wait_for
+    except ImportError:  # tests/ itself on sys.path
+        from test_live import Feeder, nf  # type: ignore[no-redef]
+        from test_live_support import (  # type: ignore[no-redef]
+            config_for,
+            enum_detector,
+            wait_for,
+        )
+
+    def run(name: str, backlog_passes: int) -> tuple[list[int], set[str]]:
+        inner = enum_detector(5)
+        calls: list[int] = []
+        ids: set[str] = set()
+
+        def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
+            calls.append(events.height)
+            out = inner(events, summaries, history=history)
+            ids.update(out["entity_id"].to_list())
+            return out
+
+        data = tmp_path / name
+        cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.0,
+                         backlog_detect_events=40, max_detect_events=10, detect_passes=4,
+                         backlog_detect_passes=backlog_passes, history_events=0)
+        lp = LivePipeline(cfg, Store(data), detector=detector)
+        f = Feeder()
+        gate = threading.Event()
+        lp.on_commit.append(lambda r: gate.set())
+        for k in range(4):  # four size-triggered flushes of 10 callers' events: a backlog
+            lines = b"".join(nf(k * 10 + i, caller=f"c{i}", session=f"s{i}")
+                             for i in range(10))
+            lp.add(f.batch(lines))
+            assert lp.due()
+            gate.clear()
+            lp.flush(wait=False)
+            assert gate.wait(10)
+        wait_for(lambda: bool(calls))
+        lp.drain()
+        lp.close()
+        return calls, ids
+
+    one, ids_one = run("one", 1)
+    four, ids_four = run("four", 0)
+    assert one == [40]  # the 40 gathered events in one pass
+    assert len(four) > 1 and sum(four) == 40 and max(four) < 40  # split by caller
+    assert ids_one == ids_four
+    with pytest.raises(ConfigError):
+        LiveConfig(backlog_detect_passes=-1).validate()

@@ -136,6 +136,14 @@ class LiveConfig:
         "Bounds a flush's detection CPU; memory is bounded by max_detect_events.",
         4,
     )
+    backlog_detect_passes: int = doc(
+        "Passes a detection a backlog deferred (see backlog_detect_events) runs in, over "
+        "the same at most max_detect_events x detect_passes touched events. Each pass has a "
+        "fixed cost (~0.15 CPU-s for the twelve detectors, whatever its size), so one pass "
+        "catches up ~1.6x faster than four, with the same alerts, for ~+10-35 MiB at the "
+        "peak of that detection. Caught up, flushes keep detect_passes. 0: detect_passes.",
+        1,
+    )
     out_of_order_tolerance_s: float = doc(
         "Events up to this much older than the newest event seen are on time; later ones "
         "are still stored and detected, but counted as late_events. Expiry waits this long.",
@@ -200,6 +208,9 @@ class LiveConfig:
 
         if self.flush_interval_s <= 0 or self.flush_events <= 0:
             raise ConfigError("must be positive", key="live.flush_interval_s")
+        if self.backlog_detect_passes < 0:
+            raise ConfigError("must be 0 (detect_passes) or positive",
+                              key="live.backlog_detect_passes")
         if self.max_queued_events < 0:
             raise ConfigError("must be 0 (4 x flush_events) or positive",
                               key="live.max_queued_events")

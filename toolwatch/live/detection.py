@@ -140,10 +140,15 @@ class DetectMixin:
             # ts), so a flush's memory and CPU follow the caps, not the window.
             ev = ev.tail(cap * passes)
             self.status.extra["detect_capped"] = self.status.extra.get("detect_capped", 0) + 1
+        # A detection the backlog gathered runs in fewer, larger passes: a pass's cost is
+        # mostly fixed, and catching up is when throughput matters most.
+        pass_cap = cap
+        if defer and cap > 0 and self.live.backlog_detect_passes > 0:
+            pass_cap = -(-cap * passes // self.live.backlog_detect_passes)
         hist = self._history()
         try:
-            if cap > 0 and ev.height > cap:
-                alerts = self._detect_in_parts(ev, su, hist, -(-ev.height // cap))
+            if pass_cap > 0 and ev.height > pass_cap:
+                alerts = self._detect_in_parts(ev, su, hist, -(-ev.height // pass_cap))
             else:
                 alerts = self.detector(ev, su, history=hist)
         except Exception:  # a detector bug must not stop ingestion

@@ -171,13 +171,16 @@ class CommitMixin:
         self._stopping = False
 
     def _commit(
-        self, jobs: list[_Job], t0: float | None = None, *, defer: bool = False
+        self, jobs: list[_Job], t0: float | None = None, *, defer: bool = False,
+        backlog: bool = False,
     ) -> FlushResult:
         """Detect over transformed micro-batches, commit them as one batch, then emit.
 
         ``t0``: when the flush started (synchronous flushes count their transform too).
         ``defer``: backlog micro-batches; their detection may wait for more
         (``live.backlog_detect_events``), they are committed now either way.
+        ``backlog``: a size-triggered synchronous flush (detected at once, in
+        ``live.backlog_detect_passes`` passes).
         """
         t0 = time.monotonic() if t0 is None else t0
         res = FlushResult()
@@ -200,7 +203,7 @@ class CommitMixin:
         new_alerts = None
         td = time.monotonic()
         if self.detector is not None:
-            new_alerts = self._detect(events, summaries, defer=defer)
+            new_alerts = self._detect(events, summaries, defer=defer, backlog=backlog)
             if new_alerts is not None and new_alerts.height:
                 alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(
                     schema.ALERTS

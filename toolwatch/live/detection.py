@@ -91,7 +91,8 @@ class DetectMixin:
         return cap * max(1, self.live.detect_passes) if cap > 0 else self.live.flush_events
 
     def _detect(
-        self, events_tbl: pa.Table, summaries_tbl: pa.Table, *, defer: bool = False
+        self, events_tbl: pa.Table, summaries_tbl: pa.Table, *, defer: bool = False,
+        backlog: bool = False,
     ) -> pl.DataFrame | None:
         """New alerts for a micro-batch (None: none), after adding it to the window.
 
@@ -99,6 +100,8 @@ class DetectMixin:
         :meth:`_backlog_detect_target` new events have gathered, only remember what it
         touched (detection then runs once over all of it: its cost follows the passes,
         not the new events, and the entities' events are in the window anyway).
+        ``backlog``: a size-triggered micro-batch detected at once (synchronous flushes,
+        e.g. Kafka's); like a deferred detection it runs in ``backlog_detect_passes``.
         """
         if self.detector is None:
             return None
@@ -140,10 +143,12 @@ class DetectMixin:
             # ts), so a flush's memory and CPU follow the caps, not the window.
             ev = ev.tail(cap * passes)
             self.status.extra["detect_capped"] = self.status.extra.get("detect_capped", 0) + 1
-        # A detection the backlog gathered runs in fewer, larger passes: a pass's cost is
+        # A detection a backlog gathered (or a size-triggered one, or the one that runs
+        # what a backlog left waiting) runs in fewer, larger passes: a pass's cost is
         # mostly fixed, and catching up is when throughput matters most.
         pass_cap = cap
-        if defer and cap > 0 and self.live.backlog_detect_passes > 0:
+        if (defer or backlog or waiting is not None) and cap > 0 \
+                and self.live.backlog_detect_passes > 0:
             pass_cap = -(-cap * passes // self.live.backlog_detect_passes)
         hist = self._history()
         try:

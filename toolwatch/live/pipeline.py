@@ -317,7 +317,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             job = self._empty_job()  # detection a backlog deferred runs now
         if job is None:
             return FlushResult()
-        return self._commit([job], t0)
+        return self._commit([job], t0, backlog=by_size)
 
     def _transform_pending(self) -> _Job | None:
         """Run the transforms over every waiting stream (caller's thread; parser state)."""

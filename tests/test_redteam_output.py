@@ -81,18 +81,27 @@ def _enumeration_log(path: Path, session: str, caller: str, tool: str) -> None:
             }) + "\n")
 
 
-def test_tail_stdout_and_file_alerts_are_terminal_safe(tmp_path: Path) -> None:
-    """The real ``toolwatch tail``: its stdout and ``--alerts-out`` lines."""
+def _run_on_hostile_log(
+    tmp_path: Path, command: str, *extra: str
+) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """``toolwatch COMMAND`` over an enumeration log whose ids carry HOSTILE, with
+    ``--alerts-out``; the finished process and the alerts file."""
     log = tmp_path / "a.jsonl"
     _enumeration_log(log, "s" + HOSTILE, "c" + HOSTILE, "get" + HOSTILE)
     out = tmp_path / "alerts.jsonl"
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY="ab" * 32)
     res = subprocess.run(
-        [TOOLWATCH, "tail", str(log), "-d", str(tmp_path / "st"), "--alerts-out", str(out),
-         "--exit-when-idle", "2"],
+        [TOOLWATCH, command, str(log), "-d", str(tmp_path / "st"), "--alerts-out", str(out),
+         *extra],
         env=env, capture_output=True, timeout=180,
     )
     assert res.returncode == 0, res.stderr.decode()[-2000:]
+    return res, out
+
+
+def test_tail_stdout_and_file_alerts_are_terminal_safe(tmp_path: Path) -> None:
+    """The real ``toolwatch tail``: its stdout and ``--alerts-out`` lines."""
+    res, out = _run_on_hostile_log(tmp_path, "tail", "--exit-when-idle", "2")
     for name, data in (("stdout", res.stdout), ("file", out.read_bytes())):
         lines = data.decode().splitlines()
         assert lines, name
@@ -104,16 +113,7 @@ def test_tail_stdout_and_file_alerts_are_terminal_safe(tmp_path: Path) -> None:
 
 def test_analyze_alerts_out_is_terminal_safe(tmp_path: Path) -> None:
     """``toolwatch analyze --alerts-out``: the same lines as the live file sink."""
-    log = tmp_path / "a.jsonl"
-    _enumeration_log(log, "s" + HOSTILE, "c" + HOSTILE, "get" + HOSTILE)
-    out = tmp_path / "alerts.jsonl"
-    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY="ab" * 32)
-    res = subprocess.run(
-        [TOOLWATCH, "analyze", str(log), "-d", str(tmp_path / "st"), "--alerts-out", str(out),
-         "--quiet", "--no-progress"],
-        env=env, capture_output=True, timeout=180,
-    )
-    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    _, out = _run_on_hostile_log(tmp_path, "analyze", "--quiet", "--no-progress")
     lines = out.read_text().splitlines()
     assert lines
     for line in lines:

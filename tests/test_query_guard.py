@@ -248,6 +248,31 @@ def test_unknown_parse_tree_objects_fail_closed(monkeypatch):
         check_query("SELECT 1", VIEWS)
 
 
+def test_the_legacy_call_flag_must_be_a_bool(monkeypatch):
+    """DuckDB 2.0.1 added ``is_legacy_function_call`` to FUNCTION/WINDOW; only a bool passes."""
+    from toolwatch import query_guard
+
+    check_query("SELECT lower('A'), count(*) OVER () FROM events", VIEWS)
+    real_parse = query_guard.parse
+
+    def forged(sql, con=None):
+        tree = real_parse(sql, con)
+        stack = [tree]
+        while stack:
+            obj = stack.pop()
+            if isinstance(obj, dict):
+                if obj.get("class") == "FUNCTION":
+                    obj["is_legacy_function_call"] = "lower"
+                stack.extend(obj.values())
+            elif isinstance(obj, list):
+                stack.extend(obj)
+        return tree
+
+    monkeypatch.setattr(query_guard, "parse", forged)
+    with pytest.raises(QueryRefusedError, match="malformed function call"):
+        check_query("SELECT lower('A') FROM events", VIEWS)
+
+
 # ------------------------------------------------------------------ the connection itself
 def test_query_connection_has_no_file_access_even_without_the_guard(store: Store, tmp_path):
     con, files = store._query_connection(QueryConfig())

@@ -121,6 +121,9 @@ _EXPRESSIONS: dict[str, frozenset[str]] = {
             "export_state",
             "filter",
             "function_name",
+            # DuckDB 2.0.1 marks calls written in a legacy syntax; a flag, never a name or a
+            # value, and it must be a bool (checked in _check_function).
+            "is_legacy_function_call",
             "is_operator",
             "order_bys",
             "qualified_name",
@@ -138,6 +141,7 @@ _EXPRESSIONS: dict[str, frozenset[str]] = {
             "filter_expr",
             "function_name",
             "has_ignore_nulls",
+            "is_legacy_function_call",
             "ignore_nulls",
             "offset_expr",
             "orders",
@@ -513,6 +517,8 @@ def _check_table_function(ref: dict[str, Any]) -> dict[str, Any]:
 def _check_function(fn: dict[str, Any], functions: frozenset[str]) -> None:
     name = fn.get("function_name")
     if not isinstance(name, str):
+        raise QueryRefusedError("query refused: malformed function call")
+    if not isinstance(fn.get("is_legacy_function_call", False), bool):
         raise QueryRefusedError("query refused: malformed function call")
     if fn.get("catalog") or fn.get("schema"):
         raise QueryRefusedError(

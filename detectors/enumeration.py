@@ -67,12 +67,15 @@ class EnumerationDetector(Detector):
     def fit(self, history: FeatureSet) -> Self:
         """Learn each caller's typical walk figures and whether it walks habitually."""
         cfg = self.config
+        figures = ["distinct_resources", "seq_run", "dense_ids"]
+        # Narrow frames first: filters on the whole session feature frame copy ~60 columns.
         self.caller_baseline_ = Baseline(
-            ["distinct_resources", "seq_run", "dense_ids"], ["caller_id"],
+            figures, ["caller_id"],
             min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
             min_mad=cfg.baseline_min_mad,
-        ).fit(history.sessions)
-        multi = history.sessions.filter((pl.col("calls") >= 2) & (pl.col("basis") != "summary"))
+        ).fit(history.sessions.select("caller_id", "first_t", *figures))
+        multi = history.sessions.select("calls", "basis", "total_bytes").filter(
+            (pl.col("calls") >= 2) & (pl.col("basis") != "summary"))
         bpc = (multi["total_bytes"] / multi["calls"]).median() if multi.height else None
         self.typical_bytes_per_call_ = float(bpc) if bpc is not None else None  # type: ignore[arg-type]
         self.habit_ = habits(
@@ -88,23 +91,29 @@ class EnumerationDetector(Detector):
         e = self.settings
         pats = self._patterns()
         typ = self.typical_bytes_per_call_
+        # In stages: the ratios the summary pattern grades become columns first. Nested
+        # into band()/gate() (whose NaN guard repeats its input), each was copied many
+        # times into the query, and planning + running those copies cost more than the
+        # rows did on small batches. Same element-wise operations, same values.
         small = (
-            gate(e.summary_bytes_factor * typ / ratio(pl.col("total_bytes"), pl.col("calls"))
+            gate(e.summary_bytes_factor * typ / pl.col("_bytes_per_call")
                  .clip(lower_bound=1e-9), 1.0)
             if typ else pl.lit(1.0)
         )
         p_summary = pl.when(pl.col("basis") == "summary").then(
             all_of(
                 band(pl.col("distinct_resources"), e.summary_distinct_lo, e.summary_distinct_hi),
-                band(ratio(pl.col("distinct_resources"), pl.col("calls")),
-                     e.summary_new_share_lo, 1.0),
+                band(pl.col("_new_share"), e.summary_new_share_lo, 1.0),
                 small,
             )
         ).otherwise(0.0)
-        # Lazy: shared sub-expressions of the patterns are evaluated once.
-        return sessions.lazy().with_columns(**pats, p_summary=p_summary).with_columns(
+        cols = sessions.columns
+        return sessions.lazy().with_columns(
+            ratio(pl.col("total_bytes"), pl.col("calls")).alias("_bytes_per_call"),
+            ratio(pl.col("distinct_resources"), pl.col("calls")).alias("_new_share"),
+        ).with_columns(**pats, p_summary=p_summary).with_columns(
             any_of(*[pl.col(k) for k in (*pats, "p_summary")]).alias("_raw")
-        ).collect()
+        ).select(*cols, *pats, "p_summary", "_raw").collect()
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows (see module docs)."""

@@ -58,10 +58,11 @@ class ScrapingLoopDetector(Detector):
     def fit(self, history: FeatureSet) -> Self:
         """Learn each caller's typical calls per session and whether it loops habitually."""
         cfg = self.config
+        # A narrow frame: the baseline's filters would otherwise copy every feature column.
         self.caller_baseline_ = Baseline(
             ["calls", "max_pages"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
             min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
-        ).fit(history.sessions)
+        ).fit(history.sessions.select("caller_id", "first_t", "calls", "max_pages"))
         self.habit_ = habits(
             self._raw(history.sessions), "_raw", ["caller_id"],
             min_rows=cfg.baseline_min_sessions,
@@ -73,29 +74,39 @@ class ScrapingLoopDetector(Detector):
     def _raw(self, sessions: pl.DataFrame) -> pl.DataFrame:
         """Pattern scores and their maximum ``_raw`` (before the caller's own baseline)."""
         s = self.settings
-        calls = band(pl.col("calls"), s.calls_lo, s.calls_hi)
-        cv = pl.col("gap_cv")
-        regular = pl.when(cv.is_null()).then(0.0).otherwise(
-            band(s.gap_cv_max / cv.clip(lower_bound=0.01), 1.0, 3.0)
-        )
         share_hi = min(1.0, s.top_tool_share_lo + 0.25)
-        # Progress means new pages / cursors of a listing: new resource ids are an id walk
-        # (enumeration's business) and exact repeats a tool loop's.
-        sweep = ratio(pl.col("max_pages"), pl.col("calls"))
-        progressing = band(sweep, 0.3, 0.6)
-        one_tool = band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi)
+        cv = pl.col("gap_cv")
+        # In stages: each graded figure (and the grades used by two patterns) becomes a
+        # column first, and the patterns combine columns. Nested into one expression,
+        # band()'s NaN guard repeated its input and every shared grade was copied per use:
+        # on small batches planning and running those copies cost more than the rows.
+        # Same element-wise operations, same values.
+        grades = {
+            "_calls": band(pl.col("calls"), s.calls_lo, s.calls_hi),
+            "_regular": pl.when(cv.is_null()).then(0.0).otherwise(
+                band(pl.col("_cv_ratio"), 1.0, 3.0)
+            ),
+            # Progress means new pages / cursors of a listing: new resource ids are an id
+            # walk (enumeration's business) and exact repeats a tool loop's.
+            "_progressing": band(pl.col("_sweep"), 0.3, 0.6),
+            "_one_tool": band(pl.col("top_tool_share"), s.top_tool_share_lo, share_hi),
+        }
+        progressing, one_tool = pl.col("_progressing"), pl.col("_one_tool")
         pats = {
             "p_sweep": band(pl.col("max_pages"), s.pages_lo, s.pages_hi),
-            "p_mech": all_of(calls, regular, one_tool, progressing),
+            "p_mech": all_of(pl.col("_calls"), pl.col("_regular"), one_tool, progressing),
             "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
             .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), progressing,
                          one_tool))
             .otherwise(0.0),
         }
-        # Lazy: shared sub-expressions of the patterns are evaluated once.
-        return sessions.lazy().with_columns(**pats).with_columns(
+        cols = sessions.columns
+        return sessions.lazy().with_columns(
+            (s.gap_cv_max / cv.clip(lower_bound=0.01)).alias("_cv_ratio"),
+            ratio(pl.col("max_pages"), pl.col("calls")).alias("_sweep"),
+        ).with_columns(**grades).with_columns(**pats).with_columns(
             any_of(*[pl.col(k) for k in pats]).alias("_raw")
-        ).collect()
+        ).select(*cols, *pats, "_raw").collect()
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""

@@ -181,9 +181,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="calls per child (best kept)")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved child runs per tree")
     ap.add_argument("--base", type=Path, help="old source tree to compare with")
+    ap.add_argument("--new", type=Path, default=HERE,
+                    help="source tree under test (default: this working tree)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-det-calls-"))
-    trees = {"new": HERE} | ({"old": args.base} if args.base else {})
+    trees = {"new": args.new} | ({"old": args.base} if args.base else {})
     print(f"load average {os.getloadavg()[0]:.2f}; history {args.history} events; "
           f"sizes {args.sizes}; trees {trees}", flush=True)
     best: dict[str, dict | None] = dict.fromkeys(trees)

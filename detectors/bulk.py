@@ -29,7 +29,13 @@ from typing import Any, Self
 
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
-from toolwatch.detectors.baseline import Baseline, daily_habits, habits, habitual_gate
+from toolwatch.detectors.baseline import (
+    Baseline,
+    daily_habits,
+    established_rows,
+    habits,
+    habitual_gate,
+)
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import ENTITY_TYPES, US_PER_DAY, explode_entities, group_agg
 from toolwatch.detectors.scoring import all_of, any_of, band, gate
@@ -67,7 +73,7 @@ def _beyond_reports(fs: FeatureSet, every: int) -> pl.DataFrame:
     s = fs.sessions
     if every <= 0 or fs.events.height == 0 or s.height == 0:
         return s.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
-    long = s.filter(pl.col("calls") >= 2 * every).select(
+    long = s.select("sh", "calls").filter(pl.col("calls") >= 2 * every).select(
         "sh", (1 + pl.col("calls") // every).cast(pl.Int64).alias("_k"))
     if long.height == 0:
         return s.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
@@ -178,17 +184,36 @@ class BulkExtractionDetector(Detector):
         # session of downloads, next to many small sessions on other servers, is compared
         # with those downloads, not with its median session.
         self.day_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(_daily_max(narrow))
-        volume = self._score_volume(sessions, self.session_baseline_, self.day_baseline_)
-        # Batch mode fits on the very sessions it then scores: keep the result for score().
-        self._volume_cache = (history.sessions, volume)
+        # The habits below only read callers with at least min_rows sessions (habits() and
+        # daily_habits() drop the others first, by the same established_rows), and a
+        # session's volume score depends on its own row only: score those sessions. When
+        # they are most of the history (batch mode fits on the very sessions it then
+        # scores), score them all and keep the result for score(); a live pass, whose
+        # short history rarely holds an established caller, mostly skips the scoring.
+        n_known = established_rows(sessions.select("caller_id"), ["caller_id"],
+                                   hk["min_rows"]).height
+        self._volume_cache = None
+        if 2 * n_known >= sessions.height:
+            volume = self._score_volume(sessions, self.session_baseline_, self.day_baseline_)
+            self._volume_cache = (history.sessions, volume)
+        elif n_known:
+            volume = self._score_volume(
+                established_rows(sessions, ["caller_id"], hk["min_rows"]),
+                self.session_baseline_, self.day_baseline_)
+        else:
+            volume = None
         # Habitual per session (the nightly export: every session is the export) or per
         # active day (its typical day holds a session near alert level, however many small
         # sessions surround it).
-        self.habit_ = pl.concat([
-            habits(volume, "_raw", ["caller_id"], **hk),
-            daily_habits(volume, "_raw", ["caller_id"], **hk).with_columns(
-                pl.col("habit_score") + self.settings.habit_margin),
-        ], how="vertical_relaxed").group_by("caller_id").agg(pl.col("habit_score").max())
+        if volume is None:
+            self.habit_ = pl.DataFrame(schema={"caller_id": sessions.schema["caller_id"],
+                                               "habit_score": pl.Float64})
+        else:
+            self.habit_ = pl.concat([
+                habits(volume, "_raw", ["caller_id"], **hk),
+                daily_habits(volume, "_raw", ["caller_id"], **hk).with_columns(
+                    pl.col("habit_score") + self.settings.habit_margin),
+            ], how="vertical_relaxed").group_by("caller_id").agg(pl.col("habit_score").max())
         self.entity_baselines_: dict[str, Baseline] = {}
         self.entity_habits_: dict[str, pl.DataFrame] = {}
         if self.settings.entity and history.sessions.height:
@@ -197,8 +222,13 @@ class BulkExtractionDetector(Detector):
                 part = win.filter(pl.col("et") == code)
                 bl = Baseline(_VOL, ["et", "eh"], **mk).fit(_for_baseline(part))
                 self.entity_baselines_[etype] = bl
-                self.entity_habits_[etype] = habits(
-                    self._score_volume(part, bl), "_raw", ["et", "eh"], **hk
+                # As above: only entities with min_rows windows can have a habit.
+                known = established_rows(part, ["et", "eh"], hk["min_rows"])
+                self.entity_habits_[etype] = (
+                    habits(self._score_volume(known, bl), "_raw", ["et", "eh"], **hk)
+                    if known.height else
+                    pl.DataFrame(schema={"et": part.schema["et"], "eh": part.schema["eh"],
+                                         "habit_score": pl.Float64})
                 )
         self.fitted_ = True
         return self

@@ -142,6 +142,100 @@ def _child(store_dir: str, mode: str, overrides: list[str], out_json: str) -> No
                              if isinstance(v, int | float)} | fits}, f)
 
 
+def _child_passes(store_dir: str, sizes: str, repeat: int, out_json: str) -> None:
+    """CPU of single detection passes of each size (the live call: history + reuse).
+
+    Each pass reads ``n`` consecutive events from the middle of the stream with the
+    ``history_events`` (20k) events before them as baseline history, exactly the call a
+    live detection makes (``detectors.run_batch(..., reuse={"live": True})``, the forest
+    fitted once in a child). A fresh history frame per pass, as every live detection
+    builds one. Best of ``repeat`` after a warm-up pass of each size.
+    """
+    import polars as pl
+
+    from toolwatch import detectors
+    from toolwatch.store import Store
+
+    con = Store(store_dir).connect()
+    n_max = max(int(x) for x in sizes.split(","))
+    hist_n = 20_000
+    start = 200_000
+    df = pl.from_arrow(con.sql(
+        "SELECT * FROM events ORDER BY ts, event_id LIMIT ? OFFSET ?",
+        params=[n_max + hist_n, start - hist_n]).to_arrow_table())
+    con.close()
+    assert isinstance(df, pl.DataFrame)
+    cfg = detectors.DetectorsConfig()
+    reuse: dict = {"live": True}
+    hist_base = df.head(hist_n)
+    empty_su = pl.DataFrame()
+    res: dict[str, dict] = {}
+    for size in (int(x) for x in sizes.split(",")):
+        ev = df.slice(hist_n, size)
+        best = None
+        digest = None
+        stages: dict[str, float] = {}
+        for rep in range(repeat + 1):
+            hist = hist_base.clone()  # a new frame: history features rebuilt, as live
+            c0, w0 = time.process_time(), time.perf_counter()
+            r = detectors.detect(ev, empty_su, cfg, history=hist, reuse=reuse)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            al = r.alerts
+            digest = hashlib.sha1(json.dumps(
+                al.select("alert_id", "score", "evidence", "reasons").rows()).encode()
+            ).hexdigest()[:12]
+            if rep and (best is None or cpu < best[0]):
+                best = (cpu, wall)
+                stages = dict(r.timings)
+        res[str(size)] = {"cpu": best[0], "wall": best[1], "alerts": al.height,
+                          "digest": digest, "stages": stages}
+    with open(out_json, "w") as f:
+        json.dump(res, f)
+
+
+def _passes_main(args: argparse.Namespace, trees: dict[str, Path], store: Path,
+                 work: Path) -> None:
+    """``--passes``: fixed cost per pass and CPU-µs/event at each size, old vs new."""
+    best: dict[tuple[str, str], dict] = {}
+    for rep in range(args.repeat):
+        for name, root in (trees.items() if rep % 2 == 0 else reversed(trees.items())):
+            out = work / f"{name}-passes-{rep}.json"
+            env = {**os.environ, "BENCH_SELF": str(Path(__file__).resolve())}
+            subprocess.run([sys.executable, "-c", _CHILD, str(root), json.dumps(_PACKAGES),
+                            "--passes-child", str(store), args.passes, str(args.inner),
+                            str(out)], check=True, env=env)
+            r = json.loads(out.read_text())
+            for size, v in r.items():
+                k = (name, size)
+                if k not in best or v["cpu"] < best[k]["cpu"]:
+                    best[k] = v
+            print(f"  rep {rep} {name}: " + ", ".join(
+                f"{s}: {1e3 * v['cpu']:.0f} CPU-ms" for s, v in r.items()), flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    sizes = args.passes.split(",")
+    for name in trees:
+        print(f"{name}:")
+        for s in sizes:
+            v = best[name, s]
+            top = sorted(v["stages"].items(), key=lambda kv: -kv[1])[:6]
+            print(f"  {int(s):6d} events: {1e3 * v['cpu']:7.1f} CPU-ms/pass "
+                  f"({1e6 * v['cpu'] / int(s):8.1f} CPU-us/event), wall "
+                  f"{1e3 * v['wall']:6.1f} ms, {v['alerts']} alerts [{v['digest']}]; "
+                  + ", ".join(f"{k} {1e3 * t:.0f}" for k, t in top), flush=True)
+        if len(sizes) >= 2:
+            # Fixed cost: the intercept of CPU vs events between the two smallest passes.
+            a, b = int(sizes[0]), int(sizes[-1])
+            ca, cb = best[name, sizes[0]]["cpu"], best[name, sizes[-1]]["cpu"]
+            slope = (cb - ca) / (b - a)
+            print(f"  fixed ~{1e3 * (ca - slope * a):.0f} CPU-ms/pass, marginal "
+                  f"{1e6 * slope:.1f} CPU-us/event ({a}..{b})")
+    if len(trees) == 2:
+        for s in sizes:
+            o, n = best["old", s], best["new", s]
+            print(f"  {int(s):6d}: new/old CPU {n['cpu'] / o['cpu']:.2f}x; same alerts "
+                  f"{o['digest'] == n['digest']}")
+
+
 def _ingest(work: Path, events: int) -> Path:
     from toolwatch.sample_logs.generate import generate_bench
 
@@ -166,6 +260,11 @@ def main() -> None:
     ap.add_argument("--live", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--work", type=Path)
     ap.add_argument("--only", choices=["old", "new"], help="run one tree only")
+    ap.add_argument("--passes", metavar="SIZES",
+                    help="measure single detection passes of these sizes instead "
+                    "(e.g. 100,2000,20000,80000): fixed CPU per pass and CPU-us/event")
+    ap.add_argument("--inner", type=int, default=3,
+                    help="--passes: timed passes of each size per child (best kept)")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-live-detect-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -189,6 +288,9 @@ def main() -> None:
         trees = {args.only: trees[args.only]}
     print(f"load average {os.getloadavg()[0]:.2f}; store {store}; "
           f"old {args.old_tree or args.base}, new {args.new_rev or 'working tree'}")
+    if args.passes:
+        _passes_main(args, trees, store, work)
+        return
     best: dict[tuple[str, str], dict] = {}
     for mode in args.modes.split(","):
         for rep in range(args.repeat):
@@ -222,7 +324,9 @@ def main() -> None:
 
 
 if __name__ in ("__main__", "__child__"):
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+    if len(sys.argv) > 1 and sys.argv[1] == "--passes-child":
+        _child_passes(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--child":
         _child(sys.argv[2], sys.argv[3], sys.argv[5:], sys.argv[4])
     else:
         main()

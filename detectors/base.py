@@ -27,6 +27,7 @@ from toolwatch.detectors.features import (
     prepare_summaries,
     session_features,
 )
+from toolwatch.detectors.scoring import zero_nan
 
 #: Columns every score frame starts with.
 SCORE_COLUMNS: dict[str, pl.DataType] = {
@@ -200,7 +201,7 @@ def session_frame(
         pl.lit("session").alias("entity_type"),
         pl.col("session_id").alias("entity_id"),
         pl.lit(None, pl.Int64).alias("window_start"),
-        score.cast(pl.Float64).fill_null(0.0).fill_nan(0.0).alias("score"),
+        zero_nan(score.cast(pl.Float64).fill_null(0.0)).alias("score"),
         "session_id",
         "caller_id",
         "client_ip",

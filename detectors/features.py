@@ -290,13 +290,16 @@ def explode_entities(df: pl.DataFrame, config: DetectorsConfig, t_col: str = "t"
     """
     n = config.entity_window_minutes // config.entity_hop_minutes
     parts = []
+    # One lazy query (parts stacked in the same order): eagerly this was 2 + 2n polars
+    # calls, a fixed cost that dominated on a small live pass.
+    lf = df.lazy()
     for code, (_, hcol) in enumerate(ENTITY_TYPES):
-        base = df.filter(pl.col(hcol).is_not_null()).with_columns(
+        base = lf.filter(pl.col(hcol).is_not_null()).with_columns(
             pl.lit(code, pl.Int8).alias("et"), pl.col(hcol).alias("eh")
         )
         for j in range(n):
             parts.append(base.with_columns(window_starts(pl.col(t_col), config, j).alias("w")))
-    return pl.concat(parts, how="vertical")
+    return pl.concat(parts, how="vertical").collect()
 
 
 def entity_names(df: pl.DataFrame, lookup: pl.DataFrame) -> pl.DataFrame:
@@ -305,9 +308,10 @@ def entity_names(df: pl.DataFrame, lookup: pl.DataFrame) -> pl.DataFrame:
     ``lookup`` maps hashes back to strings: columns ``ceh``, ``caller_id``, ``ieh``,
     ``client_ip`` (e.g. the session features).
     """
-    callers = lookup.select("ceh", "caller_id").drop_nulls().unique("ceh")
-    ips = lookup.select("ieh", "client_ip").drop_nulls().unique("ieh")
-    out = df.join(callers, left_on="eh", right_on="ceh", how="left").join(
+    lk = lookup.lazy()
+    callers = lk.select("ceh", "caller_id").drop_nulls().unique("ceh")
+    ips = lk.select("ieh", "client_ip").drop_nulls().unique("ieh")
+    out = df.lazy().join(callers, left_on="eh", right_on="ceh", how="left").join(
         ips, left_on="eh", right_on="ieh", how="left"
     )
     return out.with_columns(
@@ -315,7 +319,7 @@ def entity_names(df: pl.DataFrame, lookup: pl.DataFrame) -> pl.DataFrame:
         .alias("entity_type"),
         pl.when(pl.col("et") == 0).then(pl.col("caller_id")).otherwise(pl.col("client_ip"))
         .alias("entity_id"),
-    ).drop("caller_id", "client_ip")
+    ).drop("caller_id", "client_ip").collect()
 
 
 def resource_features(
@@ -360,7 +364,9 @@ def resource_features(
     del time_ordered
     max_step = config.enumeration.max_step
     gcols = [*keys, "th"]
-    r = ev.filter(pl.col("rnum").is_not_null()).select(*gcols, "t", "rnum", "miss", "i")
+    # Lazy up to the screened distinct ids (one query), then one query for the blocks and
+    # runs: ~20 eager polars calls before, each with a fixed cost on a small live pass.
+    r = ev.lazy().filter(pl.col("rnum").is_not_null()).select(*gcols, "t", "rnum", "miss", "i")
     # Cheap hash prefilter: an id can only have a neighbour within max_step (< W = max_step
     # + 1) if it shares a cell of width 2W with another request on one of two grids offset
     # by W (an interval shorter than W crosses at most one boundary of the two grids).
@@ -390,7 +396,7 @@ def resource_features(
         (same_prev & (pl.col("rnum") - pl.col("rnum").shift(1) <= max_step))
         | (same_next & (pl.col("rnum").shift(-1) - pl.col("rnum") <= max_step))
     ).fill_null(False)
-    u = u.filter(near)
+    u = u.filter(near).collect()
     empty = {
         **{k: ev.schema[k] for k in keys}, "dense_ids": pl.Int64, "seq_run": pl.Int64,
         "seq_step": pl.Int64, "seq_first_t": pl.Int64, "seq_last_t": pl.Int64,
@@ -401,7 +407,7 @@ def resource_features(
         return pl.DataFrame(schema=empty)
     consec = (same_prev & (pl.col("rnum") == pl.col("rnum").shift(1) + 1)).fill_null(False)
     later = (pl.col("ft") > pl.col("ft").shift(1)).fill_null(False)
-    u = u.with_columns(
+    u = u.lazy().with_columns(
         (~consec).cum_sum().alias("_blk"),
         (~(consec & later)).cum_sum().alias("_up"),
         (~(consec & ~later)).cum_sum().alias("_down"),
@@ -478,7 +484,7 @@ def resource_features(
         .group_by(keys, maintain_order=True)
         .first()
     )
-    out = dense.join(best, on=keys, how="full", coalesce=True)
+    out = dense.join(best, on=keys, how="full", coalesce=True).collect()
     return out.with_columns(
         pl.col("seq_run").fill_null(1),
         pl.col("seq_miss").fill_null(0.0),
@@ -521,11 +527,16 @@ SESSION_FEATURES: dict[str, str] = {
 
 def gap_stats(ev: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Mean, standard deviation and count of gaps (µs) between consecutive calls per group."""
+    return _gap_stats_lazy(ev, keys).collect()
+
+
+def _gap_stats_lazy(ev: pl.DataFrame, keys: list[str]) -> pl.LazyFrame:
+    """:func:`gap_stats` as a lazy query."""
     cols = [*keys, "t"]
-    g = ev.select(cols)
+    g = ev.lazy().select(cols)
     # Already in time order (the store returns events by ts): a stable sort on the key is
     # enough and much cheaper than sorting on (key, t).
-    g = g.sort(keys, maintain_order=True) if g["t"].is_sorted() else g.sort(cols)
+    g = g.sort(keys, maintain_order=True) if ev["t"].is_sorted() else g.sort(cols)
     same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
     g = g.with_columns(
         pl.when(same).then(pl.col("t") - pl.col("t").shift(1)).cast(pl.Float64).alias("gap")
@@ -560,7 +571,8 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         ``top_tool``, ``page_tool``, ``resource_key``.
     """
     authf = pl.col("authf")
-    base = ev.group_by("sh").agg(
+    lev = ev.lazy()
+    base = lev.group_by("sh").agg(
         pl.col("session_id").first(),
         pl.len().alias("calls"),
         pl.col("t").min().alias("first_t"),
@@ -585,7 +597,7 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         pl.col("ch").n_unique().alias("distinct_calls"),
     )
     # Credential hashes are on few events (authenticating calls): count them there only.
-    creds = ev.filter(pl.col("crh").is_not_null()).group_by("sh").agg(
+    creds = lev.filter(pl.col("crh").is_not_null()).group_by("sh").agg(
         pl.col("crh").filter(authf).n_unique().alias("failed_creds"),
         pl.col("ok").any().alias("_ok_with_cred"),
         pl.col("crh").n_unique().alias("distinct_creds"),
@@ -593,7 +605,7 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
     # One 64-bit key per (session, tool): polars groups a single integer column far
     # faster than a pair of columns.
     tools = (
-        ev.group_by(pl.struct("sh", "tlh").hash(SEED).alias("_st"))
+        lev.group_by(pl.struct("sh", "tlh").hash(SEED).alias("_st"))
         .agg(
             pl.col("sh").first(),
             pl.len().alias("n"),
@@ -615,8 +627,14 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
             pl.col("pages").max().alias("max_pages"),
         )
     )
+    # The four aggregations run as one batch of queries (in parallel, one fixed cost), and
+    # the assembly below is one lazy query: on a small live pass each eager polars call
+    # cost more than its rows.
+    base, creds, tools, gaps = (
+        x.lazy() for x in pl.collect_all([base, creds, tools, _gap_stats_lazy(ev, ["sh"])])
+    )
     res = resource_features(ev, ["sh"], config, ev["resource_id"],
-                            time_ordered=ev["t"].is_sorted())
+                            time_ordered=ev["t"].is_sorted()).lazy()
     # Column order as the sessions frame has always had it.
     base = base.join(tools.select("sh", "distinct_tools"), on="sh", how="left").join(
         creds, on="sh", how="left"
@@ -631,13 +649,13 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
         "mean_duration_ms", "distinct_calls",
     )
     feats = (
-        base.join(gap_stats(ev, ["sh"]), on="sh", how="left")
+        base.join(gaps, on="sh", how="left")
         .join(tools.drop("distinct_tools"), on="sh", how="left")
         .join(res, on="sh", how="left")
         .drop("sh")
     )
     # Sessions seen as summaries: merge (the larger figure wins, as in the sessions view).
-    feats = feats.join(su, on="session_id", how="full", coalesce=True)
+    feats = feats.join(su.lazy(), on="session_id", how="full", coalesce=True)
     span_ev = (pl.col("last_t") - pl.col("first_t")).cast(pl.Float64) / 1e6
     feats = feats.with_columns(
         pl.when(pl.col("calls").is_null() & pl.col("s_t").is_not_null())
@@ -710,5 +728,5 @@ def session_features(ev: pl.DataFrame, su: pl.DataFrame, config: DetectorsConfig
     keep_ids = ["session_id", "caller_id", "client_ip", "server", "basis", "s_anomaly"]
     drop = {"s_t", "s_caller", "s_ip", "s_server", "s_calls", "s_resources", "s_bytes",
             "s_auth_failures", "s_duration_ms", "gap_mean", "gap_std"}
-    rest = [c for c in feats.columns if c not in drop and c not in keep_ids]
-    return feats.select(keep_ids + rest).sort("session_id")
+    rest = [c for c in feats.collect_schema().names() if c not in drop and c not in keep_ids]
+    return feats.select(keep_ids + rest).sort("session_id").collect()

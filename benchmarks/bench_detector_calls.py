@@ -87,13 +87,23 @@ class _Counter:
 
 
 def _digest(df) -> str:
-    """Digest of a whole frame: every row and column, in order."""
+    """Digest of a whole frame: every row and column, in order; then the same with the
+    rows sorted (equal only there: same rows in another order)."""
     import hashlib
 
-    h = hashlib.sha1(str(df.schema).encode())
-    h.update(df.hash_rows(seed=1).to_numpy().tobytes() if df.height else b"")
-    h.update(str(df.height).encode())
-    return h.hexdigest()[:12]
+    rows = df.hash_rows(seed=1).to_numpy() if df.height else None
+    out = []
+    for r in (rows, None if rows is None else sorted(rows.tolist())):
+        h = hashlib.sha1(str(df.schema).encode())
+        h.update(str(r if r is None or isinstance(r, list) else r.tobytes()).encode())
+        out.append(h.hexdigest()[:10])
+    return "/".join(out)
+
+
+def _same(a: str, b: str) -> str:
+    if a == b:
+        return "identical"
+    return "same-rows-other-order" if a.split("/")[1] == b.split("/")[1] else "DIFFERENT"
 
 
 def _child(store: str, sizes: list[int], history: int, repeat: int, out: str) -> None:
@@ -215,7 +225,7 @@ def main() -> None:
                 t_new, t_old = v["fit"] + v["score"], o["fit"] + o["score"]
                 line += (f" | old {1e3 * o['fit']:7.1f} {1e3 * o['score']:7.1f} "
                          f"q {o['q_fit']:3d}/{o['q_score']:3d} | new/old {t_new / t_old:5.2f}x"
-                         f" same-scores {v['digest'] == o['digest']}")
+                         f" scores {_same(v['digest'], o['digest'])}")
             print(line)
         line = (f"  {'TOTAL':28s} fit {1e3 * tot['fit']:7.1f} score {1e3 * tot['score']:7.1f}"
                 f" q {tot['q']}")

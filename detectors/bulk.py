@@ -35,6 +35,7 @@ from toolwatch.detectors.baseline import (
     established_rows,
     habits,
     habitual_gate,
+    key_hash,
 )
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import ENTITY_TYPES, US_PER_DAY, explode_entities, group_agg
@@ -50,6 +51,16 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
              "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
 
+
+
+def established_count(frame: pl.DataFrame, keys: list[str], min_rows: int) -> int:
+    """Number of rows :func:`~toolwatch.detectors.baseline.established_rows` would keep,
+    in one query over the key columns only (no row is copied)."""
+    own = frame.lazy().select(keys).filter(
+        pl.all_horizontal([pl.col(k).is_not_null() for k in keys]))
+    if min_rows > 1:
+        own = own.filter(pl.len().over(key_hash(keys)) >= min_rows)
+    return int(own.select(pl.len()).collect(engine="in-memory").item())
 
 def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
     """Observations that can shape a baseline: volume beyond the largest response only
@@ -73,8 +84,9 @@ def _beyond_reports(fs: FeatureSet, every: int) -> pl.DataFrame:
     s = fs.sessions
     if every <= 0 or fs.events.height == 0 or s.height == 0:
         return s.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
-    long = s.select("sh", "calls").filter(pl.col("calls") >= 2 * every).select(
-        "sh", (1 + pl.col("calls") // every).cast(pl.Int64).alias("_k"))
+    long = s.lazy().select("sh", "calls").filter(pl.col("calls") >= 2 * every).select(
+        "sh", (1 + pl.col("calls") // every).cast(pl.Int64).alias("_k")).collect(
+        engine="in-memory")
     if long.height == 0:
         return s.with_columns(pl.lit(1, pl.Int64).alias("discounted"))
     k_max = int(long["_k"].max())  # type: ignore[arg-type]
@@ -174,7 +186,8 @@ class BulkExtractionDetector(Detector):
         # group-bys, which would otherwise copy all ~60 session feature columns.
         narrow = _for_baseline(sessions.select("caller_id", "first_t", "calls", *_VOL))
         self.session_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(narrow)
-        multi = sessions.select("calls", "beyond_bytes").filter(pl.col("calls") >= 2)
+        multi = sessions.lazy().select("calls", "beyond_bytes").filter(
+            pl.col("calls") >= 2).collect(engine="in-memory")
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
         hk = {"min_rows": cfg.baseline_min_sessions,
@@ -190,8 +203,7 @@ class BulkExtractionDetector(Detector):
         # they are most of the history (batch mode fits on the very sessions it then
         # scores), score them all and keep the result for score(); a live pass, whose
         # short history rarely holds an established caller, mostly skips the scoring.
-        n_known = established_rows(sessions.select("caller_id"), ["caller_id"],
-                                   hk["min_rows"]).height
+        n_known = established_count(sessions, ["caller_id"], hk["min_rows"])
         self._volume_cache = None
         if 2 * n_known >= sessions.height:
             volume = self._score_volume(sessions, self.session_baseline_, self.day_baseline_)
@@ -223,10 +235,11 @@ class BulkExtractionDetector(Detector):
                 bl = Baseline(_VOL, ["et", "eh"], **mk).fit(_for_baseline(part))
                 self.entity_baselines_[etype] = bl
                 # As above: only entities with min_rows windows can have a habit.
-                known = established_rows(part, ["et", "eh"], hk["min_rows"])
+                known = (established_rows(part, ["et", "eh"], hk["min_rows"])
+                         if established_count(part, ["et", "eh"], hk["min_rows"]) else None)
                 self.entity_habits_[etype] = (
                     habits(self._score_volume(known, bl), "_raw", ["et", "eh"], **hk)
-                    if known.height else
+                    if known is not None and known.height else
                     pl.DataFrame(schema={"et": part.schema["et"], "eh": part.schema["eh"],
                                          "habit_score": pl.Float64})
                 )
@@ -312,7 +325,7 @@ class BulkExtractionDetector(Detector):
         return lf.with_columns(raw.alias("_raw")).select(
             *cols, "z_pop", "z_combined", "beyond_per_call", "z_single", "z_own",
             "p_volume", "p_single", "p_sweep", "_raw",
-        ).collect()
+        ).collect(engine="in-memory")
 
     @staticmethod
     def _with_day(df: pl.DataFrame, day_bl: Baseline | None) -> pl.DataFrame:

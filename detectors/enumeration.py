@@ -22,7 +22,8 @@ from typing import Any, Self
 
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, empty_scores, session_frame
-from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.baseline import Baseline, established_rows, habits, habitual_gate
+from toolwatch.detectors.bulk import established_count
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import (
     ENTITY_TYPES,
@@ -39,6 +40,14 @@ _EVIDENCE = [
     "seq_first_t", "seq_last_t", "seq_miss", "dense_ids", "dense_lo", "dense_hi", "span_s",
     "basis", "top_tool",
 ]
+
+
+def _established(sessions: pl.DataFrame, min_rows: int) -> pl.DataFrame:
+    """Sessions of callers with at least ``min_rows`` sessions (:func:`established_rows`),
+    counted on the caller column alone first: usually there are none to copy."""
+    if established_count(sessions, ["caller_id"], min_rows) == 0:
+        return sessions.clear()
+    return established_rows(sessions, ["caller_id"], min_rows)
 
 
 class EnumerationDetector(Detector):
@@ -74,15 +83,20 @@ class EnumerationDetector(Detector):
             min_rows=cfg.baseline_min_sessions, min_days=cfg.baseline_min_days,
             min_mad=cfg.baseline_min_mad,
         ).fit(history.sessions.select("caller_id", "first_t", *figures))
-        multi = history.sessions.select("calls", "basis", "total_bytes").filter(
-            (pl.col("calls") >= 2) & (pl.col("basis") != "summary"))
+        multi = history.sessions.lazy().select("calls", "basis", "total_bytes").filter(
+            (pl.col("calls") >= 2) & (pl.col("basis") != "summary")).collect(engine="in-memory")
         bpc = (multi["total_bytes"] / multi["calls"]).median() if multi.height else None
         self.typical_bytes_per_call_ = float(bpc) if bpc is not None else None  # type: ignore[arg-type]
+        # habits() keeps only callers with baseline_min_sessions sessions (established_rows)
+        # and a raw score depends on its own row: score just those sessions, or none (a live
+        # pass's short history rarely holds one). Same habits, far less work.
+        known = _established(history.sessions, cfg.baseline_min_sessions)
         self.habit_ = habits(
-            self._raw(history.sessions), "_raw", ["caller_id"],
+            self._raw(known), "_raw", ["caller_id"],
             min_rows=cfg.baseline_min_sessions,
             min_days=max(cfg.baseline_min_days, cfg.habit_min_days),
-        )
+        ) if known.height else pl.DataFrame(
+            schema={"caller_id": history.sessions.schema["caller_id"], "habit_score": pl.Float64})
         self.fitted_ = True
         return self
 
@@ -113,7 +127,7 @@ class EnumerationDetector(Detector):
             ratio(pl.col("distinct_resources"), pl.col("calls")).alias("_new_share"),
         ).with_columns(**pats, p_summary=p_summary).with_columns(
             any_of(*[pl.col(k) for k in (*pats, "p_summary")]).alias("_raw")
-        ).select(*cols, *pats, "p_summary", "_raw").collect()
+        ).select(*cols, *pats, "p_summary", "_raw").collect(engine="in-memory")
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows (see module docs)."""
@@ -153,9 +167,11 @@ class EnumerationDetector(Detector):
         cfg, e = self.config, self.settings
         f = min(1.0, 2.0 * self.threshold)  # band(x, lo, hi) >= threshold needs x >= f * lo
         hop, n = cfg.hop_us, cfg.entity_window_minutes // cfg.entity_hop_minutes
-        base = residual.filter(pl.col("resource_calls") > 0).select(
-            "sh", "ceh", "ieh", "first_t", "last_t", "distinct_resources", "res_misses"
-        )
+        # One lazy plan (the parts were ~14 eager queries, a fixed cost on small batches).
+        base = residual.lazy().select(
+            "sh", "ceh", "ieh", "first_t", "last_t", "distinct_resources", "res_misses",
+            "resource_calls",
+        ).filter(pl.col("resource_calls") > 0).drop("resource_calls")
         parts = []
         for code, (_, hcol) in enumerate(ENTITY_TYPES):
             b = base.filter(pl.col(hcol).is_not_null()).with_columns(
@@ -166,35 +182,43 @@ class EnumerationDetector(Detector):
                 parts.append(b.with_columns(((pl.col("last_t") // hop) * hop - j * hop).alias("w")))
         if not parts:
             return pl.DataFrame(schema={"et": pl.Int8, "eh": pl.UInt64, "w": pl.Int64})
-        x = pl.concat(parts).filter(pl.col("w") + cfg.window_us > pl.col("first_t"))
+        x = pl.concat(parts).filter(pl.col("w") + cfg.window_us > pl.col("first_t")).collect(
+            engine="in-memory")
         g = group_agg(
             x, KEYS,
             pl.len().alias("n"),
             pl.col("distinct_resources").sum().alias("d"),
             pl.col("res_misses").sum().alias("m"),
         )
-        return g.filter(
+        return g.lazy().filter(
             (pl.col("n") >= cfg.entity_min_sessions)
             & (
                 (pl.col("d") >= f * min(e.run_lo, e.dense_lo))
                 | ((pl.col("d") >= f * min(e.miss_run_lo, e.distinct_lo)) & (pl.col("m") >= 1))
             )
-        ).select(KEYS)
+        ).select(KEYS).collect(engine="in-memory")
 
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
         cfg = self.config
-        residual = features.sessions.join(flagged, on="session_id", how="anti")
+        # The columns read below only (the anti join would copy every feature column).
+        residual = features.sessions.select(
+            "session_id", "sh", "ceh", "ieh", "first_t", "last_t", "distinct_resources",
+            "res_misses", "resource_calls",
+        ).join(flagged, on="session_id", how="anti")
         cand = self._candidates(residual)
         if cand.height == 0:
             return empty_scores()
         callers = cand.filter(pl.col("et") == 0)["eh"].unique().implode()
         ips = cand.filter(pl.col("et") == 1)["eh"].unique().implode()
+        # One in-memory query (what the eager calls ran, one after another): the filter
+        # reads three columns instead of copying every event column first.
         ev = (
-            features.events.filter(
+            features.events.lazy().filter(
                 pl.col("has_res") & (pl.col("ceh").is_in(callers) | pl.col("ieh").is_in(ips))
             )
             .select("t", "sh", "ceh", "ieh", "rh", "tlh", "th", "rnum", "miss", "nf", "den", "i")
-            .join(residual.select("sh"), on="sh", how="semi")
+            .join(residual.lazy().select("sh"), on="sh", how="semi", maintain_order="left")
+            .collect(engine="in-memory")
         )
         if ev.height == 0:
             return empty_scores()

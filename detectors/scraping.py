@@ -29,7 +29,8 @@ from typing import Any, Self
 
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
-from toolwatch.detectors.baseline import Baseline, habits, habitual_gate
+from toolwatch.detectors.baseline import Baseline, established_rows, habits, habitual_gate
+from toolwatch.detectors.bulk import established_count
 from toolwatch.detectors.scoring import all_of, any_of, band, ratio
 from toolwatch.detectors.text import clean, duration, num, pct
 
@@ -45,6 +46,14 @@ def _dup() -> pl.Expr:
     return pl.when((pl.col("basis") == "summary") & (pl.col("distinct_resources") > 0)).then(
         1.0 - ratio(pl.col("distinct_resources"), pl.col("calls"))
     ).otherwise(pl.col("dup_ratio"))
+
+
+def _established(sessions: pl.DataFrame, min_rows: int) -> pl.DataFrame:
+    """Sessions of callers with at least ``min_rows`` sessions (:func:`established_rows`),
+    counted on the caller column alone first: usually there are none to copy."""
+    if established_count(sessions, ["caller_id"], min_rows) == 0:
+        return sessions.clear()
+    return established_rows(sessions, ["caller_id"], min_rows)
 
 
 class ScrapingLoopDetector(Detector):
@@ -63,11 +72,16 @@ class ScrapingLoopDetector(Detector):
             ["calls", "max_pages"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
             min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
         ).fit(history.sessions.select("caller_id", "first_t", "calls", "max_pages"))
+        # habits() keeps only callers with baseline_min_sessions sessions (established_rows)
+        # and a raw score depends on its own row: score just those sessions, or none (a live
+        # pass's short history rarely holds one). Same habits, far less work.
+        known = _established(history.sessions, cfg.baseline_min_sessions)
         self.habit_ = habits(
-            self._raw(history.sessions), "_raw", ["caller_id"],
+            self._raw(known), "_raw", ["caller_id"],
             min_rows=cfg.baseline_min_sessions,
             min_days=max(cfg.baseline_min_days, cfg.habit_min_days),
-        )
+        ) if known.height else pl.DataFrame(
+            schema={"caller_id": history.sessions.schema["caller_id"], "habit_score": pl.Float64})
         self.fitted_ = True
         return self
 
@@ -106,7 +120,7 @@ class ScrapingLoopDetector(Detector):
             ratio(pl.col("max_pages"), pl.col("calls")).alias("_sweep"),
         ).with_columns(**grades).with_columns(**pats).with_columns(
             any_of(*[pl.col(k) for k in pats]).alias("_raw")
-        ).select(*cols, *pats, "_raw").collect()
+        ).select(*cols, *pats, "_raw").collect(engine="in-memory")
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""

@@ -58,7 +58,8 @@ class CredentialStuffingDetector(Detector):
             pl.lit(None, pl.Float64).alias("p_creds"),
             pl.lit(None, pl.Float64).alias("p_callers"),
         )
-        flagged = out.filter(pl.col("score") >= self.threshold).select("session_id")
+        flagged = out.lazy().filter(pl.col("score") >= self.threshold).select(
+            "session_id").collect(engine="in-memory")
         ent = self._entities(features, flagged)
         if ent.height == 0:
             return out
@@ -67,11 +68,14 @@ class CredentialStuffingDetector(Detector):
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
         cfg = self.config
         c = self.settings
-        s = features.sessions
-        flagged_sh = s.join(flagged, on="session_id", how="semi").select("sh")
+        s = features.sessions.lazy()
+        # One in-memory query (the eager steps were ~9, a fixed cost on small batches);
+        # the joins keep the left order, as the eager calls did.
+        flagged_sh = s.select("session_id", "sh").join(
+            flagged.lazy(), on="session_id", how="semi", maintain_order="left").select("sh")
         cols = ["t", "sh", "ceh", "ieh", "crh", "tlh", "weight"]
         fe = (
-            features.events.filter(pl.col("authf"))
+            features.events.lazy().filter(pl.col("authf"))
             .with_columns(pl.lit(1, pl.Int64).alias("weight"))
             .select(cols)
         )
@@ -84,13 +88,16 @@ class CredentialStuffingDetector(Detector):
             pl.lit(None, pl.UInt64).alias("tlh"),
             pl.col("auth_failures").cast(pl.Int64).alias("weight"),
         )
-        rows = pl.concat([fe, summ], how="vertical_relaxed").join(flagged_sh, on="sh", how="anti")
+        succeeded = s.select("sh", pl.col("auth_recovered").alias("succ"))
+        rows = (
+            pl.concat([fe, summ], how="vertical_relaxed")
+            .join(flagged_sh, on="sh", how="anti", maintain_order="left")
+            .join(succeeded, on="sh", how="left", maintain_order="left")
+            .with_columns(pl.col("succ").fill_null(False))
+            .collect(engine="in-memory")
+        )
         if rows.height == 0:
             return empty_scores()
-        succeeded = s.select("sh", pl.col("auth_recovered").alias("succ"))
-        rows = rows.join(succeeded, on="sh", how="left").with_columns(
-            pl.col("succ").fill_null(False)
-        )
         ee = explode_entities(rows, cfg)
         ee = ee.with_columns(pl.col("weight").sum().over([*KEYS, "sh"]).alias("_per_session"))
         no_hash_fail_only = pl.col("sh").filter(pl.col("crh").is_null() & ~pl.col("succ"))

@@ -198,15 +198,20 @@ class ToolLoopDetector(_SequenceDetector):
         s = self.settings
         sess = features.sessions
         # Only sessions with enough exact repeats can hold a streak: most have none.
-        cand = sess.filter((pl.col("calls") - pl.col("distinct_calls")) >= s.streak_lo)
+        cand = sess.lazy().filter(
+            (pl.col("calls") - pl.col("distinct_calls")) >= s.streak_lo
+        ).select("sh", "calls").collect(engine="in-memory")
         schema = {"streak": pl.Int64, "cycle": pl.Int64, "loop_tool": pl.String,
                   "loop_span_s": pl.Float64, "calls": pl.Int64, "chain": _CHAIN}
         if cand.height == 0:
             return _empty_found(schema)
-        # The columns used below only: the sort then moves 10 columns, not 21.
-        ev = _seq(features).select(
+        # The columns used below only: the sort then moves 10 columns, not 21. One
+        # in-memory query up to the streaks (the steps were ~7 eager queries, a fixed cost
+        # of every pass); rows are sorted by (session, time, event), as before.
+        ev = _seq(features).lazy().select(
             "sh", "t", "i", "ch", "status", "tool", "server", "bk", "bkh", "bytes",
-        ).join(cand.select("sh"), on="sh", how="semi").sort(["sh", "t", "i"])
+        ).join(cand.lazy().select("sh"), on="sh", how="semi", maintain_order="left").sort(
+            ["sh", "t", "i"])
         key = pl.struct("ch", pl.col("status").fill_null("")).hash(SEED)
         ev = ev.with_columns(key.alias("_k"))
         rep = ~pl.col("_k").is_first_distinct().over("sh")
@@ -223,6 +228,7 @@ class ToolLoopDetector(_SequenceDetector):
             ev = ev.with_columns(pl.struct(
                 "sh", "ch", pl.col("bytes").fill_null(-1), pl.col("status").fill_null("")
             ).hash(SEED).is_first_distinct().alias("_new"))
+        ev = ev.collect(engine="in-memory")
         streaks = (
             ev.filter(pl.col("_rep"))
             .group_by("sh", "_run")
@@ -253,7 +259,7 @@ class ToolLoopDetector(_SequenceDetector):
             "sh", pl.lit(0.0).alias("_s"), *schema)
 
     @staticmethod
-    def _changes(ev: pl.DataFrame) -> pl.DataFrame:
+    def _changes(ev: pl.LazyFrame) -> pl.LazyFrame:
         """Per event: ``_chg`` (the same call as an earlier one of the session returned a
         result, size or outcome, it never returned before in the session) and the next
         event's ``_chg`` / call / time / key / tool, for the streak that the next event ends.
@@ -581,25 +587,34 @@ class StepSkipDetector(_SequenceDetector):
 
     def _tagged(self, ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Step and prerequisite rows per rule (rule id ``rule``), with their key hash."""
+        # Matched in Python over the few distinct tool names (the same equality tests as
+        # _matches): two polars queries per rule were a fixed cost of every pass.
         verbs = _verbs(ev["tool"])
-        step_rows, pre_rows = [], []
-        tools = verbs
+        names, vs = verbs["tool"].to_list(), verbs["verb"].to_list()
+
+        def hits(spec: str) -> list[bool]:
+            if spec.startswith("verb:"):
+                want = spec[5:].lower()
+                return [v == want for v in vs]
+            return [n == spec for n in names]
+
+        st_rows: dict[str, list[Any]] = {"tool": [], "rule": [], "rule_server": []}
+        pr_rows: dict[str, list[Any]] = {"tool": [], "rule": [], "rule_server": []}
         for r in self.rules_:
-            st = tools.filter(_matches(r["step"]))
-            pr = tools.filter(pl.any_horizontal([_matches(x) for x in r["requires"]]))
-            if st.height == 0:
+            st = [n for n, h in zip(names, hits(r["step"]), strict=True) if h]
+            if not st:
                 continue
+            req = [hits(x) for x in r["requires"]]
+            pr = [n for i, n in enumerate(names) if any(h[i] for h in req)]
             # A learned rule constrains its step on the server it was learned on only.
-            step_rows.append(st.select("tool", pl.lit(r["id"]).alias("rule"),
-                                       pl.lit(r["server"], pl.String).alias("rule_server")))
-            if pr.height:
-                pre_rows.append(pr.select("tool", pl.lit(r["id"]).alias("rule"),
-                                          pl.lit(None, pl.String).alias("rule_server")))
+            st_rows["tool"] += st
+            st_rows["rule"] += [r["id"]] * len(st)
+            st_rows["rule_server"] += [r["server"]] * len(st)
+            pr_rows["tool"] += pr
+            pr_rows["rule"] += [r["id"]] * len(pr)
+            pr_rows["rule_server"] += [None] * len(pr)
         schema = {"tool": pl.String, "rule": pl.Int32, "rule_server": pl.String}
-        cast = [pl.col("rule").cast(pl.Int32)]
-        st = pl.concat(step_rows).with_columns(cast) if step_rows else pl.DataFrame(schema=schema)
-        pr = pl.concat(pre_rows).with_columns(cast) if pre_rows else pl.DataFrame(schema=schema)
-        return st, pr
+        return pl.DataFrame(st_rows, schema=schema), pl.DataFrame(pr_rows, schema=schema)
 
     def _keyed(self, ev: pl.DataFrame, which: pl.DataFrame) -> pl.DataFrame:
         rows = ev.join(which, on="tool").filter(
@@ -801,9 +816,10 @@ class CrossServerFlowDetector(_SequenceDetector):
                                    min_days=cfg.baseline_min_days)
         # The caller's usual flow: one observation per outbound call (a flow is carried by
         # several sessions), timed at the outbound call.
-        flows = found.join(callers.drop("first_t"), on="sh").filter(
+        flows = found.lazy().join(callers.lazy().drop("first_t"), on="sh").filter(
             pl.col("caller_id").is_not_null()).unique(["caller_id", "t_out"]).select(
-            "caller_id", "read_bytes", pl.col("t_out").alias("first_t"))
+            "caller_id", "read_bytes", pl.col("t_out").alias("first_t")).collect(
+            engine="in-memory")
         self.caller_baseline_ = Baseline(
             ["read_bytes"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
             min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
@@ -840,18 +856,21 @@ class CrossServerFlowDetector(_SequenceDetector):
         schema = {"out_tool": pl.String, "out_server": pl.String, "read_bytes": pl.Int64,
                   "sensitive_reads": pl.Int64, "source_servers": pl.String, "chain": _CHAIN}
         ev = _seq(features)
-        out = ev.filter(pl.col("outbound")).select(
+        # Filter + projection (+ semi join) as one in-memory query each (the eager steps
+        # copied every event column first); the semi join keeps the left order as before.
+        out = ev.lazy().filter(pl.col("outbound")).select(
             "ck", "sh", "i", pl.col("t").alias("t_out"), pl.col("server").alias("out_server"),
             pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
-            pl.col("status").alias("out_status"))
+            pl.col("status").alias("out_status")).collect(engine="in-memory")
         if out.height == 0:
             return _empty_found({**schema, "t_out": pl.Int64})
-        reads = ev.filter(
+        reads = ev.lazy().filter(
             pl.col("tool_role").is_in(["read", "list_search"])
             & (pl.col("ok") | pl.col("sensitive"))
-        ).join(out.select("ck").unique(), on="ck", how="semi").select(
+        ).join(out.lazy().select("ck").unique(), on="ck", how="semi",
+               maintain_order="left").select(
             "ck", "t", "server", "tool", "bk", "status", "bytes", "sensitive",
-            pl.col("sh").alias("sh_r"))
+            pl.col("sh").alias("sh_r")).collect(engine="in-memory")
         win = s.window_minutes * 60_000_000
         pairs = out.join(reads, on="ck").filter(
             (pl.col("server") != pl.col("out_server")) & (pl.col("t") <= pl.col("t_out"))

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Self
 import polars as pl
 from toolwatch.detectors.config import DetectorsConfig
 from toolwatch.detectors.features import (
+    ENGINE,
     prepare_events,
     prepare_summaries,
     session_features,
@@ -209,4 +210,4 @@ def session_frame(
         pl.col("first_t"),
         pl.col("last_t"),
         *extra,
-    ).collect()
+    ).collect(engine=ENGINE)

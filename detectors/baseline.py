@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import polars as pl
-from toolwatch.detectors.features import SEED, US_PER_DAY
+from toolwatch.detectors.features import ENGINE, SEED, US_PER_DAY
 
 MAD_SCALE = 1.4826
 
@@ -85,7 +85,7 @@ class Baseline:
                 .alias("_established")
             )
             queries.append(own_q)
-        done = pl.collect_all(queries) if queries else []
+        done = pl.collect_all(queries, engine=ENGINE) if queries else []
         if pop:
             row = done[0].row(0)
             for i, c in enumerate(self.cols):
@@ -134,7 +134,7 @@ class Baseline:
         exprs.append(pl.col("_n").fill_null(0).cast(pl.Int64).alias("own_n"))
         exprs.append(pl.col("_days").fill_null(0).cast(pl.Int64).alias("own_days"))
         drop = [c for c in self.own_.columns if c not in self.keys]
-        return out.with_columns(exprs).drop(drop).collect()
+        return out.with_columns(exprs).drop(drop).collect(engine=ENGINE)
 
 
 def key_hash(keys: list[str]) -> pl.Expr:
@@ -209,7 +209,7 @@ def habits(
         )
         .filter((pl.col("_n") >= min_rows) & (pl.col("_days") >= min_days))
         .drop("_n", "_days")
-        .collect()
+        .collect(engine=ENGINE)
     )
 
 
@@ -291,5 +291,5 @@ def daily_habits(
         )
         .filter((pl.col("_n") >= min_rows) & (pl.col("_days") >= min_days))
         .drop("_n", "_days")
-        .collect()
+        .collect(engine=ENGINE)
     )

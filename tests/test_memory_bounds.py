@@ -448,3 +448,139 @@ def test_a_deferred_backlog_detection_runs_in_backlog_detect_passes(tmp_path) ->
     assert ids_one == ids_four
     with pytest.raises(ConfigError):
         LiveConfig(backlog_detect_passes=-1).validate()
+
+
+def _window_frame(rows: list[tuple[int, str | None, str | None]]) -> pl.DataFrame:
+    t0 = datetime(2026, 11, 2, tzinfo=UTC)
+    return pl.DataFrame(
+        {
+            "event_id": [f"fp:{i}" for i in range(len(rows))],
+            "ts": [t0 + timedelta(seconds=s) for s, _, _ in rows],
+            "session_id": [sid for _, sid, _ in rows],
+            "caller_id": [c for _, _, c in rows],
+        },
+        schema={"event_id": pl.String, "ts": pl.Datetime("us", "UTC"),
+                "session_id": pl.String, "caller_id": pl.String},
+    )
+
+
+@given(st.lists(st.tuples(st.integers(0, 3_600), st.one_of(st.none(), st.text(max_size=30)),
+                          st.one_of(st.none(), st.text(max_size=30))), max_size=80),
+       st.integers(1, 60))
+@settings(max_examples=60, deadline=None)
+def test_window_expiry_keeps_the_rows_and_values_it_should(
+    rows: list[tuple[int, str | None, str | None]], cap: int
+) -> None:
+    """Expiry (strings copied column by column) keeps exactly the newest ``cap`` rows of
+    the window, values and nulls unchanged, whatever the strings."""
+    w = DetectionWindow(window_minutes=1e6, session_idle_minutes=1e6, tolerance_s=0.0,
+                        max_events=cap, columns=["event_id", "ts", "session_id", "caller_id"])
+    df = _window_frame(rows)
+    w.add(df, pl.DataFrame(schema={"session_id": pl.String, "ts": pl.Datetime("us", "UTC")}))
+    w.expire()
+    got = w.events if w.events is not None else df.clear()
+    assert got.height == min(cap, df.height)
+    # every kept row is an input row, unchanged (ids are unique)
+    joined = got.join(df, on="event_id", how="left", suffix="_in", nulls_equal=True)
+    for c in ("ts", "session_id", "caller_id"):
+        assert joined[c].equals(joined[f"{c}_in"].alias(c))
+    if got.height and got.height < df.height:  # the oldest went first
+        assert got["ts"].min() >= df["ts"].sort(descending=True)[cap - 1]
+
+
+def test_window_expiry_copies_one_column_of_strings_at_a_time() -> None:
+    """The peak of an expiry is the window plus about one string column, not two windows.
+
+    Measured in a fresh process (polars' jemalloc returning freed pages at once, as in a
+    live command) with the kernel's high-water mark reset before each expiry; the
+    all-at-once copy of before (``_own_strings`` of the whole frame) is the reference.
+    """
+    code = r"""
+import os
+from datetime import UTC, datetime, timedelta
+import polars as pl
+from toolwatch.live.window import DetectionWindow, _own_strings
+
+def hwm():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM'):
+            return int(line.split()[1]) / 1024
+
+def rss():
+    return int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
+
+n = 150_000
+t0 = datetime(2026, 11, 2, tzinfo=UTC)
+cols = {f"s{k}": pl.format("value-{}-of-column-{}-padding", pl.col("i"), pl.lit(k))
+        for k in range(8)}
+def frame(a, b):
+    return (pl.DataFrame({"i": range(a, b)})
+            .with_columns(ts=pl.lit(t0) + pl.duration(milliseconds=pl.col("i")),
+                          session_id=pl.format("s-{}", pl.col("i")), **cols)
+            .with_columns(pl.col("ts").dt.cast_time_unit("us")).drop("i"))
+out = []
+for mode in ("all_at_once", "by_column"):
+    w = DetectionWindow(1e6, 1e6, 0.0, n, columns=frame(0, 1).columns)
+    w.events = _own_strings(frame(0, n)).rechunk()
+    w.newest_us = None
+    w.add(frame(n, n + n // 4), pl.DataFrame())
+    w.events = pl.concat([w.events, frame(n + n // 4, n + n // 2)], rechunk=False)
+    if mode == "all_at_once":  # the copy of before: every string column at once
+        w.expire = lambda w=w: setattr(w, "events", _own_strings(
+            w.events.filter(pl.col("ts") >= w.events["ts"].top_k(n).min())).rechunk())
+    base = rss()
+    open(f"/proc/{os.getpid()}/clear_refs", "w").write("5")
+    w.expire()
+    out.append(hwm() - base)
+    assert w.size == n
+    del w
+print(out[0], out[1])
+"""
+    env = {**os.environ, "_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True)
+    all_at_once, by_column = (float(x) for x in res.stdout.strip().splitlines()[-1].split())
+    assert all_at_once > 20  # the reference copies 8 string columns of 150k rows at once
+    assert by_column < 0.7 * all_at_once
+
+
+def test_duckdb_allocator_returns_freed_pages() -> None:
+    """A live process sets DuckDB's bundled jemalloc to decay 0: after a large query its
+    resident memory falls back (the default, 1000 ms without a background thread, kept it)."""
+    code = r"""
+import ctypes
+import duckdb
+from toolwatch.spool import _duckdb_mallctl, tune_duckdb_allocator
+
+fn = _duckdb_mallctl()
+if fn is None:
+    print("none")
+    raise SystemExit
+def stat(name):
+    e = ctypes.c_uint64(1); sz = ctypes.c_size_t(8)
+    fn(b"epoch", ctypes.byref(e), ctypes.byref(sz), ctypes.byref(e), 8)
+    v = ctypes.c_size_t(); sz = ctypes.c_size_t(8)
+    assert fn(name.encode(), ctypes.byref(v), ctypes.byref(sz), None, 0) == 0
+    return v.value / 2**20
+def decay():
+    v = ctypes.c_ssize_t(); sz = ctypes.c_size_t(8)
+    assert fn(b"arenas.dirty_decay_ms", ctypes.byref(v), ctypes.byref(sz), None, 0) == 0
+    return v.value
+con = duckdb.connect()
+q = "SELECT s, count(*) FROM (SELECT 'x' || (i % 200000) s FROM range(2000000) r(i)) GROUP BY s"
+con.sql(q).fetchall()
+before = stat("stats.resident") - stat("stats.allocated")
+d0 = decay()
+assert tune_duckdb_allocator()
+con.sql(q).fetchall()
+after = stat("stats.resident") - stat("stats.allocated")
+print(d0, decay(), round(before, 1), round(after, 1))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    last = res.stdout.strip().splitlines()[-1]
+    if last == "none":
+        pytest.skip("this DuckDB build has no bundled jemalloc")
+    d0, d1, before, after = (float(x) for x in last.split())
+    assert d0 > 0 and d1 == 0
+    assert before > 4 and after < before / 2  # freed but resident: gone with decay 0

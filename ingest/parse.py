@@ -192,6 +192,11 @@ def _line_offsets(lines: pa.LargeBinaryArray) -> np.ndarray:
     ]
 
 
+def _fps(batch: RawBatch, n: int) -> pa.Array:
+    """Each line's stream fingerprint (several streams parsed in one go: ``batch.fps``)."""
+    return batch.fps if batch.fps is not None else arrays.repeat(batch.source_fp, n)
+
+
 def _non_ascii_lines(lines: pa.LargeBinaryArray, offsets: np.ndarray) -> list[int]:
     """Indices of the lines holding a byte >= 0x80 (only they can be invalid UTF-8).
 
@@ -708,7 +713,7 @@ FROM res
                 "line_no": arrays.from_numpy(np.asarray(batch.line_nos, dtype=np.int64))
                 if batch.line_nos is not None
                 else pa.nulls(n, pa.int64()),
-                "fp": arrays.repeat(batch.source_fp, n),
+                "fp": _fps(batch, n),
                 "line": _splice_text(lines, offsets_buf, repl),
                 "pre_reason": _sparse(n, pre_reason),
                 "pre_flags": _sparse(n, pre_flags),
@@ -830,7 +835,7 @@ FROM res
                 "line_no": arrays.from_numpy(np.asarray(batch.line_nos, dtype=np.int64))
                 if batch.line_nos is not None
                 else pa.nulls(n, pa.int64()),
-                "fp": arrays.repeat(batch.source_fp, n),
+                "fp": _fps(batch, n),
                 "line": arrays.strings(text, pa.large_string()),
                 "pre_reason": arrays.repeat("unprocessable", n),
                 "pre_flags": arrays.repeat(detail, n),

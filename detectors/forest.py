@@ -328,12 +328,15 @@ class IsolationForestDetector(Detector):
         )
         return self
 
-    def _score_sessions(self, sessions: pl.DataFrame, remember: bool = False) -> np.ndarray:
-        """Scores of sessions; ``remember``: this is the history (see :class:`RowMemo`)."""
+    def _score_sessions(self, sessions: pl.DataFrame, remember: bool = False,
+                        raw: np.ndarray | None = None) -> np.ndarray:
+        """Scores of sessions; ``remember``: this is the history (see :class:`RowMemo`).
+        ``raw``: the sessions' :func:`raw_feature_frame` as float64, when the caller has it."""
         cached = getattr(self, "_cache", None)
         if cached is not None and cached[0] is sessions:
             return cached[1]
-        raw = raw_feature_frame(sessions).to_numpy().astype(np.float64)
+        if raw is None:
+            raw = raw_feature_frame(sessions).to_numpy().astype(np.float64)
         x = self._prep(_transform(raw), self.medians_)
         scores = _iso_scores(self.trees_, x, self.model_,  # type: ignore[arg-type]
                              getattr(self, "_memo", None), remember)
@@ -380,8 +383,10 @@ class IsolationForestDetector(Detector):
         s = pl.concat([sessions, raw.rename({c: f"f_{c}" for c in raw.columns})],
                       how="horizontal")
         if self.model_fitted and s.height:
-            scores = self._score_sessions(sessions)
-            z = self._outlier_z(raw.to_numpy().astype(np.float64))
+            # The raw features once: the isolation scores and the outlier z both read them.
+            raw_np = raw.to_numpy().astype(np.float64)
+            scores = self._score_sessions(sessions, raw=raw_np)
+            z = self._outlier_z(raw_np)
             s = s.with_columns(
                 pl.Series("_iso", scores, dtype=pl.Float64),
                 pl.Series("outlier_z", z, dtype=pl.Float64),

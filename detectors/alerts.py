@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 import polars as pl
+import pyarrow as pa
 from toolwatch.detectors.base import Detector
 from toolwatch.detectors.config import SEVERITIES, DetectorsConfig  # noqa: F401 - re-exported
 from toolwatch.detectors.text import iso
@@ -288,12 +289,22 @@ def build_alerts(
         schema = {**ALERT_COLUMNS, **extra}
         if not recs:
             return pl.DataFrame(schema=schema)
-        # Column-wise construction: far cheaper than one dict per row.
+        # Column-wise construction: far cheaper than one dict per row. The reasons (a list
+        # per alert) go through Arrow's converter: polars builds a list column from Python
+        # one inner list at a time (~10 us per alert, a third of this function).
         times = {"first_seen", "last_seen", "detected_at"}
-        data = {k: [rec.get(k) for rec in recs] for k in schema}
-        df = pl.DataFrame(
-            data, schema={k: (pl.Int64() if k in times else v) for k, v in schema.items()}
-        ).with_columns(pl.col(*times).cast(pl.Datetime("us", "UTC")))
+        cols: list[pl.Series] = []
+        for k, v in schema.items():
+            vals = [rec.get(k) for rec in recs]
+            if k in times:
+                cols.append(pl.Series(k, vals, pl.Int64))
+            elif k == "reasons":
+                s = pl.from_arrow(pa.array(vals, type=pa.large_list(pa.large_string())))
+                assert isinstance(s, pl.Series)
+                cols.append(s.cast(v).alias(k))
+            else:
+                cols.append(pl.Series(k, vals, v))
+        df = pl.DataFrame(cols).with_columns(pl.col(*times).cast(pl.Datetime("us", "UTC")))
         return df.sort(["first_seen", "alert_id"])
 
     return frame(out, {}), frame(suppressed, {"suppressed_by": pl.String()})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -61,6 +62,13 @@ def iso(us: int | None) -> str | None:
     """µs since epoch → ISO-8601 UTC with ``Z``."""
     if us is None:
         return None
+    return _iso(us)
+
+
+@functools.lru_cache(maxsize=8192)
+def _iso(us: int) -> str:
+    # Alert ids and window evidence format the same hop-aligned window starts for many
+    # alerts of a pass (and of every pass): a pure function of an int, memoized.
     return datetime.fromtimestamp(us / 1e6, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -9,7 +9,9 @@ mappings to ``$PROBE_OUT.smaps``. ``PROBE_DUCK="SET+x=1|SET+y=2"`` runs those st
 on every DuckDB connection; ``PROBE_LEAN=1`` samples nothing. ``PROBE_OFF=duck,expire``
 turns levers off for A/B runs in one tree: ``duck`` = DuckDB's jemalloc left at its
 defaults (no ``spool.tune_duckdb_allocator``), ``expire`` = the window expiry that copied
-all strings at once (before session 4). Not a test.
+all strings at once (before session 4). ``PROBE_SELECT_NEWEST=N``: the window's
+``select`` cuts to the newest N touched events before sorting (what the detection asks
+for once it passes ``newest``; for an A/B before that hook). Not a test.
 
 Peak attribution (``PROBE_PHASES=1``, the default): the live pipeline's phases (parse =
 ``_transform_pending``, detect, each detection pass with its event and history sizes,
@@ -361,10 +363,18 @@ def _old_expire(self: Any) -> None:
 
 def main() -> None:
     """Start the samplers, then the CLI with this process's arguments."""
-    if "expire" in _OFF:
-        from toolwatch.live.window import DetectionWindow
+    from toolwatch.live.window import DetectionWindow
 
+    if "expire" in _OFF:
         DetectionWindow.expire = _old_expire  # type: ignore[method-assign]
+    if os.environ.get("PROBE_SELECT_NEWEST"):
+        newest = int(os.environ["PROBE_SELECT_NEWEST"])
+        select = DetectionWindow.select
+
+        def select_newest(self: Any, touched: Any, newest_: Any = None) -> Any:
+            return select(self, touched, newest_ if newest_ is not None else newest)
+
+        DetectionWindow.select = select_newest  # type: ignore[method-assign]
     if os.environ.get("PROBE_PHASES", "1") == "1":
         _install_phases()
         threading.Thread(target=_fast_sampler, daemon=True).start()

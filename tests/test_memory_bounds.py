@@ -584,3 +584,37 @@ print(d0, decay(), round(before, 1), round(after, 1))
     d0, d1, before, after = (float(x) for x in last.split())
     assert d0 > 0 and d1 == 0
     assert before > 4 and after < before / 2  # freed but resident: gone with decay 0
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.sampled_from(["a", "b", "c", None]),
+                          st.sampled_from(["u1", "u2", None])), max_size=80),
+       st.integers(1, 40))
+@settings(max_examples=80, deadline=None)
+def test_select_newest_is_the_newest_touched_events(
+    rows: list[tuple[int, str | None, str | None]], n: int
+) -> None:
+    """``select(touched, newest=n)`` returns the rows of ``select(touched)`` with the n
+    newest log times (ties at the cut: the later arrivals), sorted, and says it cut."""
+    w = DetectionWindow(window_minutes=1e6, session_idle_minutes=1e6, tolerance_s=0.0,
+                        max_events=10_000, columns=["event_id", "ts", "session_id",
+                                                    "caller_id"])
+    df = _window_frame(rows)
+    w.add(df, pl.DataFrame(schema={"session_id": pl.String, "ts": pl.Datetime("us", "UTC")}))
+    touched = {"session_id": pl.Series(["a", "b"]), "caller_id": pl.Series(["u1"])}
+    full, _ = w.select(touched)
+    assert not w.select_capped
+    cut, _ = w.select(touched, newest=n)
+    assert w.select_capped == (full.height > n)
+    assert cut.height == min(n, full.height)
+    assert cut["ts"].is_sorted()
+    if full.height:
+        ts_sorted = full["ts"].sort(descending=True)
+        kth = ts_sorted[min(n, full.height) - 1]
+        # every event strictly newer than the cut is in, none older
+        assert set(full.filter(pl.col("ts") > kth)["event_id"]) <= set(cut["event_id"])
+        assert cut["ts"].min() == kth or cut.height == full.height
+        # among the events at the cut, the later arrivals are kept
+        at = full.filter(pl.col("ts") == kth)["event_id"].to_list()
+        kept_at = [e for e in at if e in set(cut["event_id"])]
+        order = {e: int(e.split(":")[1]) for e in at}
+        assert sorted(kept_at, key=order.get) == sorted(at, key=order.get)[len(at) - len(kept_at):]

@@ -94,6 +94,8 @@ class DetectionWindow:
         self.session_last = pl.DataFrame(schema={"session_id": pl.String, "t": pl.Int64})
         self.evicted = 0
         self.late = 0
+        #: Whether the last :meth:`select` left touched events out (``newest``).
+        self.select_capped = False
         self._since_expire = 0
 
     @property
@@ -153,11 +155,19 @@ class DetectionWindow:
         if self.size > self.max_events or self._since_expire > max(10_000, self.size // 4):
             self.expire()
 
-    def select(self, touched: dict[str, pl.Series]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    def select(
+        self, touched: dict[str, pl.Series], newest: int | None = None
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Events and summaries of every touched entity, over the whole window.
 
         ``touched`` maps an entity column to the distinct ids the micro-batch touched.
+        ``newest``: at most that many events, the newest by log time (sorted);
+        :attr:`select_capped` tells whether more were touched. The cut is made before
+        the sort on the ``ts`` column alone, so neither a sorted copy of every touched
+        event nor the slice's parent outlives the selection (under dense traffic every
+        micro-batch touches nearly the whole window).
         """
+        self.select_capped = False
 
         def cond_for(df: pl.DataFrame) -> pl.Expr | None:
             cond = None
@@ -172,7 +182,14 @@ class DetectionWindow:
         if self.events is not None:
             c = cond_for(self.events)
             if c is not None:
-                ev = self.events.filter(c).sort("ts")
+                if newest is not None:
+                    mask = self.events.select(c.fill_null(False).alias("m"))["m"]
+                    if int(mask.sum()) > newest:
+                        self.select_capped = True
+                        mask = _newest_mask(self.events["ts"], mask, newest)
+                    ev = self.events.filter(mask).sort("ts")
+                else:
+                    ev = self.events.filter(c).sort("ts")
         su = _empty_summaries()
         if self.summaries is not None:
             c = cond_for(self.summaries)
@@ -231,6 +248,24 @@ class DetectionWindow:
                 ~pl.col("source_fp").is_in(pl.Series(fps).implode())
             )
         return before - self.events.height
+
+
+def _newest_mask(ts: pl.Series, mask: pl.Series, n: int) -> pl.Series:
+    """``mask`` narrowed to its ``n`` rows with the newest ``ts`` (ties at the cut: the
+    later rows), worked out on the ``ts`` column alone so no frame is copied twice.
+
+    The same rows as ``df.filter(mask).sort("ts").tail(n)`` when the times are distinct.
+    """
+    sel = ts.filter(mask)
+    cut = sel.top_k(n).min()
+    if cut is None:  # no times to cut on (events always have one): keep the selection
+        return mask
+    keep = (mask & (ts > cut)).fill_null(False)
+    need = n - int(keep.sum())
+    if need > 0:
+        at = (mask & (ts == cut)).fill_null(False).arg_true()
+        keep = keep.scatter(at.tail(need), True)
+    return keep
 
 
 def _own_strings(df: pl.DataFrame) -> pl.DataFrame:

@@ -255,6 +255,7 @@ def main() -> None:
     ap.add_argument("--old-tree", type=Path, help="old code already extracted here")
     ap.add_argument("--new", dest="new_rev", help="git revision of the new code "
                     "(default: the working tree, with everyone's uncommitted edits)")
+    ap.add_argument("--new-tree", type=Path, help="new code already extracted here")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--modes", default="tail,backlog")
     ap.add_argument("--live", action="append", default=[], metavar="KEY=VALUE")
@@ -276,7 +277,7 @@ def main() -> None:
         arc = subprocess.run(["git", "-C", str(HERE), "archive", args.base],
                              check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(old)], input=arc, check=True)
-    new = HERE
+    new = args.new_tree or HERE
     if args.new_rev:
         new = work / "new"
         new.mkdir(exist_ok=True)

@@ -88,6 +88,15 @@ class FeatureSet:
             how="diagonal_relaxed",
         )
         known = other.events.select("session_id").unique()
+        ann = _stacked_annotation(self, other, known)
+        if ann is not None:
+            # The events are the annotated rows' event columns: the same rows, in order.
+            fs = FeatureSet(ann.select(pl.concat(
+                [self.events.clear(), other.events.clear()], how="diagonal_relaxed").columns),
+                sessions, other.config)
+            fs._tools_annotated = ann  # type: ignore[attr-defined]
+            fs._tools_keys = other._tools_keys  # type: ignore[attr-defined]
+            return fs
         events = pl.concat(
             [self.events.join(known, on="session_id", how="anti"), other.events],
             how="diagonal_relaxed",
@@ -100,6 +109,29 @@ class FeatureSet:
         if self.sessions.height == 0:
             return None
         return self.sessions["last_t"].max()  # type: ignore[return-value]
+
+
+def _stacked_annotation(
+    hist: FeatureSet, batch: FeatureSet, known: pl.DataFrame
+) -> pl.DataFrame | None:
+    """The tool annotation of ``hist.union(batch)`` from the two sets' own annotations.
+
+    Each event's annotation depends on the event and on the argument names looked for
+    (the idempotency and business keys of the tools present, ``_tools_keys``); when both
+    sets looked for the same names, the union's annotation is the two stacked, as the
+    union stacks the events (history rows of sessions the batch holds dropped). None when
+    either set is not annotated or the names differ: it is then computed when needed.
+    """
+    a = getattr(hist, "_tools_annotated", None)
+    b = getattr(batch, "_tools_annotated", None)
+    if a is None or b is None or a.height != hist.events.height \
+            or b.height != batch.events.height:
+        return None
+    if getattr(hist, "_tools_keys", None) != getattr(batch, "_tools_keys", ()):
+        return None
+    if a.schema != b.schema:
+        return None
+    return pl.concat([a.join(known, on="session_id", how="anti"), b], how="vertical")
 
 
 class Detector(ABC):

@@ -26,7 +26,7 @@ from toolwatch.detectors.config import DetectorsConfig
 from toolwatch.detectors.features import prepare_events, prepare_summaries, session_features
 from toolwatch.detectors.forest import IsolationForestDetector, load_or_fit
 from toolwatch.detectors.sequence import WORKFLOWS_FILE, learn_workflows, save_workflows
-from toolwatch.detectors.tools import annotate
+from toolwatch.detectors.tools import _annotate, annotate, annotated
 
 from toolwatch.errors import ModelError
 
@@ -184,9 +184,9 @@ def _features(
         return FeatureSet.build(events, summaries, config)
     ev = prepare_events(events, config)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="annotate") as pool:
-        tools = pool.submit(annotate, ev, config)
+        tools = pool.submit(_annotate, ev, config)
         fs = FeatureSet(ev, session_features(ev, prepare_summaries(summaries), config), config)
-        fs._tools_annotated = tools.result()  # type: ignore[attr-defined]
+        fs._tools_annotated, fs._tools_keys = tools.result()  # type: ignore[attr-defined]
     return fs
 
 
@@ -252,7 +252,13 @@ def detect(
     timings["features"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if history is not None and history.height:
-        fit_on = _history_features(history, config, reuse).union(batch)
+        hist_fs = _history_features(history, config, reuse)
+        if reuse is not None and hasattr(batch, "_tools_annotated"):
+            # Live: annotate the shared history once per detection (cached on its
+            # features); each pass's fit set then stacks it with the pass's annotation
+            # instead of annotating history + pass again (FeatureSet.union).
+            annotated(hist_fs)
+        fit_on = hist_fs.union(batch)
     else:
         fit_on = batch
     model = _fit_all(dets, fit_on, model_path, reuse)

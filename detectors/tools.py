@@ -231,6 +231,19 @@ def annotate(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     lookups on those integer keys; everything else runs on the few distinct tools and on
     the distinct argument texts that mention a sensitive term or a configured key.
     """
+    return _annotate(events, config)[0]
+
+
+def _annotate(
+    events: pl.DataFrame, config: DetectorsConfig
+) -> tuple[pl.DataFrame, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """:func:`annotate`, and the argument names it looked for: ``(idempotency keys,
+    business keys)`` of the ``(server, tool)`` pairs present.
+
+    Every event's annotation is a function of the event and of these two sets, so two
+    frames annotated with the same sets can be stacked instead of annotated again
+    (:meth:`toolwatch.detectors.base.FeatureSet.union`).
+    """
     tc = config.tools
     ev = events
     for c, dt in (("server", pl.String), ("tool", pl.String), ("args", pl.String),
@@ -299,7 +312,7 @@ def annotate(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     return out.with_columns(
         bkh.alias("bkh"),
         pl.when(pl.col("idem").is_not_null()).then(pl.col("idem").hash(_SEED)).alias("idemh"),
-    )
+    ), (tuple(idem_keys), tuple(bk_keys))
 
 
 def annotated(features: FeatureSet) -> pl.DataFrame:
@@ -307,6 +320,7 @@ def annotated(features: FeatureSet) -> pl.DataFrame:
     cached = getattr(features, "_tools_annotated", None)
     if cached is not None and cached.height == features.events.height:
         return cached
-    out = annotate(features.events, features.config)
+    out, keys = _annotate(features.events, features.config)
     features._tools_annotated = out  # type: ignore[attr-defined]
+    features._tools_keys = keys  # type: ignore[attr-defined]
     return out

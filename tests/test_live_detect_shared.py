@@ -232,3 +232,77 @@ def test_zero_nan_catches_every_nan_encoding(bits: int) -> None:
     got = df.select(zero_nan(pl.col("x")))["x"].to_list()
     assert got[0] == 0.0 and got[2] is None and got[3] == 2.0
     assert math.copysign(1.0, got[1]) == -1.0  # -0.0 kept as it was
+
+
+# ------------------------------------------------------ tool annotation stacked in union
+
+
+def _seq_traffic(seed: int) -> pl.DataFrame:
+    from datetime import timedelta
+
+    from toolwatch.detectors import testing_sequence as ts
+    from toolwatch.detectors.testing import T0, Traffic
+
+    tr = Traffic(seed=seed)
+    tr.background(days=2, users=12, per_day=2)
+    for k in range(6):
+        t = T0 + timedelta(hours=3 + 5 * k)
+        ts.order_flow(tr, f"o{k}", t, f"ord-{seed}-{k}", caller=f"shopper{k % 3}",
+                      charge=k % 2 == 0)
+        ts.double_charge(tr, f"d{k}", t + timedelta(minutes=7), f"ord-{k}",
+                         keys=("k1", "k1") if k % 3 else (None, None))
+        ts.tool_loop(tr, f"l{k}", t + timedelta(minutes=20), n=8 + k)
+    return tr.events().sort("ts")
+
+
+_TOOLS_CFGS = {
+    "default": {},
+    # Names only some tools look for: a batch without them looks for other names, so
+    # its annotation cannot be stacked with the history's (computed again instead).
+    "per_tool": {"tools": {"idempotency_args": {"shop-server/chargePayment": ["amount"]},
+                           "business_keys": {"fulfillOrder": "orderId"}}},
+}
+
+
+@pytest.mark.parametrize("cfg_name", sorted(_TOOLS_CFGS))
+@pytest.mark.parametrize("seed,cut", [(1, 0.5), (2, 0.8), (3, 0.95)])
+def test_union_stacks_annotation_as_annotate_would(seed: int, cut: float,
+                                                   cfg_name: str) -> None:
+    from toolwatch.detectors import DetectorsConfig
+    from toolwatch.detectors.base import FeatureSet
+    from toolwatch.detectors.pipeline import _features
+    from toolwatch.detectors.tools import annotate, annotated
+
+    cfg = DetectorsConfig.from_dict(_TOOLS_CFGS[cfg_name])
+    ev = _seq_traffic(seed)
+    k = int(ev.height * cut)
+    # Overlapping like live: the history's tail holds some of the batch's sessions.
+    hist, batch_ev = ev.head(k + 20), ev.slice(k)
+    plain = FeatureSet.build(hist, None, cfg).union(FeatureSet.build(batch_ev, None, cfg))
+    hist_fs = FeatureSet.build(hist, None, cfg)
+    annotated(hist_fs)
+    batch = _features(batch_ev, None, cfg, annotate_too=True)
+    fused = hist_fs.union(batch)
+    assert_frame_equal(fused.events, plain.events)
+    assert_frame_equal(fused.sessions, plain.sessions)
+    assert_frame_equal(annotated(fused), annotate(plain.events, cfg))
+    stacked = getattr(fused, "_tools_annotated", None) is not None
+    # The default config looks for the same names everywhere: always stacked.
+    assert stacked or cfg_name != "default"
+
+
+def test_live_detect_with_stacked_annotation_equals_plain_detect() -> None:
+    from toolwatch.detectors import DetectorsConfig
+    from toolwatch.detectors.pipeline import detect
+
+    cfg = DetectorsConfig()
+    ev = _seq_traffic(7)
+    hist, live = ev.head(ev.height // 2), ev.tail(ev.height - ev.height // 2)
+    key = pl.coalesce(pl.col("caller_id"), pl.col("session_id")).hash(seed=7) % 3
+    part = live.select(key.alias("p"))["p"]
+    reuse: dict = {}
+    for i in range(3):
+        p = live.filter(part == i)
+        a = detect(p, None, cfg, history=hist, reuse=reuse).alerts  # stacked annotation
+        b = detect(p, None, cfg, history=hist).alerts  # annotated from scratch
+        assert a.sort("alert_id").to_dicts() == b.sort("alert_id").to_dicts()

@@ -22,6 +22,12 @@ message read). Usage::
     python benchmarks/bench_kafka.py --events 500000 --partitions 8 --modes a,c,d,tail
     python benchmarks/bench_kafka.py --compression lz4     # producer compression
     python benchmarks/bench_kafka.py scale --events 200000  # 1/2/4 processes, 4/8 parts
+    git worktree add /tmp/base HEAD~1
+    python benchmarks/bench_kafka.py --modes c,d,tail --old /tmp/base --repeat 2
+
+``--old TREE`` also runs modes c, d, tail and tail-nd with another checkout's code (in a
+child process on the same broker and topic, interleaved with this tree's, shown as
+``d@old`` ...), so an A/B is measured in one run on a shared machine.
 
 The ``scale`` part runs N separate ``toolwatch kafka`` processes (one group, one store)
 and checks that every message is stored exactly once, also when a member joins
@@ -43,7 +49,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# --old's child imports the other checkout's toolwatch (PYTHONPATH overlay): this tree's
+# folder goes last there, or its toolwatch/ would shadow the overlay's.
+sys.path.insert(len(sys.path) if "--child" in sys.argv else 0, str(ROOT))
+sys.path.insert(1, str(ROOT / "benchmarks"))
 os.environ.setdefault("TOOLWATCH_HMAC_KEY", "00" * 32)
 
 from toolwatch.config import Config  # noqa: E402
@@ -230,6 +239,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
     path, lines = bench_lines(work, a.events)
     total = len(lines)
     modes = a.modes.split(",")
+    if a.old:
+        modes = [x for m in modes for x in ([m, f"{m}@old"] if m in OLD_MODES else [m])]
     res: dict[str, Any] = {"events": total, "partitions": a.partitions,
                            "compression": a.compression or "none",
                            "load_avg": os.getloadavg(), "cpus": os.cpu_count()}
@@ -252,7 +263,11 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             t = time.perf_counter()
             cpu0 = time.process_time()
             bcpu0 = sum(bproc.cpu_times()[:2])
-            if m == "a":
+            child_cpu = None
+            if m.endswith("@old"):
+                r = run_old(a.old, m[:-4], broker.bootstrap, topic, total, path, work)
+                child_cpu = r.pop("cpu_s")
+            elif m == "a":
                 r = bare(broker.bootstrap, topic, total, transform=False)
             elif m == "a-fast":
                 r = bare(broker.bootstrap, topic, total, transform=False, fast=True)
@@ -272,23 +287,27 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             r["wall_s"] = round(time.perf_counter() - t, 1)
             # CPU per message, less sensitive than wall time to a busy machine: this
             # process (all threads: poll, kafka IO, commit, DuckDB) and the broker.
-            r["cpu_us_per_msg"] = round((time.process_time() - cpu0) / total * 1e6, 1)
+            cpu = time.process_time() - cpu0 if child_cpu is None else child_cpu
+            r["cpu_us_per_msg"] = round(cpu / total * 1e6, 1)
             r["broker_cpu_us_per_msg"] = round(
                 (sum(bproc.cpu_times()[:2]) - bcpu0) / total * 1e6, 1)
-            print(f"  {m:8s} {total / r['seconds']:>10,.0f} msg/s   {r['seconds']:6.2f}s "
+            print(f"  {m:12s} {total / r['seconds']:>10,.0f} msg/s   {r['seconds']:6.2f}s "
                   f"(+join {r['join_s']:.1f}s)  cpu {r['cpu_us_per_msg']} us/msg, broker "
                   f"{r['broker_cpu_us_per_msg']} us/msg  stored {r.get('events')}", flush=True)
             runs.setdefault(m, []).append(r)
         for m in modes:  # best of the rounds (the machine is shared)
             res[m] = max(runs[m], key=lambda r: r["events_per_s"])
             res[m]["rounds_events_per_s"] = [r["events_per_s"] for r in runs[m]]
-    labels = {"a": "bare kafka-python loop (count bytes)",
+    labels: dict[str, str] = {"a": "bare kafka-python loop (count bytes)",
               "a-fast": "(a) with toolwatch's record-batch decoder",
               "b": "a-fast + parse/normalize (Pipeline.transform)",
               "c": "toolwatch kafka, no detection",
               "d": "toolwatch kafka, detection",
               "tail": "toolwatch tail (file), detection",
               "tail-nd": "toolwatch tail (file), no detection"}
+    for m in modes:
+        if m.endswith("@old"):
+            labels[m] = labels[m[:-4]] + " [--old]"
     base = res.get("a", {}).get("events_per_s")
     print(f"\n  {total:,} messages, {a.partitions} partitions, compression "
           f"{res['compression']}, load avg {res['load_avg'][0]:.1f} on {res['cpus']} CPUs")
@@ -298,10 +317,53 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
     for m in modes:
         r = res[m]
         ra = f"{r['events_per_s'] / base:.2f}" if base else "-"
-        rt = f"{r['events_per_s'] / tail_r:.2f}" if tail_r else "-"
-        print(f"  {labels[m]:46s} {r['events_per_s']:>9,} {ra:>6s} {rt:>6s} "
+        tr = res.get("tail@old" if m.endswith("@old") else "tail", {}).get("events_per_s")
+        rt = f"{r['events_per_s'] / tr:.2f}" if tr else "-"
+        print(f"  {labels[m]:54s} {r['events_per_s']:>9,} {ra:>6s} {rt:>6s} "
               f"{r['cpu_us_per_msg']:>10} {r['broker_cpu_us_per_msg']:>13}")
+    if tail_r and a.old:
+        print("  (x tail of an [--old] row: against the old tree's tail of the same run)")
     return res
+
+
+#: Modes that ``--old`` also runs with the other checkout's code.
+OLD_MODES = ("c", "d", "tail", "tail-nd")
+
+
+def run_old(tree: str, mode: str, bootstrap: str, topic: str, total: int, path: Path,
+            work: Path) -> dict[str, Any]:
+    """Run ``mode`` with ``tree``'s code in a child process (same broker and topic)."""
+    from bench_parse import overlay  # type: ignore[import-not-found]
+
+    root = overlay(Path(tree), work / f"overlay-{abs(hash(tree))}")
+    env = dict(os.environ, PYTHONPATH=str(root))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--bootstrap",
+           bootstrap, "--topic", topic, "--total", str(total), "--file", str(path),
+           "--work", str(work / "old")]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
+                         timeout=1000)
+    if out.returncode != 0:
+        raise SystemExit(f"--old {mode} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child(a: argparse.Namespace) -> int:
+    """One mode in this process (``--old``'s child); prints its result as JSON."""
+    import toolwatch
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    import toolwatch.detectors.pipeline  # as the parent: imports not timed
+
+    cpu0 = time.process_time()
+    if a.child in ("c", "d"):
+        r = toolwatch_kafka(a.bootstrap, a.topic, a.total, work, detect=a.child == "d")
+    else:
+        r = tail(Path(a.file), work, detect=a.child == "tail")
+    r["cpu_s"] = time.process_time() - cpu0
+    r["tree"] = str(Path(toolwatch.__file__).resolve().parents[1])
+    print(json.dumps(r, default=str))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,7 +379,16 @@ def main(argv: list[str] | None = None) -> int:
                    choices=[None, "gzip", "snappy", "lz4", "zstd"])
     p.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "toolwatch-bench-kafka"))
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--old", default=None,
+                   help="another checkout: modes c, d, tail, tail-nd also run with its code")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--bootstrap", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--topic", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--total", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--file", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.child:
+        return child(a)
     res = scale(a) if a.part == "scale" else one_run(a)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2, default=str))

@@ -485,3 +485,109 @@ def test_one_alert_per_session_when_categories_overlap() -> None:
     tr.enumeration("enum", T0 + timedelta(hours=3), n=300, gap_s=0.3, miss_share=0.95)
     hit = alerts_for(run(tr), "enum")
     assert [h["category"] for h in hit] == ["enumeration"]
+
+
+# ------------------------------------------------ per-call fast paths == the reference
+# A detection pass fits on (history ∪ batch) every time, so the fits skip work whose result
+# cannot matter: habits are scored only for callers / entities with enough observations to
+# be established (established_rows), which is usually none in a live pass's short history.
+# Generated traffic with 0..n established callers must give the same habits as scoring
+# every session (the reference: the code before the fast path).
+
+_HABIT_KINDS = ("normal", "enumeration", "bulk", "scraping", "export", "walker")
+
+
+def _habit_traffic(plan: list[tuple[int, int, str]]) -> Traffic:
+    tr = Traffic(seed=5)
+    for k, (who, day, kind) in enumerate(plan):
+        t = T0 + timedelta(days=day, hours=k % 9, minutes=7 * (k % 5))
+        sid, caller, ip = f"h-{k}", f"c{who}", f"10.9.0.{who % 3}"
+        if kind == "normal":
+            tr.normal_session(sid, t, caller=caller, ip=ip)
+        elif kind == "enumeration":
+            tr.enumeration(sid, t, n=25 + 5 * who, caller=caller, ip=ip)
+        elif kind == "bulk":
+            tr.bulk_extraction(sid, t, caller=caller, ip=ip, calls=10 + who)
+        elif kind == "scraping":
+            tr.scraping(sid, t, caller=caller, ip=ip, pages=40 + 10 * who)
+        elif kind == "export":
+            tr.nightly_export(sid, day, caller=caller, ip=ip)
+        else:
+            tr.enumeration(sid, t, n=40, miss_share=0.0, caller=caller, ip=ip, first=100)
+    return tr
+
+
+_plans = st.lists(
+    st.tuples(st.integers(0, 4), st.integers(0, 3), st.sampled_from(_HABIT_KINDS)),
+    min_size=1, max_size=14,
+)
+
+
+def _sorted(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    return df.sort(keys, nulls_last=True)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=_plans)
+def test_rule_habits_scored_for_established_callers_only_equal_the_reference(
+    plan: list[tuple[int, int, str]],
+) -> None:
+    from toolwatch.detectors.base import FeatureSet
+    from toolwatch.detectors.baseline import daily_habits, habits
+    from toolwatch.detectors.bulk import BulkExtractionDetector, _beyond_reports, _entity_windows
+    from toolwatch.detectors.enumeration import EnumerationDetector
+    from toolwatch.detectors.features import ENTITY_TYPES
+    from toolwatch.detectors.scraping import ScrapingLoopDetector
+
+    tr = _habit_traffic(plan)
+    cfg = DetectorsConfig.from_dict({})
+    fs = FeatureSet.build(tr.events(), tr.summaries(), cfg)
+    hk = {"min_rows": cfg.baseline_min_sessions,
+          "min_days": max(cfg.baseline_min_days, cfg.habit_min_days)}
+    for cls in (EnumerationDetector, ScrapingLoopDetector):
+        det = cls(cfg).fit(fs)
+        ref = habits(det._raw(fs.sessions), "_raw", ["caller_id"], **hk)
+        assert _sorted(det.habit_, ["caller_id"]).equals(_sorted(ref, ["caller_id"])), cls
+    bulk = BulkExtractionDetector(cfg).fit(fs)
+    vol = bulk._score_volume(_beyond_reports(fs, bulk.settings.report_every_calls),
+                             bulk.session_baseline_, bulk.day_baseline_)
+    ref = pl.concat([
+        habits(vol, "_raw", ["caller_id"], **hk),
+        daily_habits(vol, "_raw", ["caller_id"], **hk).with_columns(
+            pl.col("habit_score") + bulk.settings.habit_margin),
+    ], how="vertical_relaxed").group_by("caller_id").agg(pl.col("habit_score").max())
+    assert _sorted(bulk.habit_, ["caller_id"]).equals(_sorted(ref, ["caller_id"]))
+    win, _ = _entity_windows(fs.sessions, cfg)
+    for code, (etype, _) in enumerate(ENTITY_TYPES):
+        part = win.filter(pl.col("et") == code)
+        ref = habits(bulk._score_volume(part, bulk.entity_baselines_[etype]), "_raw",
+                     ["et", "eh"], **hk)
+        got = bulk.entity_habits_[etype]
+        assert _sorted(got, ["et", "eh"]).equals(_sorted(ref, ["et", "eh"])), etype
+    # Scoring the sessions it was fitted on reuses the fit's volumes only when the fit
+    # scored every session; either way the score frame is the one of a fresh computation
+    # (a copy of the sessions is never the cached frame).
+    # (Entity rows come out of a group-by in no fixed order, before and after: sorted.)
+    by = ["entity_type", "entity_id", "window_start"]
+    fresh = bulk.score(FeatureSet(fs.events, fs.sessions.clone(), cfg))
+    cached = BulkExtractionDetector(cfg).fit(fs).score(fs)
+    assert _sorted(cached, by).equals(_sorted(fresh, by))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from(["a", "b", "c", None]), min_size=0, max_size=30),
+    keys2=st.lists(st.sampled_from([1, 2, None]), min_size=30, max_size=30),
+    min_rows=st.integers(0, 5),
+    two=st.booleans(),
+)
+def test_established_count_is_the_height_of_established_rows(
+    keys: list[str | None], keys2: list[int | None], min_rows: int, two: bool,
+) -> None:
+    from toolwatch.detectors.baseline import established_rows
+    from toolwatch.detectors.bulk import established_count
+
+    df = pl.DataFrame({"k": keys, "k2": keys2[: len(keys)], "v": list(range(len(keys)))},
+                      schema={"k": pl.String, "k2": pl.Int64, "v": pl.Int64})
+    cols = ["k", "k2"] if two else ["k"]
+    assert established_count(df, cols, min_rows) == established_rows(df, cols, min_rows).height

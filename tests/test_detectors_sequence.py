@@ -230,3 +230,62 @@ def test_alert_schema_lists_every_category_and_detector() -> None:
     assert schema["properties"]["category"]["enum"] == list(CATEGORIES)
     names = [d.name for d in (REGISTRY.values() if isinstance(REGISTRY, dict) else REGISTRY)]
     assert sorted(schema["properties"]["detector"]["enum"]) == sorted(names)
+
+
+# ------------------------------------------- step_skip rule matching == the polars reference
+def _tagged_reference(det: object, ev: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The matching as it was written with polars filters (two queries per rule)."""
+    from toolwatch.detectors.sequence import _matches, _verbs
+
+    tools = _verbs(ev["tool"])
+    step_rows, pre_rows = [], []
+    for r in det.rules_:  # type: ignore[attr-defined]
+        st_ = tools.filter(_matches(r["step"]))
+        pr = tools.filter(pl.any_horizontal([_matches(x) for x in r["requires"]]))
+        if st_.height == 0:
+            continue
+        step_rows.append(st_.select("tool", pl.lit(r["id"]).alias("rule"),
+                                    pl.lit(r["server"], pl.String).alias("rule_server")))
+        if pr.height:
+            pre_rows.append(pr.select("tool", pl.lit(r["id"]).alias("rule"),
+                                      pl.lit(None, pl.String).alias("rule_server")))
+    schema = {"tool": pl.String, "rule": pl.Int32, "rule_server": pl.String}
+    cast = [pl.col("rule").cast(pl.Int32)]
+    a = pl.concat(step_rows).with_columns(cast) if step_rows else pl.DataFrame(schema=schema)
+    b = pl.concat(pre_rows).with_columns(cast) if pre_rows else pl.DataFrame(schema=schema)
+    return a, b
+
+
+_TOOL_NAMES = ["createOrder", "chargePayment", "fulfillOrder", "refundOrder", "getOrder",
+               "approveDoc", "publishDoc", "CHARGE_card", "charge", "ship-it", "Ünïcode", ""]
+_SPECS = st.one_of(
+    st.sampled_from(_TOOL_NAMES),
+    st.sampled_from(["verb:create", "verb:charge", "verb:Fulfill", "verb:approve", "verb:",
+                     "verb:ship", "verb:ünïcode"]),
+    st.text(max_size=6),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    tools=st.lists(st.one_of(st.sampled_from(_TOOL_NAMES), st.none(), st.text(max_size=8)),
+                   min_size=0, max_size=25),
+    rules=st.lists(st.tuples(_SPECS, st.lists(_SPECS, min_size=1, max_size=3),
+                             st.one_of(st.none(), st.sampled_from(["shop", "docs"]))),
+                   min_size=0, max_size=6),
+)
+def test_step_skip_rule_matching_equals_the_polars_reference(
+    tools: list[str | None], rules: list[tuple[str, list[str], str | None]],
+) -> None:
+    from toolwatch.detectors.sequence import StepSkipDetector
+
+    det = StepSkipDetector(DetectorsConfig.from_dict({}))
+    det.rules_ = [{"id": i, "step": s, "requires": req, "key": None, "server": srv,
+                   "score": 0.9, "source": "declared"} for i, (s, req, srv) in enumerate(rules)]
+    ev = pl.DataFrame({"tool": tools}, schema={"tool": pl.String})
+    got, ref = det._tagged(ev), _tagged_reference(det, ev)
+    # Same rows and types (each call lists the distinct tool names in whatever order
+    # unique() gives them, so the two calls are compared sorted).
+    for g, r in zip(got, ref, strict=True):
+        assert g.schema == r.schema
+        assert g.sort(["rule", "tool"]).equals(r.sort(["rule", "tool"]))

@@ -22,6 +22,7 @@ Usage::
     git archive HEAD | tar -x -C /tmp/old
     python benchmarks/bench_parse.py [--events 160000] [--sizes 1000,10000,80000] \
         [--repeat 5] [--old /tmp/old]
+    python benchmarks/bench_parse.py --streams 4,2500 --repeat 8   # one parse per flush
 """
 
 from __future__ import annotations
@@ -127,6 +128,58 @@ def measure(path: Path, sizes: list[int]) -> dict[str, dict[str, float]]:
     return out
 
 
+def streams(path: Path, n_streams: int, per: int, rounds: int) -> dict[str, list[float]]:
+    """CPU us/line of a live flush over ``n_streams`` streams of ``per`` lines each.
+
+    ``joined``: ``LivePipeline._transform_pending`` (one parse for every stream, then
+    pairing and sessionizing per stream); ``per-stream``: ``Pipeline.transform`` once per
+    stream, as flushes did before. Kafka-shaped batches (no newlines, message offsets),
+    interleaved, ``rounds`` flushes each; fresh lines every flush.
+    """
+    import numpy as np
+    import pyarrow as pa
+    from toolwatch.ingest.records import RawBatch
+
+    from toolwatch.config import Config
+    from toolwatch.live import LivePipeline
+    from toolwatch.live.pipeline import merge_batches
+    from toolwatch.store import Store
+
+    lines = path.read_bytes().splitlines()
+    need = 2 * rounds * n_streams * per
+    if len(lines) < need:
+        raise SystemExit(f"--streams needs --events >= {need}")
+    with tempfile.TemporaryDirectory(prefix="tw-bench-streams-") as work:
+        cfg = Config()
+        cfg.store.data_dir = work
+        cfg.live = {"detect": False, "compact_interval_s": 0}
+        lp = LivePipeline(cfg, Store(work), kind="kafka")
+        pos = [0] * n_streams
+        nxt = 0
+        out: dict[str, list[float]] = {"joined": [], "per-stream": []}
+        for _ in range(rounds):
+            for mode in out:
+                for k in range(n_streams):
+                    seg = lines[nxt:nxt + per]
+                    nxt += per
+                    offs = np.arange(pos[k], pos[k] + per, dtype=np.int64)
+                    pos[k] += per
+                    lp.add(RawBatch(f"kafka:t/{k}", f"kafka:t:{k}",
+                                    pa.array(seg, pa.large_binary()),  # type: ignore[arg-type]
+                                    offs, None, int(offs[-1]) + 1))
+                c0 = time.process_time()
+                if mode == "joined":
+                    lp._transform_pending()
+                else:
+                    pending, lp._pending = lp._pending, {}
+                    lp._pending_lines, lp._first_pending_at = 0, None
+                    for bl in pending.values():
+                        lp.pipe.transform(merge_batches(bl))
+                out[mode].append((time.process_time() - c0) / (n_streams * per) * 1e6)
+        lp.close()
+    return out
+
+
 def _child(tree: Path, path: Path, sizes: list[int], work: Path) -> dict[str, dict[str, float]]:
     """:func:`measure` of ``tree`` in a fresh interpreter."""
     root = overlay(tree, work / f"overlay-{abs(hash(str(tree)))}")
@@ -147,9 +200,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="1000,2500,10000,80000")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--old", type=Path, help="checkout to compare against (interleaved)")
+    ap.add_argument("--streams", default=None, metavar="N,LINES",
+                    help="instead: one live flush over N streams of LINES lines each, "
+                         "one parse for all vs one per stream (e.g. 4,2500)")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",")]
     path = bench_file(a.events)
+    if a.streams:
+        ns, per = (int(x) for x in a.streams.split(","))
+        r = streams(path, ns, per, a.repeat)
+        print(f"{ns} streams x {per:,} lines per flush, CPU us/line over {a.repeat} flushes "
+              f"each (interleaved), load average {os.getloadavg()[0]:.2f}")
+        for mode, v in r.items():
+            print(f"  {mode:10s} best {min(v):6.2f}  median {sorted(v)[len(v) // 2]:6.2f}")
+        print(f"  per-stream/joined (best): {min(r['per-stream']) / min(r['joined']):.2f}x")
+        return 0
     trees = {"new": ROOT} | ({"old": a.old} if a.old else {})
     best: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tw-bench-parse-") as work:

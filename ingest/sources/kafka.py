@@ -9,7 +9,8 @@ The source contract
     the store commit, on the driver thread, which is the poll thread) notes the offsets;
     the next ``poll`` commits them. ``behind()`` tells a backlog; ``counters``:
     ``processed`` (messages handed on), ``dropped`` (redelivered below what the store
-    holds), ``rejected`` (always 0: the source parses nothing) and the Kafka extras;
+    holds), ``rejected`` (always 0: the source parses nothing) and the Kafka extras
+    (``prefetches``: fetches sent right after a poll, while the driver works);
     ``status()`` the lag per partition and its growth warning.
 
 Delivery semantics
@@ -752,7 +753,8 @@ class KafkaSource(LiveSource):
         """One ``consumer.poll``: a batch per partition, after any :class:`StreamsStarted`.
 
         Commits (asynchronously) what the store holds and Kafka does not yet first, so
-        the offsets trail the store by one poll at most.
+        the offsets trail the store by one poll at most. A poll that returned records
+        sends the next fetch requests before returning (:meth:`_send_next_fetch`).
         """
         self._commit_noted()
         try:

@@ -306,3 +306,55 @@ def test_live_detect_with_stacked_annotation_equals_plain_detect() -> None:
         a = detect(p, None, cfg, history=hist, reuse=reuse).alerts  # stacked annotation
         b = detect(p, None, cfg, history=hist).alerts  # annotated from scratch
         assert a.sort("alert_id").to_dicts() == b.sort("alert_id").to_dicts()
+
+
+# ------------------------------------------------------------ live baseline history
+
+
+class _HistoryOnly:
+    """Just what :meth:`DetectMixin._history` reads, on a real mixin method."""
+
+    def __init__(self, base: pl.DataFrame | None, window: pl.DataFrame | None, n: int):
+        from types import SimpleNamespace
+
+        self.live = SimpleNamespace(history_events=n)
+        self._history_loaded = True
+        self._history_base = base
+        self.window = SimpleNamespace(events=window)
+
+
+def _ev_frame(ids: list[str | None], t0: int) -> pl.DataFrame:
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(2026, 11, 2, tzinfo=UTC)
+    return pl.DataFrame({
+        "event_id": ids,
+        "ts": [start + timedelta(seconds=t0 + k) for k in range(len(ids))],
+        "session_id": [f"s{(t0 + k) % 5}" for k in range(len(ids))],
+        "caller_id": ["alice"] * len(ids),
+    }, schema={"event_id": pl.String, "ts": pl.Datetime("us", "UTC"),
+               "session_id": pl.String, "caller_id": pl.String})
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([None, *[f"e{k}" for k in range(30)]]), max_size=40),
+       st.lists(st.sampled_from([None, *[f"e{k}" for k in range(30)]]), max_size=40),
+       st.integers(1, 30), st.booleans())
+def test_history_shortcut_equals_concat_unique(base_ids: list, win_ids: list, n: int,
+                                               distinct_window: bool) -> None:
+    from toolwatch.live.detection import DetectMixin
+
+    if distinct_window:  # the common live case: the window holds each event once
+        win_ids = list(dict.fromkeys(i for i in win_ids if i is not None))
+    base = _ev_frame(base_ids, 0) if base_ids else None
+    win = _ev_frame(win_ids, 1000) if win_ids else None
+    got = DetectMixin._history(_HistoryOnly(base, win, n))  # type: ignore[arg-type]
+    parts = [p for p in (base, win) if p is not None]
+    if not parts:
+        assert got is None
+        return
+    want = parts[0].tail(n) if len(parts) == 1 else (
+        pl.concat([parts[0], parts[1].tail(n)], how="vertical_relaxed")
+        .unique(subset="event_id", keep="last", maintain_order=True).tail(n))
+    assert got is not None
+    assert_frame_equal(got, want)

@@ -264,6 +264,14 @@ class DetectMixin:
             return None
         if len(parts) == 1:
             return parts[0].tail(n)
+        newest = parts[1].tail(n)
+        if newest.height == n and newest["event_id"].n_unique() == n \
+                and newest["event_id"].null_count() == 0:
+            # The window alone fills the history with distinct events: the stored past
+            # would all be cut by the tail below (its duplicates of window events are
+            # dropped, the window's rows come last). Same rows, without concatenating
+            # and de-duplicating 2 x history_events rows on every detection.
+            return newest
         return (
             pl.concat([parts[0], parts[1].tail(n)], how="vertical_relaxed")
             .unique(subset="event_id", keep="last", maintain_order=True)

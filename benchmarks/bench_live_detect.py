@@ -14,7 +14,13 @@ Example::
     .venv/bin/python benchmarks/bench_live_detect.py --events 400000 --base HEAD --repeat 3
 
 (``--store`` reuses an ingested store; otherwise ``--events`` bench lines are generated
-and ingested into the work directory.)
+and ingested into the work directory; ``--old-tree`` / ``--new-tree`` compare extracted
+trees.) ``--passes 100,2000,20000,80000`` measures single detection passes instead: the
+CPU of one live ``detect`` call of each size with the 20k preceding events as baseline
+history, the fixed cost per pass (intercept) and the marginal CPU-us/event::
+
+    .venv/bin/python benchmarks/bench_live_detect.py --store STORE --old-tree /tmp/base \
+        --passes 100,2000,20000,80000 --repeat 3
 """
 
 from __future__ import annotations

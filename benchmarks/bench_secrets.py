@@ -45,6 +45,19 @@ def cases(scale: int) -> dict[str, bytes]:
         # a run of scheme characters before "//…@" (was quadratic: ~1 s at 20 kB)
         "1MB a.a.a. run, //x@ and :/": b'{"a":"' + b"a." * (500 * k) + b'//x@ :/"}',
         "1MB percent-escapes": b'{"a":"' + b"%41" * (333 * k) + b'"}',
+        # user:pass@host without a scheme, and credentials named in prose (session 4)
+        "1MB a:a@ run (one userinfo)": b'{"a":"' + b"a:a@" * (250 * k) + b'"}',
+        "1MB ' a:b' run (no @)": b'{"a":"' + b" a:b" * (250 * k) + b'@x"}',
+        "1MB ',a:b@' run": b'{"a":"' + b",a:b@" * (200 * k) + b'"}',
+        "1MB 'token ' run": b'{"a":"' + b"token " * (166 * k) + b'"}',
+        "1MB 'secret key ' run": b'{"a":"' + b"secret key " * (90 * k) + b'"}',
+        "1MB 'api key: x1y2z3' run": b'{"a":"' + b"api key: x1y2z3 " * (62 * k) + b'"}',
+        "1MB 'key=' run": b'{"a":"' + b"key=" * (250 * k) + b'"}',
+        "1MB 'token -token-token…' run": b'{"a":"token ' + b"-token" * (166 * k) + b'"}',
+        "1MB tokentoken… (no boundary)": b'{"a":"' + b"token" * (200 * k) + b'"}',
+        "1MB [\"password\",x] list": b'{"a":[' + b'"password","x",' * (66 * k) + b'"z"]}',
+        "1MB [\"password\",{ unclosed": b'{"a":"' + b'[\\"password\\",{' * (60 * k),
+        "1MB scrub_text prose+userinfo": b'{"x":"invalid token a1 u:p@h ' * (35 * k),
     }
 
 
@@ -66,7 +79,7 @@ def main() -> None:
     h = SecretHasher(b"k" * 32)
     print(f"{'case':36s} {'bytes':>10s} {'ns/byte':>9s} {'ms':>9s}")
     for name, line in cases(args.scale).items():
-        if name.startswith("1MB scrub_text"):
+        if name.startswith("1MB scrub_text") or name.endswith("unclosed"):
             fn: Callable[[], object] = lambda line=line: h.scrub_text(line)  # noqa: E731
         else:
             fn = lambda line=line: h.redact_line(line)  # noqa: E731

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secrets import HASH_PREFIX, SecretHasher
+from toolwatch.secrets import HASH_PREFIX, SecretHasher, _is_name
 
 HASHER = SecretHasher(b"k" * 32, ["apikey", "token", "password", "authorization"])
 
@@ -25,7 +25,9 @@ keys = st.sampled_from(["id", "apiKey", "TOKEN", "q", "nested", "Authorization",
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8),
     st.just(HASH_PREFIX + "already"),
-    st.sampled_from(["https://u:pw-1234567@h/x", "Bearer abcdefgh", "a?token=xyz&b=1"]),
+    st.sampled_from(["https://u:pw-1234567@h/x", "Bearer abcdefgh", "a?token=xyz&b=1",
+                     "password", "Authorization", "token", "invalid token x1y2z3w4",
+                     "admin:pw9@10.0.0.1"]),
 )
 json_values = st.recursive(
     scalars,
@@ -53,7 +55,19 @@ def reference(obj: Any, found: list[str]) -> Any:
             out[k2] = reference(v, found)
         return out
     if isinstance(obj, list):
-        return [reference(v, found) for v in obj]
+        out_list = []
+        for i, v in enumerate(obj):
+            if i and HASHER._names_next(obj[i - 1]) and not _is_name(v):
+                # a list naming its next element (["password", S], [{"k": "token"}, S])
+                if v is None or (isinstance(v, str) and v.startswith(HASH_PREFIX)):
+                    out_list.append(v)
+                else:
+                    h = HASHER.digest(v)
+                    found.append(h)
+                    out_list.append(h)
+                continue
+            out_list.append(reference(v, found))
+        return out_list
     if isinstance(obj, str):
         return HASHER.scrub_str(obj, found)
     return obj

@@ -147,6 +147,18 @@ _URL_TAIL_STOPS = " \t\n\r\f\v\"'<>@"
 #: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
 _NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-]:)|:(?<=[A-Za-z_.\-]\s:)")
 _STRINGS_GATE_B = (b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic")
+#: A secret name in prose followed by a value (see ``_PROSE_RE``), or ``x:y@``
+#: (``user:pass@host`` with no scheme), in a raw line.
+_PROSE_USERINFO_PATTERN = (
+    r"(?i:(?:^|[^a-z0-9])(?:tokens?|keys?|passwords?|passwd|passphrase|passcode|pwd|pin|otp"
+    r"|secrets?|credentials?|apikey)[ \t\n\r\f\v:=])"
+    r"|[^ \t\n\r\f\v\"'<>@:/]:[^ \t\n\r\f\v\"'<>@/]*@"
+)
+# RE2 when there (one linear DFA pass; ``re`` tries the alternation at every byte)
+_PROSE_USERINFO_B_RE: Any = (
+    _re2.compile(_PROSE_USERINFO_PATTERN.encode()) if _re2 is not None
+    else re.compile(_PROSE_USERINFO_PATTERN.encode())
+)
 
 
 #: :meth:`SecretHasher.plan`'s RE2 tests: each token format's literals (bit = its index),
@@ -154,7 +166,7 @@ _STRINGS_GATE_B = (b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic")
 #: name character before ``:`` is matched instead).
 _PLAN_PATTERNS: tuple[str, ...] = (
     *("|".join(re.escape(x) for x in lits) for lits, _ in _TOKEN_SHAPES),
-    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:",
+    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:|" + _PROSE_USERINFO_PATTERN,
 )
 _PLAN_SHAPE_BITS = (1 << len(_TOKEN_SHAPES)) - 1
 #: :meth:`SecretHasher.plan` bit: some string of the line may hold a per-string shape.
@@ -169,7 +181,10 @@ def _strings_may_hold_shape(line: bytes) -> bool:
     for x in _STRINGS_GATE_B:
         if x in line:
             return True
-    return _NAME_COLON_B_RE.search(line) is not None
+    return (
+        _NAME_COLON_B_RE.search(line) is not None
+        or _PROSE_USERINFO_B_RE.search(line) is not None
+    )
 
 
 #: ``Bearer <token>`` / ``Basic <base64>`` (group 1 is hashed). Basic needs a character
@@ -193,6 +208,102 @@ _URL_RE = re.compile(
 _URL_TAIL_RE = re.compile(
     r"(?i)((?<![a-z0-9+.\-])[a-z0-9+.\-]*+:(?:\\?/){2}[^\s/\"'<>@:]*+:)([^\s/\"'<>@]+)\Z"
 )
+#: ``user:pass@host`` with no scheme (a DSN, ``client_ip: "admin:pw@10.0.0.1"``,
+#: ``ssh admin:pw@host:22``): group 1 the user, group 2 every ``…@`` segment (the
+#: password ends at the last ``@`` before the host). It starts only after a delimiter,
+#: and neither part runs past one, so each character is scanned from one start: linear.
+_USERINFO_DELIMS = "\\s\"'<>()\\[\\]{},;=|`"
+_USERINFO_RE = re.compile(
+    rf"(?<![^{_USERINFO_DELIMS}])([A-Za-z0-9._~%!$&*+\-]++):"
+    rf"((?:[^{_USERINFO_DELIMS}/@]*+@)++)(?=[A-Za-z0-9\[])"
+)
+#: User parts of ``scheme:x@y`` forms that are addresses, not credentials.
+_NOT_USERS = frozenset({"mailto", "sip", "sips", "tel", "xmpp", "im", "pres", "news", "urn"})
+#: A secret named in prose: ``invalid token X``, ``bad api key: X``, ``password is X``
+#: (error and outcome messages). Group 1 is the name's last word (the word before it
+#: may complete it: ``api key``), group 2 the separator, group 3 the value. Each part is
+#: a possessive run, and the search resumes after the name word: linear.
+_PROSE_VALUE = r"[^\s'\"`,;<>()\[\]{}]"
+_PROSE_RE = re.compile(
+    r"(?i)(?<![a-z0-9])(tokens?|keys?|passwords?|passwd|passphrase|passcode|pwd|pin|otp"
+    r"|secrets?|credentials?|apikey)(?![a-z0-9])"
+    # after ":" / "=": any value; after a space: 6+ characters holding a digit and a
+    # letter (tested here, so ordinary prose yields no match to look at in Python)
+    rf"(?:(\s?+:\s*+|\s*+=\s*+)['\"]?({_PROSE_VALUE}++)"
+    rf"|\s++(?:(?:is|was)\s++)?['\"]?(?={_PROSE_VALUE}{{6}})"
+    rf"(?=(?:(?!\d){_PROSE_VALUE})*+\d)(?=(?:(?![a-z]){_PROSE_VALUE})*+[a-z])"
+    rf"({_PROSE_VALUE}++))"
+)
+#: Literals one of which (lower-cased) a text must hold for :data:`_PROSE_RE` to match.
+_PROSE_LITERALS = ("token", "key", "pass", "pwd", "pin", "otp", "secret", "credential")
+_PREV_WORD_RE = re.compile(r"([A-Za-z]{1,32})[ _\-]\Z")
+#: Names that are vocabulary, not values: ``["password", "token"]`` is a list of field
+#: names, not a name and its value.
+_NAME_WORDS = frozenset(WORD_NEEDLES) | frozenset(LONG_NEEDLES)
+
+
+def _may_name_in_prose(text: str) -> bool:
+    """Cheap test that :data:`_PROSE_RE` may match: a name word, and a space, ``:`` or
+    ``=`` after it. Keys like ``passwordHint`` hold a name word but no separator."""
+    if text.isalnum():  # one word, no separator (most keys)
+        return False
+    if text.isascii():
+        for c in " :=\t\n\r\f\v":
+            if c in text:
+                break
+        else:
+            return False
+    low = text.lower()
+    for x in _PROSE_LITERALS:  # noqa: SIM110 - a plain loop is faster than any()
+        if x in low:
+            return True
+    return False
+
+
+#: After a list element that names a secret: the comma to the next element, or (``{"k":
+#: "password"}, {"v": S}``) the end of its object, a comma and the next object's key.
+_LIST_NEXT_RE = re.compile(
+    r'\s*+(?:,|\}\s*+,\s*+(?:\{\s*+"[^"\\]*+(?:\\.[^"\\]*+)*+"\s*+:)?)\s*+'
+)
+
+
+#: A list element that can name the next one: a header, variable or field name.
+_NAME_SHAPE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}\Z")
+
+
+def _is_name_text(text: str, start: int) -> bool:
+    """Whether JSON text at ``start`` is an object key or a bare secret name (not a value
+    to hash): a string followed by a colon, or one :func:`_is_name` accepts."""
+    if text[start] != '"':
+        return False
+    m = _STR_RE.match(text, start)
+    if m is None or not m.group(2):
+        return False
+    return _COLON_RE.match(text, m.end()) is not None or _is_name(_loose_unescape(m.group(1)))
+
+
+def _is_name(value: Any) -> bool:
+    """Whether a list element is a bare secret *name* (``["password", "token"]`` lists
+    field names: the second is not the first one's value)."""
+    return type(value) is str and len(value) <= 64 and normalize_key(value) in _NAME_WORDS
+
+
+def _looks_like_secret(value: str) -> bool:
+    """Whether a word that follows a secret name in prose is a credential, not prose:
+    6+ characters mixing letters and digits (``invalid token expired`` stays)."""
+    if len(value) < 6:
+        return False
+    has_digit = has_alpha = False
+    for ch in value:
+        if ch.isdigit():
+            has_digit = True
+        elif ch.isalpha():
+            has_alpha = True
+        if has_digit and has_alpha:
+            return True
+    return False
+
+
 #: ``name=value`` / ``name: value`` in free text (query strings, headers, DSNs): the name
 #: and separator only; the value is measured from there (:data:`_KV_VALUE_RE`), so a
 #: non-secret pair never swallows the next one (``https://h/?token=…``).
@@ -227,10 +338,11 @@ def _may_hold_shape(text: str) -> bool:
     """Cheap test that a string may hold a shape: every rule of ``scrub_str`` needs one
     of these substrings (strings without any are left alone without running the rules).
     Plain substring tests: an alternation regex costs several µs per string in ``re``."""
-    for x in _GATE_LITERALS:  # noqa: SIM110 - a plain loop is faster than any()
+    for x in _GATE_LITERALS:  # a plain loop is faster than any()
         if x in text:
             return True
-    return False
+    # a credential named in prose ("invalid token X"), or ``user:pass@host``
+    return _may_name_in_prose(text)
 
 
 #: JSON strings, in order; a missing closing quote (end of text) is allowed.
@@ -333,8 +445,9 @@ def _word_forms_re2(word: str) -> str:
 
     The word must also end a *name*: a JSON key (the rest of the string, then its
     closing quote — escaped or not — and a colon), a ``name=`` / ``name:`` pair, or the
-    end of the text. Short words are common in values ("design doc auth") and a value
-    match only sends the line down the slow exact path for nothing.
+    end of the text. (A list element naming the next one has its own alternative in
+    :attr:`SecretHasher.candidate_pattern`.) Short words are common in values ("design
+    doc auth") and a value match only sends the line down the slow exact path for nothing.
     """
     low, cap, up = word, word.capitalize(), word.upper()
     end = (
@@ -393,6 +506,16 @@ class SecretHasher:
             r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
             r"%[0-9a-f]{2}",  # URL- or form-encoded text (scanned decoded)
             r"^\s*[a-z0-9+/]{20,}={0,2}\s*$",  # a bare base64 line (PEM body)
+            # user:pass@host with no scheme
+            r"[^\s\"'<>@:/\\]:[^\s\"'<>@/]*@[a-z0-9\[]",
+            # a name in prose ("invalid token X", "auth key: X"); the other names of
+            # _PROSE_RE are long needles, matched above wherever they are
+            # ("token: X" is a word form above; "api key: X" a long needle)
+            r"(?:^|[^a-z0-9])(?:tokens?|pwd|pin|otp|keys?)\s",
+            # a name-shaped string naming the next list element (["token", S],
+            # [{"k": "pin"}, {"v": S}]); long needles are matched above anywhere
+            r'\\*"[a-z0-9_.\-]*(?:' + "|".join(sorted(self._words))
+            + r')[a-z0-9_.\-]*\\*"\s*\}?\s*,',
         ]
         self._text_pattern = "|".join(parts)
 
@@ -503,6 +626,13 @@ class SecretHasher:
                         continue
                     if strings and gate(k):
                         new_k = self.scrub_str(k, found)
+                elif k and self._names_next(f[0][k - 1]) and not _is_name(v):
+                    # a list naming its next element: ["password", S], [["Authorization",
+                    # "Bearer …"]], ["api_key", S, "page", 2], [{"k": "password"}, {"v": S}]
+                    new = self._hash_value(v, found)
+                    if new is not v:
+                        _set(f, k, k, new)
+                    continue
                 tv = type(v)
                 if tv is dict or tv is list:
                     if new_k is not k:
@@ -525,6 +655,18 @@ class SecretHasher:
             if result is not f[0]:
                 _set(f[3], f[4], f[4], result)
         return obj  # pragma: no cover - the loop returns at the root
+
+    def _names_next(self, prev: Any) -> bool:
+        """Whether a list element names the element after it as a secret: a secret name
+        (``"password"``, ``"Authorization"``) or a one-entry object holding one
+        (``{"k": "password"}``)."""
+        if type(prev) is dict and len(prev) == 1:
+            prev = next(iter(prev.values()))
+        return (
+            type(prev) is str
+            and _NAME_SHAPE_RE.match(prev) is not None  # a name, not a URL or a sentence
+            and self.is_secret_key(prev)
+        )
 
     def _names_secret(self, obj: dict[str, Any]) -> bool:
         """Whether a ``{"name": …, "value": …}`` object names a secret in its name."""
@@ -695,6 +837,8 @@ class SecretHasher:
             out = _SCHEME_RE.sub(lambda m: self._hash_group(m, found), out)
         if "@" in out and ("//" in out or "\\/\\/" in out):
             out = _URL_RE.sub(lambda m: self._hash_userinfo(m, found), out)
+        if "@" in out and ":" in out:
+            out = _USERINFO_RE.sub(lambda m: self._hash_bare_userinfo(m, found), out)
         if tail and ":" in out:
             ws = max(out.rfind(c) for c in _URL_TAIL_STOPS) + 1
             win = out[ws:]
@@ -713,6 +857,8 @@ class SecretHasher:
                 out = self._scan_kv(out, found)
             if '"' in out:
                 out = self._scan_json_text(out, found, _depth)
+        if _may_name_in_prose(out):
+            out = self._scan_prose(out, found)
         if _depth < MAX_EMBED_DEPTH and ("%" in out or "+" in out):
             out = self._scan_decoded(out, found, tail, _depth)
         return text if out == text else out
@@ -780,6 +926,57 @@ class SecretHasher:
         if len(info) >= 20:  # a token used as the user name (https://<token>@host)
             return f"{m.group(1)}{self._hash_match(info, found)}@"
         return m.group(0)
+
+    def _hash_bare_userinfo(self, m: re.Match[str], found: list[str]) -> str:
+        """``user:pass@host`` with no scheme: the password (up to the last ``@``)."""
+        user, rest = m.group(1), m.group(2)
+        pw = rest[:-1]
+        # (a time's "10:30@home" has a numeric "user")
+        if not pw or pw.startswith(HASH_PREFIX) or user.isdigit() or user.lower() in _NOT_USERS:
+            return m.group(0)
+        return f"{user}:{self._hash_match(pw, found)}@"
+
+    def _scan_prose(self, text: str, found: list[str]) -> str:
+        """Hash a credential named in prose: ``invalid token X``, ``bad api key: X``,
+        ``the password is X``. After an explicit ``:`` / ``=`` any value counts (as in
+        :meth:`_scan_kv`); after a space only a word mixing letters and digits, so
+        ``token expired`` and ``password reset`` stay readable."""
+        pieces: list[str] = []
+        last = pos = 0
+        while True:
+            m = _PROSE_RE.search(text, pos)
+            if m is None:
+                break
+            word = m.group(1)
+            explicit = m.group(2) is not None
+            # "secret key X": the next name word may start the real pair; after ":"/"="
+            # the value is skipped whole ("key=key=…" must not rescan the rest each time)
+            pos = m.end() if explicit else m.end(1)
+            g = 3 if m.group(3) is not None else 4
+            secret = self.is_secret_key(word)
+            if secret and explicit:
+                continue  # "token: X" / "pwd=X" is a pair: _scan_kv's (same rules)
+            if not secret:
+                prev = _PREV_WORD_RE.search(text, max(0, m.start(1) - 33), m.start(1))
+                secret = prev is not None and self.is_secret_key(prev.group(1) + "_" + word)
+            if not secret:
+                continue
+            value = m.group(g).rstrip(".!?:")
+            if (
+                not value
+                or value.startswith(HASH_PREFIX)
+                or (not explicit and not _looks_like_secret(value))
+            ):
+                continue
+            s = m.start(g)
+            pieces.append(text[last:s])
+            pieces.append(self._hash_match(value, found))
+            last = s + len(value)
+            pos = max(pos, last)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
 
     def _scan_kv(self, text: str, found: list[str]) -> str:
         """Hash the values of ``name=value`` / ``name: value`` pairs with a secret name."""
@@ -859,6 +1056,17 @@ class SecretHasher:
                             pieces.append(lit if closed else lit[:-1])
                             last = end
                 pos = end if end > m.start() else m.start() + 1
+                if closed and len(content) <= 64 and self._names_next(_loose_unescape(content)):
+                    # ["password", S] / {"k": "password"}, {"v": S}: hash the next value
+                    nx = _LIST_NEXT_RE.match(text, end)
+                    vstart = nx.end() if nx is not None else n
+                    if vstart < n and not _is_name_text(text, vstart):
+                        vend, rep = self._value_at(text, vstart, found)
+                        if rep is not None:
+                            pieces.append(text[last:vstart])
+                            pieces.append(rep)
+                            last = vend
+                        pos = max(vend, pos)
                 continue
             vstart = c.end()
             pos = vstart

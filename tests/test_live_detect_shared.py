@@ -358,3 +358,28 @@ def test_history_shortcut_equals_concat_unique(base_ids: list, win_ids: list, n:
         .unique(subset="event_id", keep="last", maintain_order=True).tail(n))
     assert got is not None
     assert_frame_equal(got, want)
+
+
+# ------------------------------------------------------------ alert records' reasons
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.text(max_size=12), max_size=5), max_size=20))
+def test_reasons_column_equals_polars_construction(lists: list[list[str]]) -> None:
+    from polars.testing import assert_series_equal
+    from toolwatch.detectors.alerts import _string_lists
+
+    assert_series_equal(_string_lists("reasons", lists),
+                        pl.Series("reasons", lists, dtype=pl.List(pl.String)))
+
+
+def test_reasons_column_does_not_import_pandas() -> None:
+    # A live process never loads pandas (~37 MiB); pyarrow.array() would import it.
+    import subprocess
+    import sys
+
+    code = ("import sys; from toolwatch.detectors.alerts import _string_lists; "
+            "_string_lists('r', [['a', 'b'], []]); print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"

@@ -126,6 +126,11 @@ def _daily_max(df: pl.DataFrame) -> pl.DataFrame:
     ).rename({"_day": "first_t"})
 
 
+#: Session columns the entity windows sum (see :func:`_entity_windows`).
+_WINDOW_COLS = ["first_t", "last_t", "sh", "ceh", "ieh", "calls", "total_bytes", "max_bytes",
+                "total_rows", "max_rows", "max_pages", "beyond_bytes", "beyond_rows"]
+
+
 def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Sessions summed per (entity type, entity, window), assigned by their first call.
 
@@ -136,9 +141,7 @@ def _entity_windows(sessions: pl.DataFrame, config: Any) -> tuple[pl.DataFrame, 
     # small crawl plus other callers' ordinary reads is not a sweep that returned data —
     # the crawl is a scraping loop, the reads are nobody's extraction.
     swept = pl.col("max_pages").fill_null(0) >= config.bulk_extraction.pages_lo
-    narrow = sessions.select("first_t", "last_t", "sh", "ceh", "ieh", "calls", "total_bytes",
-                             "max_bytes", "total_rows", "max_rows", "max_pages",
-                             "beyond_bytes", "beyond_rows",
+    narrow = sessions.select(*_WINDOW_COLS,
                              pl.when(swept).then(pl.col("total_bytes")).otherwise(0)
                              .alias("sweep_bytes"),
                              pl.when(swept).then(pl.col("total_rows")).otherwise(0)
@@ -374,8 +377,13 @@ class BulkExtractionDetector(Detector):
             return out
         # Sessions explained on their own — flagged, or normal only for their caller — are
         # not evidence of a distributed pattern.
-        flagged = scored.filter(pl.col("_raw") >= self.threshold).select("session_id")
-        residual = features.sessions.join(flagged, on="session_id", how="anti")
+        # One in-memory query over the columns _entity_windows reads (the anti join
+        # copied every session feature column); the left order is kept as before.
+        flagged = scored.lazy().filter(pl.col("_raw") >= self.threshold).select("session_id")
+        residual = features.sessions.lazy().select(
+            "session_id", *_WINDOW_COLS,
+        ).join(flagged, on="session_id", how="anti", maintain_order="left").collect(
+            engine="in-memory")
         if residual.height == 0:
             return out
         win, ee = _entity_windows(residual, self.config)

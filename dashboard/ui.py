@@ -191,6 +191,17 @@ def md_text(value: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", safe_text(value))
 
 
+def option_text(value: Any) -> str:
+    """A picker option (``selectbox``/``multiselect`` ``format_func``) as shown.
+
+    Options are drawn as plain text, but a logged tool name, caller or id may carry bidi
+    overrides (``\u202e`` reverses what follows), zero-width or control characters that
+    make one option read as another: those are shown as escapes
+    (:func:`toolwatch.output.safe_text`). The option's value stays the logged string.
+    """
+    return safe_text(value)
+
+
 def error(message: Any) -> None:
     """``st.error`` with ``message`` (which may quote logged values) as plain text."""
     st.error(md_text(message))

@@ -73,7 +73,10 @@ def test_schemeless_userinfo_is_hashed(user, pw, host, port, field, around) -> N
 @pytest.mark.parametrize(
     "text",
     ["mailto:bob@example.com", "git@github.com:org/repo.git", "see you at 10:30@home",
-     "bob@example.com", "time 10:00:00Z", "sip:alice@pbx.example.com"],
+     "bob@example.com", "time 10:00:00Z", "sip:alice@pbx.example.com",
+     # toolwatch's own derived session ids (logged back, or forged) stay as they are
+     "derived:caller:alice@2026-11-02T10:00:00.000000Z",
+     "derived:ip:10.0.0.1@2026-11-02T10:00:00Z"],
 )
 def test_addresses_that_are_not_credentials_stay(text: str) -> None:
     assert HASHER.scrub_str(text) is text

@@ -215,7 +215,9 @@ _URL_TAIL_RE = re.compile(
 _USERINFO_DELIMS = "\\s\"'<>()\\[\\]{},;=|`"
 _USERINFO_RE = re.compile(
     rf"(?<![^{_USERINFO_DELIMS}])([A-Za-z0-9._~%!$&*+\-]++):"
-    rf"((?:[^{_USERINFO_DELIMS}/@]*+@)++)(?=[A-Za-z0-9\[])"
+    # (not before a time: toolwatch's own derived session ids read
+    # ``derived:caller:alice@2026-11-02T10:00:00.000000Z``)
+    rf"((?:[^{_USERINFO_DELIMS}/@]*+@)++)(?=[A-Za-z0-9\[])(?!\d{{4}}-\d\d-\d\dT)"
 )
 #: User parts of ``scheme:x@y`` forms that are addresses, not credentials.
 _NOT_USERS = frozenset({"mailto", "sip", "sips", "tel", "xmpp", "im", "pres", "news", "urn"})

@@ -31,13 +31,14 @@ eid = c[1].selectbox(
     index=index,
     key=f"en_id_{etype}",
     placeholder="choose one (most alerts first)",
+    format_func=ui.option_text,  # logged ids: bidi/zero-width/control chars as escapes
 )
 if not eid:
     st.stop()
 if eid != qp_id or etype != qp_type:
     st.query_params.update({"type": etype, "id": eid})
 
-st.text(f"{KINDS[etype]}: {eid}")
+st.text(ui.option_text(f"{KINDS[etype]}: {eid}"))  # a logged id: escapes shown
 s = ui.q("entity_summary", etype, eid)
 m = st.columns(6)
 m[0].metric("Sessions", f"{s.get('sessions') or 0:,}")

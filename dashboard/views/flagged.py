@@ -31,12 +31,21 @@ rng = row1[0].selectbox(
     key="fl_range",
     help="Relative ranges end at the newest event or alert in the store.",
 )
-categories = row1[1].multiselect("Category", opts["categories"], key="fl_cat")
-severities = row1[2].multiselect("Severity", opts["severities"], key="fl_sev")
+# every option list below holds logged values: shown through ui.option_text (escapes)
+categories = row1[1].multiselect(
+    "Category", opts["categories"], key="fl_cat", format_func=ui.option_text
+)
+severities = row1[2].multiselect(
+    "Severity", opts["severities"], key="fl_sev", format_func=ui.option_text
+)
 statuses = row1[3].multiselect("Triage status", list(STATUSES), key="fl_status")
 row2 = st.columns([2, 2, 4])
-servers = row2[0].multiselect("Server", opts["servers"], key="fl_server")
-caller = row2[1].selectbox("Caller", ["(any)", *opts["callers"]], key="fl_caller")
+servers = row2[0].multiselect(
+    "Server", opts["servers"], key="fl_server", format_func=ui.option_text
+)
+caller = row2[1].selectbox(
+    "Caller", ["(any)", *opts["callers"]], key="fl_caller", format_func=ui.option_text
+)
 search = row2[2].text_input(
     "Search", key="fl_search", placeholder="id, caller, address, server, reason text …"
 )
@@ -136,7 +145,9 @@ with st.expander("Suppression rules"):
     else:
         st.text("The detectors drop future alerts matching these rules.")
         ui.table(rules_frame(rules), key="fl_rules")
-        rid = st.selectbox("Rule", [r.id for r in rules], key="fl_rule_pick")
+        rid = st.selectbox(
+            "Rule", [r.id for r in rules], key="fl_rule_pick", format_func=ui.option_text
+        )
         if st.button("Delete rule", key="fl_rule_delete"):
             remove_suppression(ui.data_dir(), rid)
             st.rerun()

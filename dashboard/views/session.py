@@ -36,7 +36,8 @@ def _pick() -> None:
         choice = st.selectbox(
             "Alert",
             [None, *labels],
-            format_func=lambda a: "…" if a is None else labels[a],
+            # labels quote logged ids: bidi/zero-width/control characters as escapes
+            format_func=lambda a: "…" if a is None else ui.option_text(labels[a]),
             key="sd_pick_alert",
         )
         if choice:
@@ -54,8 +55,11 @@ def _alert_panel(alert: dict[str, Any]) -> None:
     c[0].metric("Severity", str(alert.get("severity")))
     c[1].metric("Category", str(alert.get("category")))
     c[2].metric("Score", f"{alert.get('score') or 0:.2f}")
-    st.text(f"Alert id: {alert['alert_id']}   ·   detector: {alert.get('detector')}")
-    st.text(f"Entity: {alert.get('entity_type')} = {alert.get('entity_id')}")
+    # ids and reasons quote logged strings: bidi/zero-width/control characters as escapes
+    st.text(
+        ui.option_text(f"Alert id: {alert['alert_id']}   ·   detector: {alert.get('detector')}")
+    )
+    st.text(ui.option_text(f"Entity: {alert.get('entity_type')} = {alert.get('entity_id')}"))
     st.text(
         f"Window: {ui.fmt_time(alert.get('first_seen'), tz)} → "
         f"{ui.fmt_time(alert.get('last_seen'), tz)}   (detected "
@@ -63,7 +67,7 @@ def _alert_panel(alert: dict[str, Any]) -> None:
     )
     st.text("Reasons:")
     for r in alert.get("reasons") or []:
-        st.text(f"  • {r}")
+        st.text(ui.option_text(f"  • {r}"))
     contrib = data.feature_contributions(alert.get("evidence"))
     if contrib.height:
         st.text(
@@ -171,14 +175,14 @@ def _triage_panel(alert: dict[str, Any]) -> None:
 def _session_panel(sid: str) -> None:
     summary = ui.q("session_summary", sid)
     st.subheader("Session")
-    st.text(f"Session id: {sid}")
+    st.text(ui.option_text(f"Session id: {sid}"))
     if summary is None:
         st.warning("No events or summary for this session in the store.")
         return
-    st.text(
+    st.text(ui.option_text(
         f"Caller: {summary.get('caller_id') or '–'}   ·   client address: "
         f"{summary.get('client_ip') or '–'}   ·   server: {summary.get('server') or '–'}"
-    )
+    ))
     st.text(
         f"{ui.fmt_time(summary.get('first_seen'), tz)} → "
         f"{ui.fmt_time(summary.get('last_seen'), tz)}"
@@ -358,7 +362,9 @@ if alert is not None:
         ids = sessions["session_id"].to_list() if sessions.height else []
         if len(ids) > 1:
             st.text(f"{len(ids)} sessions of this {alert.get('entity_type')} in the window")
-            session_id = st.selectbox("Session", ids, key="sd_alert_session")
+            session_id = st.selectbox(
+                "Session", ids, key="sd_alert_session", format_func=ui.option_text
+            )
         elif ids:
             session_id = ids[0]
 if session_id:

@@ -378,6 +378,18 @@ def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event,
     return th
 
 
+def _vm_hwm(pid: int) -> float:
+    """The kernel's peak RSS of a process in MiB (``VmHWM``), 0 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def rss(work: Path, events: int, log_rate: int | None = None,
         live: dict[str, Any] | None = None, env: dict[str, str] | None = None,
         every: float = 1.0, realtime: int | None = None,
@@ -427,12 +439,16 @@ def rss(work: Path, events: int, log_rate: int | None = None,
         writer = _realtime_writer(src, follow, realtime, stop_writer, limit=events)
     ps = psutil.Process(proc.pid)
     sdir = data / "_state" / "live"
+    hwm = 0.0
+    loads: list[float] = []
     while proc.poll() is None:
         time.sleep(every)
         try:
             mb = ps.memory_info().rss / 2**20
         except psutil.Error:
             break
+        hwm = max(hwm, _vm_hwm(proc.pid))
+        loads.append(os.getloadavg()[0])
         if mb <= 0:  # the process is exiting (a zombie has no memory)
             continue
         for f in sdir.glob("*.json") if sdir.exists() else []:
@@ -469,12 +485,18 @@ def rss(work: Path, events: int, log_rate: int | None = None,
         "live": live or {},
         "env": env or {},
         **_steady(samples, events),
+        # The kernel's high-water mark (VmHWM, last read before the exit): peaks between
+        # two samples included.
+        "rss_hwm_mib": round(hwm, 1),
+        "load_avg_min_median_max": [round(min(loads), 1), round(statistics.median(loads), 1),
+                                    round(max(loads), 1)] if loads else None,
         "samples": [(round(a, 1), round(b, 1), c) for a, b, c in samples],
     }
     print(f"  RSS peak {res['rss_peak_mib']} MiB; steady (second half) median "
           f"{res['rss_steady_median_mib']}, p95 {res['rss_steady_p95_mib']}, max "
           f"{res['rss_steady_max_mib']} MiB; trend {res['rss_steady_trend_mib_per_m_events']}"
-          " MiB per million events")
+          f" MiB per million events; VmHWM {res['rss_hwm_mib']} MiB; load average "
+          f"(1 min, min/median/max) {res['load_avg_min_median_max']}")
     return res
 
 

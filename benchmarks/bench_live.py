@@ -415,7 +415,16 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     ``launcher``: run ``launcher + [tail arguments]`` instead of the console entry point
     (e.g. ``python probe.py``, a script that samples the process's allocators from inside).
     """
-    src = _source(work, events, log_rate)
+    src = None
+    if realtime and log_rate:
+        # The writer stops after ``events`` lines: a longer cached file of the same rate
+        # (e.g. the hour's) serves as well and saves writing gigabytes again.
+        for f in work.glob(f"rate-{log_rate}-*.jsonl"):
+            n = f.stem.rsplit("-", 1)[-1]
+            if n.isdigit() and int(n) >= events and (src is None or f.stat().st_size
+                                                     < src.stat().st_size):
+                src = f
+    src = src or _source(work, events, log_rate)
     stop_writer = threading.Event()
     writer = None
     if realtime:

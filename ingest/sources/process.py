@@ -129,8 +129,11 @@ class PipeReader:
         self._thread.join(timeout)
 
 
-#: A log record's line: ASCII blanks (what ``bytes.lstrip`` strips), then ``{``.
-_JSON_START = r"^[ \t\n\r\x0b\x0c]*\{"
+#: A log record's line: an optional UTF-8 byte order mark (the parser strips one at the
+#: start of any line, as ``ingest`` does: a record behind a BOM was kept as server text,
+#: hidden from detection), ASCII blanks (what ``bytes.lstrip`` strips), then ``{``.
+#: (``lines`` is binary: RE2 matches it byte by byte, so ``\xef`` is the byte.)
+_JSON_START = r"^(?:\xef\xbb\xbf)?[ \t\n\r\x0b\x0c]*\{"
 
 
 def split_server_text(batch: RawBatch) -> tuple[RawBatch, list[bytes], list[int], list[int]]:

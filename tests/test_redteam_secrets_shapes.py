@@ -198,3 +198,41 @@ def test_new_shapes_never_reach_the_store(tmp_path: Path) -> None:
     for p in store.rglob("*"):
         if p.is_file():
             assert s.encode() not in p.read_bytes(), p
+
+
+# ------------------------------------------------------------------ more shapes (hunt)
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"f": [{"field": "password", "value": "SECRET"}]},  # form fields
+        {"f": [{"header": "Authorization", "value": "SECRET"}]},
+        {"f": [{"k": "password", "v": "SECRET"}]},
+        {"f": [{"Name": "DB_PASSWORD", "Values": ["SECRET"]}]},  # AWS-style tags/params
+        {"f": {"name": "api_key", "val": "SECRET"}},
+        {"u": "https://hooks.slack.com/services/T0001/B0002/SECRET"},
+        {"u": "https://discord.com/api/webhooks/123456/SECRET"},
+        {"u": "https://api.telegram.org/bot123456:SECRET/sendMessage"},
+        {"a": "glpat-SECRET"},
+        {"a": "token xapp-1-SECRET"},
+        {"a": "npm_SECRETabcdefghijklmnop"},
+        {"a": "hf_SECRETabcdefghijklmnop"},
+    ],
+)
+def test_pair_spellings_webhook_urls_and_token_formats_are_hashed(obj: dict) -> None:
+    """Found by the session-4 hunt: each of these was stored in clear."""
+    s = "Q9xW7vK3mP8rT2yZab"
+    line = json.dumps({"ts": TS, "tool": "t", **obj}).replace("SECRET", s).encode()
+    red, h = HASHER.redact_line(line)
+    assert s.encode() not in red, red
+    assert h is not None
+    assert s.encode() not in HASHER.scrub_text(line[: line.index(s.encode()) + 6])
+    if "u" in obj:  # the host stays readable
+        host = obj["u"].split("/")[2]
+        assert host.encode() in red, red
+
+
+def test_ordinary_pairs_and_urls_stay() -> None:
+    for obj in ({"f": [{"field": "email", "value": "a@b.c"}]}, {"f": {"k": "page", "v": 2}},
+                {"u": "https://hooks.slack.com/"}, {"a": "hf_model_name"}):
+        line = json.dumps({"ts": TS, "tool": "t", **obj}).encode()
+        assert HASHER.redact_line(line) == (line, None), obj

@@ -117,6 +117,20 @@ _TOKEN_SHAPES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("AKIA", "ASIA", "ABIA", "ACCA"),
      r"(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4})[A-Z0-9]{12,}"),
     (("AIza",), r"AIza(?<![A-Za-z0-9]AIza)[A-Za-z0-9_\-]{20,}"),
+    # GitLab, Slack app-level, npm and Hugging Face tokens (session 4)
+    (("glpat-", "xapp-", "npm_", "hf_"),
+     r"glpat-(?<![A-Za-z0-9]glpat-)[A-Za-z0-9_\-]{16,}"
+     r"|xapp-(?<![A-Za-z0-9]xapp-)[A-Za-z0-9\-]{16,}"
+     r"|npm_(?<![A-Za-z0-9]npm_)[A-Za-z0-9]{30,}"
+     r"|hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{30,}"),
+    # secrets that are a URL's path: Slack and Discord webhooks, Telegram bot tokens
+    (("hooks.slack.com/", "/api/webhooks/", "api.telegram.org/bot"),
+     # (the host and path stay readable: the part after them is hashed)
+     r"services/(?<=hooks\.slack\.com/services/)[A-Za-z0-9_/\-]{8,}"
+     r"|workflows/(?<=hooks\.slack\.com/workflows/)[A-Za-z0-9_/\-]{8,}"
+     r"|triggers/(?<=hooks\.slack\.com/triggers/)[A-Za-z0-9_/\-]{8,}"
+     r"|webhooks/(?<=/api/webhooks/)[0-9]+/[A-Za-z0-9_\-]{16,}"
+     r"|bot(?<=api\.telegram\.org/bot)[0-9]+:[A-Za-z0-9_\-]{16,}"),
 )
 _SHAPES = tuple((lits, re.compile(p, re.S)) for lits, p in _TOKEN_SHAPES)
 _SHAPES_B = tuple(
@@ -131,14 +145,16 @@ _SHAPE_TAIL_RE = re.compile(
     r"(?:-----BEGIN[ A-Z0-9]*PRIV|eyJ(?<![A-Za-z0-9_\-]eyJ)|sk-(?<![A-Za-z0-9]sk-)"
     r"|[rsp]k_(?<![A-Za-z0-9][rsp]k_)|gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)"
     r"|github_pat_(?<![A-Za-z0-9]github_pat_)|xox[abposre]-(?<![A-Za-z0-9]xox[abposre]-)"
-    r"|AIza(?<![A-Za-z0-9]AIza)|(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4}))"
+    r"|AIza(?<![A-Za-z0-9]AIza)|(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4})"
+    r"|glpat-(?<![A-Za-z0-9]glpat-)|xapp-(?<![A-Za-z0-9]xapp-)|npm_(?<![A-Za-z0-9]npm_)"
+    r"|hf_(?<![A-Za-z0-9]hf_))"
     r"[A-Za-z0-9_.=+/\-]*\Z"
 )
 #: Characters a token format's tail may hold (see :data:`_SHAPE_TAIL_RE`).
 #: Literals one of which a token format's cut prefix holds.
 _TAIL_LITERALS = (
     "-----BEGIN", "eyJ", "sk-", "k_", "gh", "github_pat_", "xox", "AIza", "AKIA", "ASIA",
-    "ABIA", "ACCA",
+    "ABIA", "ACCA", "glpat-", "xapp-", "npm_", "hf_",
 )
 _TAIL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.=+/-"
 #: Characters a cut URL (:data:`_URL_TAIL_RE`) never holds: it lies after the last one.
@@ -327,8 +343,13 @@ _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 _PLUS_SCHEME_RE = re.compile(r"(?i)(?:bearer|basic)\+")
 #: Objects that name a value instead of keying it (``{"name": "Authorization", "value":
 #: …}``: HAR headers, Kubernetes env vars, cloud tags): the value is secret when the name is.
-_PAIR_VALUE_KEYS = frozenset({"value", "Value", "VALUE"})
-_PAIR_NAME_KEYS = ("name", "Name", "key", "Key", "NAME", "KEY")
+_PAIR_VALUE_KEYS = frozenset(
+    {"value", "Value", "VALUE", "values", "Values", "val", "v", "data"}
+)
+_PAIR_NAME_KEYS = (
+    "name", "Name", "key", "Key", "NAME", "KEY", "field", "Field", "header", "Header",
+    "param", "parameter", "k", "id",
+)
 #: A line that is only base64 (a PEM body line, a key printed alone), hashed whole by
 #: the structure-free scan when it mixes upper case, lower case and digits.
 _B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
@@ -496,7 +517,9 @@ class SecretHasher:
         self._re2_gate: Any = None  # compiled on first use (~6 ms)
         shape_prefixes = (
             r"(?-i:(?:^|[^A-Za-z0-9_\-])eyJ|(?:^|[^A-Za-z0-9])(?:sk-|[rsp]k_(?:live|test)_|"
-            r"gh[pousr]_|github_pat_|xox[abposre]-|AIza)|(?:^|[^A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)"
+            r"gh[pousr]_|github_pat_|xox[abposre]-|AIza|glpat-|xapp-|npm_|hf_)"
+            r"|(?:^|[^A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)"
+            r"|hooks\.slack\.com/|/api/webhooks/|api\.telegram\.org/bot"
             r"|-----BEGIN[ A-Z0-9]*PRIV|[Bb]asic\s)"
         )
         parts = [

@@ -25,9 +25,9 @@ message read). Usage::
     git worktree add /tmp/base HEAD~1
     python benchmarks/bench_kafka.py --modes c,d,tail --old /tmp/base --repeat 2
 
-``--old TREE`` also runs modes c, d, tail and tail-nd with another checkout's code (in a
-child process on the same broker and topic, interleaved with this tree's, shown as
-``d@old`` ...), so an A/B is measured in one run on a shared machine.
+``--old TREE`` also runs modes c, d, tail and tail-nd with another checkout's code (shown
+as ``d@old`` ...), interleaved with this tree's on the same broker and topic; both trees'
+runs are then child processes, so an A/B is measured in one run under the same conditions.
 
 The ``scale`` part runs N separate ``toolwatch kafka`` processes (one group, one store)
 and checks that every message is stored exactly once, also when a member joins
@@ -264,8 +264,10 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             cpu0 = time.process_time()
             bcpu0 = sum(bproc.cpu_times()[:2])
             child_cpu = None
-            if m.endswith("@old"):
-                r = run_old(a.old, m[:-4], broker.bootstrap, topic, total, path, work)
+            if m.endswith("@old") or (a.old and m in OLD_MODES):
+                # With --old both trees run in a child process: same conditions.
+                r = run_old(a.old if m.endswith("@old") else None, m.removesuffix("@old"),
+                            broker.bootstrap, topic, total, path, work)
                 child_cpu = r.pop("cpu_s")
             elif m == "a":
                 r = bare(broker.bootstrap, topic, total, transform=False)
@@ -330,16 +332,18 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
 OLD_MODES = ("c", "d", "tail", "tail-nd")
 
 
-def run_old(tree: str, mode: str, bootstrap: str, topic: str, total: int, path: Path,
-            work: Path) -> dict[str, Any]:
-    """Run ``mode`` with ``tree``'s code in a child process (same broker and topic)."""
+def run_old(tree: str | None, mode: str, bootstrap: str, topic: str, total: int,
+            path: Path, work: Path) -> dict[str, Any]:
+    """Run ``mode`` with ``tree``'s code (None: this tree's) in a child process."""
     from bench_parse import overlay  # type: ignore[import-not-found]
 
-    root = overlay(Path(tree), work / f"overlay-{abs(hash(tree))}")
-    env = dict(os.environ, PYTHONPATH=str(root))
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if tree is not None:
+        env["PYTHONPATH"] = str(overlay(Path(tree), work / f"overlay-{abs(hash(tree))}"))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--bootstrap",
            bootstrap, "--topic", topic, "--total", str(total), "--file", str(path),
-           "--work", str(work / "old")]
+           "--work", str(work / ("old" if tree else "new"))]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
                          timeout=1000)
     if out.returncode != 0:

@@ -369,10 +369,12 @@ class BulkExtractionDetector(Detector):
                 self.session_baseline_, getattr(self, "day_baseline_", None))
         )
         scored = self._gated(volume, self.habit_, ["caller_id"])
-        out = session_frame(scored, pl.col("_score"), _EVIDENCE).with_columns(
+        # The constant columns ride in session_frame's query (no second query to add them).
+        out = session_frame(scored, pl.col("_score"), [
+            *_EVIDENCE,
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
-        )
+        ])
         if not self.settings.entity or not self.entity_baselines_:
             return out
         # Sessions explained on their own — flagged, or normal only for their caller — are

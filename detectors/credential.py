@@ -48,7 +48,9 @@ class CredentialStuffingDetector(Detector):
             .otherwise(band(pl.col("auth_failures"), c.failures_lo, c.failures_hi))
         )
         score = all_of(units, band(pl.col("auth_fail_ratio"), c.fail_ratio_lo, c.fail_ratio_hi))
-        out = session_frame(features.sessions, score, _EVIDENCE).with_columns(
+        # The constant columns ride in session_frame's query (no second query to add them).
+        out = session_frame(features.sessions, score, [
+            *_EVIDENCE,
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
             pl.lit(None, pl.Int64).alias("fail_sessions"),
@@ -57,7 +59,7 @@ class CredentialStuffingDetector(Detector):
             pl.lit(None, pl.Int64).alias("max_session_failures"),
             pl.lit(None, pl.Float64).alias("p_creds"),
             pl.lit(None, pl.Float64).alias("p_callers"),
-        )
+        ])
         flagged = out.lazy().filter(pl.col("score") >= self.threshold).select(
             "session_id").collect(engine="in-memory")
         ent = self._entities(features, flagged)

@@ -148,9 +148,10 @@ class EnumerationDetector(Detector):
         pats = list(self._patterns())
         out = session_frame(
             scored, pl.col("_score"), [*_EVIDENCE, *pats, "p_summary", "z_own", "own_n",
-                                       "own_days", "habitual", "p_own"]
-        ).with_columns(pl.lit(None, pl.List(pl.String)).alias("session_ids"),
-                       pl.lit(1, pl.Int64).alias("n_sessions"))
+                                       "own_days", "habitual", "p_own",
+                                       pl.lit(None, pl.List(pl.String)).alias("session_ids"),
+                                       pl.lit(1, pl.Int64).alias("n_sessions")]
+        )
         if not self.settings.entity or features.events.height == 0:
             return out
         # Sessions explained on their own — flagged, or habitual for their caller — are

@@ -133,10 +133,11 @@ class ScrapingLoopDetector(Detector):
         df = habitual_gate(self._raw(df), self.habit_, ["caller_id"], self.threshold,
                            pl.col("z_own"), self.settings.self_z)
         score = all_of(pl.col("_raw"), pl.col("p_own"))
-        return session_frame(df, score, _EVIDENCE).with_columns(
+        return session_frame(df, score, [
+            *_EVIDENCE,
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
-        )
+        ])
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons naming the crawl's cadence, pages, repeats and the caller's own normal."""

@@ -106,14 +106,16 @@ def _seq(features: FeatureSet) -> pl.DataFrame:
 
 def _frame(features: FeatureSet, found: pl.DataFrame, extra: list[str]) -> pl.DataFrame:
     """Session score rows: every session, the found ones scored (``_s``) with evidence."""
-    sess = features.sessions.select("sh", "session_id", "caller_id", "client_ip", "server",
-                                    "first_t", "last_t")
-    df = sess.join(found, on="sh", how="left")
-    out = session_frame(df, pl.col("_s"), extra)
-    return out.with_columns(
+    # Projection and join in one in-memory query (the left order kept, as the eager join
+    # did); the constant columns ride in session_frame's query.
+    df = features.sessions.lazy().select(
+        "sh", "session_id", "caller_id", "client_ip", "server", "first_t", "last_t",
+    ).join(found.lazy(), on="sh", how="left", maintain_order="left").collect(engine="in-memory")
+    return session_frame(df, pl.col("_s"), [
+        *extra,
         pl.lit(None, pl.List(pl.String)).alias("session_ids"),
         pl.lit(1, pl.Int64).alias("n_sessions"),
-    )
+    ])
 
 
 def _empty_found(schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -166,10 +168,11 @@ class ToolLoopDetector(_SequenceDetector):
 
     def _per_session(self, sessions: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
         """Every session's caller, start, streak (0 without one) and raw score."""
-        return sessions.select("sh", "caller_id", "first_t").join(
-            found.select("sh", "streak", "cycle"), on="sh", how="left"
+        return sessions.lazy().select("sh", "caller_id", "first_t").join(
+            found.lazy().select("sh", "streak", "cycle"), on="sh", how="left",
+            maintain_order="left",
         ).with_columns(pl.col("streak").fill_null(0), pl.col("cycle").fill_null(0)).with_columns(
-            self._raw().alias("_raw"))
+            self._raw().alias("_raw")).collect(engine="in-memory")
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session; score from the longest repeating streak, unless the caller

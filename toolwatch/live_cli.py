@@ -17,7 +17,7 @@ from typing import Any
 
 from toolwatch.config import Config
 from toolwatch.errors import ToolwatchError
-from toolwatch.ingest.sources.base import LiveSource
+from toolwatch.ingest.sources.base import LiveSource, display_name
 from toolwatch.live import (
     DetectFn,
     FlushResult,
@@ -166,7 +166,9 @@ def tail_files(
     """Follow files/globs into the store until stopped; returns the (closed) pipeline."""
     from toolwatch.ingest.sources.file_tail import FileTailLive
 
-    r = _Runner(config, kind="tail", name=" ".join(patterns), sinks=sinks, detector=detector,
+    # (a pattern may hold a non-UTF-8 file name: status and metrics need valid text)
+    r = _Runner(config, kind="tail", name=display_name(" ".join(patterns)), sinks=sinks,
+                detector=detector,
                 live=live, verbose=verbose)
     lc = r.live
     if on_flush is not None:

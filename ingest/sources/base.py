@@ -48,6 +48,22 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from toolwatch.ingest.records import RawBatch
 
+
+def display_name(name: str) -> str:
+    """A source name (a path) as valid text for the store, status and metrics.
+
+    A file name is bytes: one that is not UTF-8 reaches Python with surrogate escapes
+    (``bad\udcff.jsonl``), which no Arrow column, JSON status file or HTTP body can hold,
+    so a log file named that way (an agent that can create files under a tailed glob)
+    stopped ``ingest`` and ``tail``. Such characters are shown as ``\udcff`` escapes; the
+    file itself is still opened by its real path.
+    """
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
 if TYPE_CHECKING:  # the store (DuckDB) is not imported by sources
     from toolwatch.store import Checkpoint
 

@@ -14,6 +14,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 from toolwatch.ingest.records import NEWLINE, RawBatch, fingerprint, split_lines
+from toolwatch.ingest.sources.base import display_name
 
 from toolwatch.errors import SourceError
 
@@ -174,7 +175,7 @@ class StreamReader:
         max_line_bytes: int | None = None,
     ):
         self.fh = fh
-        self.source = source
+        self.source = display_name(source)  # a label: the file is ``fh``
         self.chunk_bytes = chunk_bytes
         self.checkpoints = checkpoints
         self.max_line_bytes = max_line_bytes

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from toolwatch.ingest.records import RawBatch, fingerprint, split_lines
-from toolwatch.ingest.sources.base import Item, LiveSource
+from toolwatch.ingest.sources.base import Item, LiveSource, display_name
 
 if TYPE_CHECKING:  # the store (DuckDB) is not imported by sources
     from toolwatch.store import Checkpoint
@@ -87,7 +87,7 @@ class LineAssembler:
         salt: bytes = b"",
         max_line_bytes: int = 1_048_576,
     ):
-        self.source = source
+        self.source = display_name(source)  # a label (the caller holds the file)
         self.checkpoints = checkpoints
         self.salt = salt
         self.max_line_bytes = max_line_bytes
@@ -350,7 +350,7 @@ class TailSource:
                     if self.by_path.get(tf.path) == key:
                         del self.by_path[tf.path]
                     tf.path = path
-                    tf.asm.source = path
+                    tf.asm.source = display_name(path)
                 self.by_path[path] = key
                 tf.detached_at = None
                 continue
@@ -490,7 +490,7 @@ class TailSource:
     def streams(self) -> dict[str, dict[str, object]]:
         """Per-file state for ``toolwatch status``."""
         return {
-            tf.path: {
+            display_name(tf.path): {
                 "fingerprint": tf.asm.fp,
                 "offset": tf.asm.consumed,
                 "size": tf.size,

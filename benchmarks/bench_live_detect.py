@@ -294,7 +294,7 @@ def main() -> None:
     if args.only:
         trees = {args.only: trees[args.only]}
     print(f"load average {os.getloadavg()[0]:.2f}; store {store}; "
-          f"old {args.old_tree or args.base}, new {args.new_rev or 'working tree'}")
+          f"old {args.old_tree or args.base}, new {args.new_tree or args.new_rev or 'working tree'}")
     if args.passes:
         _passes_main(args, trees, store, work)
         return

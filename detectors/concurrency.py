@@ -375,7 +375,8 @@ class ConcurrencyAbuseDetector(Detector):
     def fit(self, history: FeatureSet) -> Self:
         """Learn the population's typical peak and each caller's usual peak."""
         peaks, _ = _session_sweep(history)
-        s = history.sessions.select("sh", "ceh", "first_t").join(peaks, on="sh", how="inner")
+        s = history.sessions.lazy().select("sh", "ceh", "first_t").join(
+            peaks.lazy(), on="sh", how="inner", maintain_order="left").collect(engine="in-memory")
         enough = s.height >= self.settings.pop_min_sessions
         self.pop_peak_ = float(s["peak"].median()) if enough else None  # type: ignore[arg-type]
         cfg = self.config

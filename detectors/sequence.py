@@ -233,7 +233,7 @@ class ToolLoopDetector(_SequenceDetector):
             ).hash(SEED).is_first_distinct().alias("_new"))
         ev = ev.collect(engine="in-memory")
         streaks = (
-            ev.filter(pl.col("_rep"))
+            ev.lazy().filter(pl.col("_rep"))
             .group_by("sh", "_run")
             .agg(
                 pl.len().alias("streak"),
@@ -245,6 +245,7 @@ class ToolLoopDetector(_SequenceDetector):
                 *([pl.col("_new").mean().alias("_new_share"),
                    (pl.col("t").diff().median() / 1e6).alias("_gap_s")] if reread else []),
             )
+            .collect(engine="in-memory")
         )
         if poll:
             streaks = self._drop_finished_polls(streaks, ev)
@@ -253,13 +254,16 @@ class ToolLoopDetector(_SequenceDetector):
             quiet = ((pl.col("_gap_s") >= s.reread_gap_s)
                      & (pl.col("_new_share") >= s.reread_new_share)).fill_null(False)
             streaks = streaks.filter(~quiet).drop("_new_share", "_gap_s")
+        # The longest streak of each session (ties: the earliest run; _run is unique), in
+        # one in-memory query.
         streaks = (
-            streaks.sort(["streak", "_run"], descending=[True, False])
+            streaks.lazy().sort(["streak", "_run"], descending=[True, False])
             .group_by("sh", maintain_order=True)
             .first()
         )
-        return streaks.join(cand.select("sh", "calls"), on="sh").select(
-            "sh", pl.lit(0.0).alias("_s"), *schema)
+        return streaks.join(cand.lazy().select("sh", "calls"), on="sh",
+                            maintain_order="left").select(
+            "sh", pl.lit(0.0).alias("_s"), *schema).collect(engine="in-memory")
 
     @staticmethod
     def _changes(ev: pl.LazyFrame) -> pl.LazyFrame:

@@ -26,7 +26,7 @@ from toolwatch.ingest import arrays
 from toolwatch.ingest.pair import Pairer
 from toolwatch.ingest.parse import ParserPool
 from toolwatch.ingest.records import RawBatch, slice_batch
-from toolwatch.ingest.sessionize import Sessionizer
+from toolwatch.ingest.sessionize import Sessionizer, escape_logged
 from toolwatch.store import Checkpoint, Store
 
 log = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ class Pipeline:
             ev.column("is_error_b"),
             pc.invert(pc.is_in(ev.column("status"), value_set=_NOT_ERRORS)),
         )
-        session_id = ev.column("session_id")
+        session_id = escape_logged(ev.column("session_id"))
         derived = pc.is_null(session_id)
         if pc.any(derived).as_py():
             todo = pl.from_arrow(ev.filter(derived).select(_SESSIONIZE_COLS))
@@ -337,6 +337,10 @@ class Pipeline:
     def _summaries(self, rows: pl.DataFrame, batch: RawBatch, now: datetime) -> pa.Table:
         if rows.height == 0:
             return arrays.empty(schema.SUMMARIES)
+        sid = rows["session_id"].to_arrow()
+        escaped = escape_logged(sid)
+        if escaped is not sid:
+            rows = rows.with_columns(pl.Series("session_id", escaped))
         s = rows.with_columns(
             pl.col("summary_kind").alias("kind"),
             pl.lit(batch.source).alias("source"),

@@ -102,11 +102,17 @@ class Pairer:
                 reqs = reqs.with_columns(pl.lit(None, reqs.schema["ts"]).alias(c))
         if reqs.height == 0 and resps.height == 0:
             return reqs, resps
-        # Several responses with one id in one session: keep the first.
-        r = resps.unique(subset=_KEY, keep="first", maintain_order=True).select(
-            [*_KEY, *[pl.col(c).alias(f"{c}_r") for c in _RESP_COLS]]
-        )
-        joined = reqs.join(r, on=_KEY, how="left")
+        # An id may be reused once its call is answered (JSON-RPC only forbids two
+        # outstanding at once): the k-th request with an id in a session pairs with the
+        # k-th response with it, in log order (pending requests come first). Pairing every
+        # request with the *first* response let an agent that reuses one id store all its
+        # calls with that response's outcome (failures as ok) and negative durations.
+        nth = pl.int_range(pl.len()).over(_KEY).alias("_nth")
+        reqs = reqs.with_columns(nth)
+        resps = resps.with_columns(nth)
+        key = [*_KEY, "_nth"]
+        r = resps.select([*key, *[pl.col(c).alias(f"{c}_r") for c in _RESP_COLS]])
+        joined = reqs.join(r, on=key, how="left").drop("_nth")
         matched = joined.filter(pl.col("ts_r").is_not_null())
         events = matched.with_columns(
             pl.col("status_r").alias("status"),
@@ -122,7 +128,7 @@ class Pairer:
             *_interval(pl.col("ts"), pl.col("ts_r")),
         ).drop([f"{c}_r" for c in _RESP_COLS])
         waiting = joined.filter(pl.col("ts_r").is_null()).drop([f"{c}_r" for c in _RESP_COLS])
-        orphans = resps.join(reqs.select(_KEY), on=_KEY, how="anti")
+        orphans = resps.join(reqs.select(key), on=key, how="anti").drop("_nth")
         self.counters.paired += events.height
         self.counters.orphans += orphans.height
 

@@ -52,6 +52,7 @@ def cases(scale: int) -> dict[str, bytes]:
         "1MB 'token ' run": b'{"a":"' + b"token " * (166 * k) + b'"}',
         "1MB 'secret key ' run": b'{"a":"' + b"secret key " * (90 * k) + b'"}',
         "1MB 'api key: x1y2z3' run": b'{"a":"' + b"api key: x1y2z3 " * (62 * k) + b'"}',
+        "1MB ' -u a:b' run": b'{"a":"' + b" -u a:b" * (142 * k) + b'"}',
         "1MB 'key=' run": b'{"a":"' + b"key=" * (250 * k) + b'"}',
         "1MB 'token -token-token…' run": b'{"a":"token ' + b"-token" * (166 * k) + b'"}',
         "1MB tokentoken… (no boundary)": b'{"a":"' + b"token" * (200 * k) + b'"}',

@@ -216,6 +216,9 @@ def test_new_shapes_never_reach_the_store(tmp_path: Path) -> None:
         {"a": "token xapp-1-SECRET"},
         {"a": "npm_SECRETabcdefghijklmnop"},
         {"a": "hf_SECRETabcdefghijklmnop"},
+        {"cmd": "curl -s -u admin:SECRET https://h/x"},  # logged command lines
+        {"cmd": "curl --user=admin:SECRET https://h/x"},
+        {"cmd": "curl -U 'proxy:SECRET' https://h/x"},
     ],
 )
 def test_pair_spellings_webhook_urls_and_token_formats_are_hashed(obj: dict) -> None:

@@ -235,6 +235,11 @@ _USERINFO_RE = re.compile(
     # ``derived:caller:alice@2026-11-02T10:00:00.000000Z``)
     rf"((?:[^{_USERINFO_DELIMS}/@]*+@)++)(?=[A-Za-z0-9\[])(?!\d{{4}}-\d\d-\d\dT)"
 )
+#: ``curl -u user:pass`` / ``--user=user:pass`` / ``--proxy-user`` in a logged command
+#: line (group 2 is the password). Each part is a possessive run: linear.
+_CLI_USER_RE = re.compile(
+    r"(?<!\S)(?:-u|-U|--user|--proxy-user)(?:\s++|=)['\"]?([^\s:'\"]++):([^\s'\"]++)"
+)
 #: User parts of ``scheme:x@y`` forms that are addresses, not credentials.
 _NOT_USERS = frozenset({"mailto", "sip", "sips", "tel", "xmpp", "im", "pres", "news", "urn"})
 #: A secret named in prose: ``invalid token X``, ``bad api key: X``, ``password is X``
@@ -531,8 +536,9 @@ class SecretHasher:
             r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
             r"%[0-9a-f]{2}",  # URL- or form-encoded text (scanned decoded)
             r"^\s*[a-z0-9+/]{20,}={0,2}\s*$",  # a bare base64 line (PEM body)
-            # user:pass@host with no scheme
+            # user:pass@host with no scheme; curl -u user:pass
             r"[^\s\"'<>@:/\\]:[^\s\"'<>@/]*@[a-z0-9\[]",
+            r"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)['\"]?[^\s:'\"]+:",
             # a name in prose ("invalid token X", "auth key: X"); the other names of
             # _PROSE_RE are long needles, matched above wherever they are
             # ("token: X" is a word form above; "api key: X" a long needle)
@@ -864,6 +870,8 @@ class SecretHasher:
             out = _URL_RE.sub(lambda m: self._hash_userinfo(m, found), out)
         if "@" in out and ":" in out:
             out = _USERINFO_RE.sub(lambda m: self._hash_bare_userinfo(m, found), out)
+        if ("-u" in out or "-U" in out) and ":" in out:
+            out = _CLI_USER_RE.sub(lambda m: self._hash_cli_password(m, found), out)
         if tail and ":" in out:
             ws = max(out.rfind(c) for c in _URL_TAIL_STOPS) + 1
             win = out[ws:]
@@ -960,6 +968,14 @@ class SecretHasher:
         if not pw or pw.startswith(HASH_PREFIX) or user.isdigit() or user.lower() in _NOT_USERS:
             return m.group(0)
         return f"{user}:{self._hash_match(pw, found)}@"
+
+    def _hash_cli_password(self, m: re.Match[str], found: list[str]) -> str:
+        """``-u user:pass``: the password."""
+        pw = m.group(2)
+        if pw.startswith(HASH_PREFIX):
+            return m.group(0)
+        s = m.start(2) - m.start()
+        return m.group(0)[:s] + self._hash_match(pw, found)
 
     def _scan_prose(self, text: str, found: list[str]) -> str:
         """Hash a credential named in prose: ``invalid token X``, ``bad api key: X``,

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolwatch import schema
 from toolwatch.config import Config
@@ -197,3 +199,23 @@ class LiveThread:
 
     def __exit__(self, *exc: object) -> None:
         self.join()
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.text(st.characters(min_codepoint=0xDC80, max_codepoint=0xDCFF) | st.characters(),
+                    min_size=1, max_size=12))
+def test_status_file_is_written_whatever_the_names(tmp_path_factory, name: str) -> None:
+    """A file name with an undecodable byte (a lone surrogate in Python) used to make the
+    status write raise TypeError (orjson refuses non-UTF-8 text); the status then went
+    stale or the live process stopped. It is written, the name escaped."""
+    from toolwatch.live.status import LiveStatus, StatusPublisher
+
+    data = tmp_path_factory.mktemp("st")
+    status = LiveStatus(kind="tail", name=name)
+    status.sources[name] = {"offset": 3, name: [name]}
+    pub = StatusPublisher(status, data)
+    pub.write()
+    got = orjson.loads(pub.path.read_bytes())
+    assert got["sources"] and got["kind"] == "tail"
+    want = name.encode("utf-8", "backslashreplace").decode("utf-8")
+    assert got["name"] == want and want in got["sources"]

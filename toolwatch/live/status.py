@@ -129,10 +129,17 @@ class StatusPublisher:
     def write(self) -> None:
         """Rewrite the status file (atomic replace)."""
         tmp = self.path.with_suffix(".json.tmp")
+        status = self.status.as_dict()
         try:
-            tmp.write_bytes(orjson.dumps(self.status.as_dict(), default=str))
+            try:
+                data = orjson.dumps(status, default=str)
+            except orjson.JSONEncodeError:
+                # A name from the logs or the file system with a lone surrogate (an
+                # undecodable byte) is not UTF-8: write it escaped rather than go stale.
+                data = orjson.dumps(_utf8_safe(status), default=str)
+            tmp.write_bytes(data)
             os.replace(tmp, self.path)
-        except OSError as exc:  # status is best effort, never fatal
+        except (OSError, orjson.JSONEncodeError) as exc:  # best effort, never fatal
             log.warning("cannot write status file %s: %s", self.path, exc)
 
     def _start_metrics(self, host: str, port: int) -> None:
@@ -240,3 +247,13 @@ def read_statuses(data_dir: str | Path) -> list[dict[str, Any]]:
         out.append(st)
     return out
 
+
+def _utf8_safe(obj: Any) -> Any:
+    """``obj`` with every string's lone surrogates written as ``\\udcXX`` escapes."""
+    if isinstance(obj, str):
+        return obj.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(obj, dict):
+        return {_utf8_safe(k): _utf8_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_utf8_safe(v) for v in obj]
+    return obj

@@ -153,6 +153,11 @@ def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # typ
     assert extra.get("detect_split_passes", 0) > 0
     assert not extra.get("detect_capped")
     assert whole and split == whole
+    # A cap below what a flush touches: the window hands over only the newest events
+    # (select(newest=)), the cut is counted, and detection still runs on them.
+    capped, extra = live("capped", max_detect_events=300, detect_passes=1)
+    assert extra.get("detect_capped", 0) > 0
+    assert capped  # alerts still come from the newest events
 
 
 def test_fitting_the_forest_does_not_import_pandas() -> None:

@@ -133,15 +133,15 @@ class DetectMixin:
             self.status.extra["detect_deferred"] = self.status.extra.get("detect_deferred", 0) + 1
             return None
         self._deferred_touched, self._deferred_events = None, 0
-        ev, su = self.window.select(touched)
-        if ev.height == 0 and su.height == 0:
-            return None
         cap = self.live.max_detect_events
         passes = max(1, self.live.detect_passes)
-        if cap > 0 and ev.height > cap * passes:
-            # Dense traffic touches every entity: read the newest events only (sorted by
-            # ts), so a flush's memory and CPU follow the caps, not the window.
-            ev = ev.tail(cap * passes)
+        # Dense traffic touches every entity: read the newest events only (sorted by ts),
+        # so a flush's memory and CPU follow the caps, not the window. The window cuts on
+        # ts before it copies, so no sorted copy of every touched event outlives the cut.
+        ev, su = self.window.select(touched, newest=cap * passes if cap > 0 else None)
+        if ev.height == 0 and su.height == 0:
+            return None
+        if self.window.select_capped:
             self.status.extra["detect_capped"] = self.status.extra.get("detect_capped", 0) + 1
         # A detection a backlog gathered (or a size-triggered one, or the one that runs
         # what a backlog left waiting) runs in fewer, larger passes: a pass's cost is

@@ -122,6 +122,32 @@ def test_ordinary_encoded_text_is_left_alone(text: str) -> None:
     assert HASHER.scrub_str(text) is text
 
 
+def ingest_and_check_absent(tmp_path: Path, lines: list[str], secret: str) -> tuple[dict, Store]:
+    """Ingest ``lines`` with the real CLI into a fresh store; assert exit 0, every line
+    stored or quarantined, and ``secret`` in no view row and no file under the store.
+    Returns the ingest summary and the store."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
+    store = tmp_path / "st"
+    res = subprocess.run(
+        [TOOLWATCH, "ingest", str(src), "-d", str(store), "--json", "--no-progress"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["events_stored"] + summary["quarantined_total"] == len(lines)
+    st_ = Store(store)
+    for view in ("events", "quarantine", "sessions"):
+        for row in st_.query(f"SELECT * FROM {view}").to_pylist():
+            dumped = json.dumps(row, default=str)
+            assert secret not in dumped, (view, dumped[:600])
+    for p in store.rglob("*"):
+        if p.is_file():
+            assert secret.encode() not in p.read_bytes(), p
+    return summary, st_
+
+
 def test_encoded_secrets_never_reach_the_store(tmp_path: Path) -> None:
     """Real CLI, real store: events, quarantine (cut and non-JSON lines) and raw bytes."""
     s = "Q9xW7vK3mP8rT2yZ"
@@ -135,26 +161,8 @@ def test_encoded_secrets_never_reach_the_store(tmp_path: Path) -> None:
     # cut lines and plain text go to quarantine, scrubbed without structure
     lines += [json.dumps({"ts": TS, "tool": "t", "args": {"u": e}})[:-3] for e in encoded[:4]]
     lines += ["server says " + e for e in encoded[4:8]]
-    src = tmp_path / "in.jsonl"
-    src.write_text("\n".join(lines) + "\n")
-    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
-    store = tmp_path / "st"
-    res = subprocess.run(
-        [TOOLWATCH, "ingest", str(src), "-d", str(store), "--json", "--no-progress"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    summary, _ = ingest_and_check_absent(tmp_path, lines, s)
     assert summary["lines_read"] == len(lines)
-    assert summary["events_stored"] + summary["quarantined_total"] == len(lines)
-    st_ = Store(store)
-    for view in ("events", "quarantine", "sessions"):
-        for row in st_.query(f"SELECT * FROM {view}").to_pylist():
-            dumped = json.dumps(row, default=str)
-            assert s not in dumped, (view, dumped[:600])
-    for p in store.rglob("*"):
-        if p.is_file():
-            assert s.encode() not in p.read_bytes(), p
 
 
 def test_scheme_character_run_is_scanned_once() -> None:

@@ -15,17 +15,14 @@ view of the real store and every file it wrote back.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TOOLWATCH
+from tests.test_redteam_secrets import ingest_and_check_absent
 from toolwatch.secrets import SecretHasher
-from toolwatch.store import Store
 
 KEY = "ab" * 32
 TS = "2026-11-02T10:00:00Z"
@@ -176,28 +173,10 @@ def test_new_shapes_never_reach_the_store(tmp_path: Path) -> None:
     text = [json.dumps(x) for x in lines]
     text += [t[:-4] for t in text[:4]]  # cut lines: quarantined, scrubbed without structure
     text += [f"server: connect root:{s}@10.0.0.9 failed", f"error: invalid token {s}"]
-    src = tmp_path / "in.jsonl"
-    src.write_text("\n".join(text) + "\n")
-    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "cfg"), TOOLWATCH_HMAC_KEY=KEY)
-    store = tmp_path / "st"
-    res = subprocess.run(
-        [TOOLWATCH, "ingest", str(src), "-d", str(store), "--json", "--no-progress"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
-    assert res.returncode == 0, res.stderr[-2000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    summary, st_ = ingest_and_check_absent(tmp_path, text, s)
     assert summary["events_stored"] == len(lines)
-    assert summary["events_stored"] + summary["quarantined_total"] == len(text)
-    st_ = Store(store)
-    for view in ("events", "quarantine", "sessions"):
-        for row in st_.query(f"SELECT * FROM {view}").to_pylist():
-            dumped = json.dumps(row, default=str)
-            assert s not in dumped, (view, dumped[:600])
     ips = st_.query("SELECT client_ip FROM events WHERE client_ip IS NOT NULL").to_pylist()
     assert {r["client_ip"].split("@")[-1] for r in ips} == {"10.0.0.1", "db.local:5432"}
-    for p in store.rglob("*"):
-        if p.is_file():
-            assert s.encode() not in p.read_bytes(), p
 
 
 # ------------------------------------------------------------------ more shapes (hunt)

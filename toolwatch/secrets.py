@@ -30,6 +30,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import unicodedata
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
@@ -93,6 +94,53 @@ def key_words(key: str) -> list[str]:
 def normalize_key(key: str) -> str:
     """A key with separators and case removed: ``"X-Api-Key"`` → ``"xapikey"``."""
     return _NON_ALNUM.sub("", key).lower()
+
+
+#: Letters of other scripts (Cyrillic, Greek, Armenian, IPA, Latin small capitals) that
+#: look like a Latin letter, lower case: ``"pаssword"`` with a Cyrillic ``а`` must not
+#: escape the key rule. NFKD already folds fullwidth, mathematical, circled letters and
+#: ligatures; this table covers what Unicode does not fold (from Unicode's
+#: confusables.txt, the letters that matter for key names).
+_CONFUSABLE_PAIRS = (
+    "аa бb вb гr дd еe ёe ѕs іi їi јj кk лn мm нh оo пn рp сc тt уy хx ҳx ԁd ԛq ԝw һh"
+    " ӏl ɡg ѵv ьb ъb ԍg ӕe ϲc"
+    " αa βb γy δd εe ζz ηn ιi κk λa μu νv οo πn ρp ςc σo τt υu φo χx ψw ωw ϳj"
+    " օo սu ոn ոn հh ռn ցg զq"
+    " ɑa ɐa ɓb ɕc ɖd ɗd ɛe ɜe ɡg ɢg ɦh ɩi ɪi ɫl ɭl ɯw ɱm ɲn ɳn ɴn ɵo ɸo ɹr ɾr ʀr ʂs ʈt ʉu"
+    " ʋv ʌv ʍw ʏy ʐz ʑz ıi ȷj ᴀa ʙb ᴄc ᴅd ᴇe ꜰf ʜh ᴊj ᴋk ʟl ᴍm ᴏo ᴘp ꞯq ꜱs ᴛt ᴜu ᴠv ᴡw ᴢz"
+    " ꮃw ꭰd ꭼm ꮪs ꮤw ꮋh ꭱa"
+)
+_CONFUSABLES: dict[str, str] = {p[0]: p[1] for p in _CONFUSABLE_PAIRS.split()}
+#: Characters a key skeleton drops: combining marks (``to\u0301ken``), format and
+#: invisible characters (zero width space/joiner, soft hyphen, BOM), variation selectors.
+_DROP_CATEGORIES = frozenset({"Mn", "Me", "Cf"})
+
+
+def key_skeleton(key: str) -> str:
+    """A key name with look-alike letters folded to ASCII (NFKD, confusables, invisible
+    characters dropped); ASCII keys are returned as they are.
+
+    ``"pаssword"`` (Cyrillic а), ``"ｐａｓｓ"`` (fullwidth), ``"p\u200bin"`` (zero width
+    inside), ``"ſecret"`` (long s) and ``"tóken"`` become ``"password"``, ``"pass"``,
+    ``"pin"``, ``"secret"``, ``"token"``. Case is kept (``ΑPI`` → ``API``) so words still
+    split on case changes. Letters with no Latin look-alike stay as they are.
+    """
+    if key.isascii():
+        return key
+    out: list[str] = []
+    for ch in unicodedata.normalize("NFKD", key):
+        if ch.isascii():
+            out.append(ch)
+            continue
+        if unicodedata.category(ch) in _DROP_CATEGORIES:
+            continue
+        low = ch.lower()
+        m = _CONFUSABLES.get(low[0]) if low else None
+        if m is None:
+            out.append(ch)
+        else:
+            out.append(m.upper() if ch != low else m)
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- shapes
@@ -291,7 +339,8 @@ _LIST_NEXT_RE = re.compile(
 
 
 #: A list element that can name the next one: a header, variable or field name.
-_NAME_SHAPE_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}\Z")
+#: (Leading dashes: a command line's flag, ``["tool", "--password", S]``.)
+_NAME_SHAPE_RE = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_.\-]{0,63}\Z")
 
 
 def _is_name_text(text: str, start: int) -> bool:
@@ -308,7 +357,10 @@ def _is_name_text(text: str, start: int) -> bool:
 def _is_name(value: Any) -> bool:
     """Whether a list element is a bare secret *name* (``["password", "token"]`` lists
     field names: the second is not the first one's value)."""
-    return type(value) is str and len(value) <= 64 and normalize_key(value) in _NAME_WORDS
+    return (
+        type(value) is str and len(value) <= 64
+        and normalize_key(key_skeleton(value)) in _NAME_WORDS
+    )
 
 
 def _looks_like_secret(value: str) -> bool:
@@ -334,8 +386,17 @@ def _looks_like_secret(value: str) -> bool:
 #: run is taken possessively): a bounded name tried from every position of a long run
 #: cost up to 64 steps per byte; this scans each byte once. The name proper (its last
 #: 64 characters, from a letter) is cut in Python.
-_KV_RE = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]++)(=|\s?:\s*|\s+=\s*)")
-_KV_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]*\Z")
+#: Name characters: any script's letters and digits (``pаssword=`` with a Cyrillic
+#: ``а`` is a name; :meth:`SecretHasher.is_secret_key` folds look-alikes), combining
+#: marks, variation selectors and invisible format characters inside a word.
+_NAME_CH = (
+    r"[\w.\-\u00ad\u0300-\u036f\u200b-\u200f\u2060-\u2064\ufe00-\ufe0f\ufeff"
+    r"\u249c-\u24e9\U0001f130-\U0001f189]"  # (circled, parenthesized, squared letters)
+)
+_KV_RE = re.compile(rf"(?<!{_NAME_CH})({_NAME_CH}++)(=|\s?:\s*|\s+=\s*)")
+_KV_NAME_RE = re.compile(
+    rf"(?:[^\W\d_]|[\u249c-\u24e9\U0001f130-\U0001f189]){_NAME_CH}*\Z"
+)
 #: The value of a secret pair: quoted (``secret='a b'``, ``password: "x"``: up to the
 #: closing quote or the end of the text) or bare (up to a delimiter). One group matches.
 _KV_VALUE_RE = re.compile(
@@ -547,6 +608,14 @@ class SecretHasher:
             # [{"k": "pin"}, {"v": S}]); long needles are matched above anywhere
             r'\\*"[a-z0-9_.\-]*(?:' + "|".join(sorted(self._words))
             + r')[a-z0-9_.\-]*\\*"\s*\}?\s*,',
+            # look-alike letters in a name (is_secret_key folds them): a Latin letter
+            # next to a non-ASCII character ("pаssword", "p\u200bin", "tóken"), or a
+            # whole key / list name / pair name of non-ASCII characters ("раѕѕ",
+            # fullwidth "ｐａｓｓ=…"). The
+            # negated ASCII class means "a byte >= 0x80" in the Latin-1 batch scan and
+            # "a non-ASCII character" in the UTF-8 one: both a superset.
+            r"[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z]|[^\x00-\x7f]\s?[=:]",
+            r'"[^"\\\x00-\x7f]+"\s*[:,}]',
         ]
         self._text_pattern = "|".join(parts)
 
@@ -568,16 +637,51 @@ class SecretHasher:
         # Logs repeat a small vocabulary of keys: memoize (bounded, keys are attacker data).
         hit = self._key_cache.get(key)
         if hit is None:
-            joined = normalize_key(key)
-            hit = joined not in self._exceptions and (
-                any(w in self._words for w in key_words(key))
-                or any(n in joined for n in self._needles)
-            )
+            hit = self._names_secret_word(key)
+            if not hit and not key.isascii():
+                # look-alike letters ("pаssword" with a Cyrillic а, fullwidth, zero
+                # width inside a word): the folded name, and a mixed-script word with
+                # one letter no table folds read as a wildcard
+                skel = key_skeleton(key)
+                hit = self._names_secret_word(skel) or self._wildcard_secret(skel)
             # bounded in count and in key length (keys are attacker data: 65,536 keys of
             # a megabyte each must not stay in memory)
             if len(self._key_cache) < 65_536 and len(key) <= 256:
                 self._key_cache[key] = hit
         return hit
+
+    def _names_secret_word(self, key: str) -> bool:
+        joined = normalize_key(key)
+        return joined not in self._exceptions and (
+            any(w in self._words for w in key_words(key))
+            or any(n in joined for n in self._needles)
+        )
+
+    def _wildcard_secret(self, skel: str) -> bool:
+        """Whether a folded key with non-ASCII letters left spells a secret name when one
+        such letter stands for any Latin letter, inside a word that also holds Latin
+        letters (``"pⱥssword"``: a look-alike no table knows). Whole foreign words
+        (``"пароль"``, ``"名前"``) never count: they hold no Latin letter."""
+        words = re.findall(r"[^\W\d_]+", skel)
+        for w in words:
+            if w.isascii() or not any(c.isascii() for c in w):
+                continue
+            # each non-ASCII letter, one at a time, as a wildcard
+            low = w.lower()
+            for i, c in enumerate(low):
+                if c.isascii():
+                    continue
+                rest = low[:i] + "\x00" + low[i + 1 :]
+                if any(c2.isascii() is False and c2 != "\x00" for c2 in rest):
+                    continue  # more than one unknown letter: too loose
+                for n in (*self._needles, *self._words):
+                    if len(n) > len(rest):
+                        continue
+                    for j in range(len(n)):
+                        probe = n[:j] + "\x00" + n[j + 1 :]
+                        if probe in rest and (n in self._needles or rest == probe):
+                            return True
+        return False
 
     def _is_query_secret(self, name: str) -> bool:
         return name.lower() in QUERY_NEEDLES or self.is_secret_key(name)
@@ -695,7 +799,9 @@ class SecretHasher:
             prev = next(iter(prev.values()))
         return (
             type(prev) is str
-            and _NAME_SHAPE_RE.match(prev) is not None  # a name, not a URL or a sentence
+            and len(prev) <= 256
+            # a name, not a URL or a sentence (look-alike letters folded first)
+            and _NAME_SHAPE_RE.match(key_skeleton(prev)) is not None
             and self.is_secret_key(prev)
         )
 
@@ -1097,7 +1203,8 @@ class SecretHasher:
                             pieces.append(lit if closed else lit[:-1])
                             last = end
                 pos = end if end > m.start() else m.start() + 1
-                if closed and len(content) <= 64 and self._names_next(_loose_unescape(content)):
+                # (<= 512: a 64-character name spelled with escapes, "\\ud835\\udc29…")
+                if closed and len(content) <= 512 and self._names_next(_loose_unescape(content)):
                     # ["password", S] / {"k": "password"}, {"v": S}: hash the next value
                     nx = _LIST_NEXT_RE.match(text, end)
                     vstart = nx.end() if nx is not None else n

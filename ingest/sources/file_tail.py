@@ -554,6 +554,10 @@ class FileTailLive(LiveSource):
         if ev is not None:
             yield ev
 
+    def behind(self) -> bool:
+        """More than one read step (``read_bytes``) of the followed files is unread."""
+        return self.reader.lag_bytes() >= self.reader.read_bytes
+
     def ack(self, checkpoints: Sequence[Checkpoint]) -> None:
         """Record the offsets the store now holds."""
         for c in checkpoints:

@@ -87,6 +87,10 @@ class SpoolLive(LiveSource):
             self.reader.remove(done)
             self.removed += len(done)
 
+    def behind(self) -> bool:
+        """More than one read step (``read_bytes``) of the spools is unread."""
+        return self.reader.lag_bytes() >= self.reader.read_bytes
+
     def exhausted(self) -> bool:
         """Recovery only: every orphaned spool has been ingested."""
         return self.orphans_only and not self.reader.entries

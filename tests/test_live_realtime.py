@@ -1,0 +1,140 @@
+"""Real time vs backlog in live mode (issue 13).
+
+At a sustained rate of about ``flush_events`` lines per flush interval, most micro-batches
+are full by size although the source is not behind: they are real-time traffic and must be
+detected at once (in ``detect_passes`` passes), not deferred like a backlog's micro-batches
+(which wait for ``backlog_detect_events`` and then run as one large pass: the live RSS peak
+and seconds of alert latency). A backlog is told by the source (``behind()``: more than one
+read step unread), not by the micro-batch's size alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toolwatch.ingest.records import RawBatch
+from toolwatch.ingest.sources.file_tail import FileTailLive
+
+from toolwatch.live import LivePipeline
+from toolwatch.live.driver import Driver
+from toolwatch.store import Store
+
+try:
+    from tests.test_live_support import (
+        call_line,
+        config_for,
+        enum_detector,
+        stored_alerts,
+        stored_count,
+        wait_for,
+        write,
+    )
+except ImportError:  # pytest's rootdir-relative import
+    from test_live_support import (  # type: ignore[no-redef]
+        call_line,
+        config_for,
+        enum_detector,
+        stored_alerts,
+        stored_count,
+        wait_for,
+        write,
+    )
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _lines(start: int, n: int) -> bytes:
+    """``n`` not-found reads of one enumerating session (the test detector's rule)."""
+    return b"".join(
+        call_line(i, session="s-enum", resource=f"r{i}", status="not_found")
+        for i in range(start, start + n)
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 6_000), min_size=1, max_size=6),
+       read_bytes=st.sampled_from([512, 4096, 65536]))
+def test_tail_is_behind_exactly_while_more_than_a_read_step_is_unread(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], read_bytes: int
+) -> None:
+    """``FileTailLive.behind()`` after every item it yields equals "unread bytes of the
+    followed file >= read_bytes", and a fully read file is never behind."""
+    path = tmp_path_factory.mktemp("tail") / "app.jsonl"
+    path.write_bytes(b"")
+    src = FileTailLive([str(path)], {}, read_bytes=read_bytes)
+    try:
+        assert not src.behind()
+        for k, size in enumerate(sizes):
+            # Whole lines of roughly ``size`` bytes (a line is ~200 bytes).
+            write(path, _lines(k * 1000, max(1, size // 200)))
+            total = path.stat().st_size
+            for item in src.poll(0.0):
+                if isinstance(item, RawBatch):
+                    unread = total - src.reader.files[next(iter(src.reader.files))].asm.read_offset
+                    assert src.behind() == (unread >= read_bytes)
+            assert not src.behind()  # everything written was read
+    finally:
+        src.close()
+
+
+def _driver(tmp_path: Path, **live: object) -> tuple[LivePipeline, Driver, FileTailLive, Path]:
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True, **live)
+    lp = LivePipeline(cfg, Store(data), detector=enum_detector(5))
+    src = FileTailLive([str(tmp_path / "app.jsonl")], {}, read_bytes=lp.live.read_bytes)
+    return lp, Driver(src, lp), src, data
+
+
+def _poll_into(drv: Driver, src: FileTailLive, lp: LivePipeline) -> None:
+    """One driver step by hand: poll, add, flush when due (as ``Driver.run`` does)."""
+    for item in src.poll(0.0):
+        if isinstance(item, RawBatch):
+            lp.add(item)
+        else:
+            drv.handle(item)
+        drv._flush_if_due()
+
+
+def test_a_full_micro_batch_in_real_time_is_detected_at_once(tmp_path: Path) -> None:
+    """Micro-batches full by size from a source that has read everything (real time at
+    ~flush_events per interval) are each detected when committed: none is deferred, and
+    the alert grows with every micro-batch."""
+    (tmp_path / "app.jsonl").write_bytes(b"")
+    lp, drv, src, data = _driver(tmp_path, flush_events=40, backlog_detect_interval_s=60.0,
+                                 backlog_detect_events=1_000)
+    try:
+        for k in range(4):
+            write(tmp_path / "app.jsonl", _lines(k * 40, 40))
+            _poll_into(drv, src, lp)  # 40 lines: due by size, the source is not behind
+            wait_for(lambda k=k: stored_count(data) == 40 * (k + 1) and not lp._busy
+                     and not lp._queue)
+            alerts = stored_alerts(data)
+            assert alerts.height == 1
+            assert f'"distinct_not_found":{40 * (k + 1)}' in alerts["evidence"][0]
+        assert lp.status.extra.get("detect_deferred", 0) == 0
+    finally:
+        src.close()
+        lp.close()
+
+
+def test_a_backlog_still_defers_its_detection(tmp_path: Path) -> None:
+    """The same micro-batches read from a file far longer than one read step (a backlog):
+    detection waits for ``backlog_detect_events`` (stored at once, detected together)."""
+    (tmp_path / "app.jsonl").write_bytes(_lines(0, 400))  # ~80 KB, read 4 KB at a time
+    lp, drv, src, data = _driver(tmp_path, flush_events=10, backlog_detect_interval_s=0.0,
+                                 backlog_detect_events=1_000, read_bytes=4096)
+    try:
+        _poll_into(drv, src, lp)
+        lp.drain()
+        assert lp.status.extra.get("detect_deferred", 0) > 0
+        lp.caught_up()  # the source has nothing more: the waiting detection runs
+        lp.drain()
+        wait_for(lambda: stored_alerts(data).height == 1)
+    finally:
+        src.close()
+        lp.close()
+    assert stored_count(data) == 400
+    assert '"distinct_not_found":400' in stored_alerts(data)["evidence"][0]

@@ -56,7 +56,6 @@ CLI = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="CLI: open until the next commit")
 @settings(max_examples=150, deadline=None)
 @given(secret=secret_text, template=st.sampled_from(CLI),
        field=st.sampled_from(["cmd", "command", "q", "script"]))
@@ -70,7 +69,6 @@ def test_cli_password_flags_are_hashed(secret: str, template: str, field: str) -
     assert secret.encode() not in HASHER.scrub_text(line[:-3])  # cut: quarantine path
 
 
-@pytest.mark.xfail(strict=True, reason="CLI: open until the next commit")
 @settings(max_examples=100, deadline=None)
 @given(secret=secret_text, template=st.sampled_from(CLI))
 def test_cli_password_flags_in_argv_lists_are_hashed(secret: str, template: str) -> None:
@@ -82,7 +80,8 @@ def test_cli_password_flags_in_argv_lists_are_hashed(secret: str, template: str)
     assert secret.encode() not in red, red
     assert h is not None
     # the command and its other arguments stay readable
-    assert json.loads(red)["args"]["argv"][0] == argv[0]
+    if secret not in argv[0]:
+        assert json.loads(red)["args"]["argv"][0] == argv[0]
     assert secret.encode() not in HASHER.scrub_text(line[:-3])
 
 
@@ -90,7 +89,8 @@ def test_cli_password_flags_in_argv_lists_are_hashed(secret: str, template: str)
     "cmd",
     ["mkdir -p /tmp/x", "cp -pr a b", "ssh -p 2222 host", "mysql -u root -p prod",
      "python -m pytest -q", "docker login registry.example.com", "tar -xzf a.tgz",
-     "ls -a /", "grep -w word file", "tool --password-file /run/secrets/db"],
+     "ls -a /", "grep -w word file", "tool --password-file /run/secrets/db",
+     "docker run -p 8080:80 nginx", "mysql -P 3306 -h db", "sqlcmd -S srv -d db -E"],
 )
 def test_ordinary_command_lines_stay(cmd: str) -> None:
     assert HASHER.scrub_str(cmd) is cmd
@@ -197,7 +197,7 @@ def _e2e_lines(group: str) -> list[str]:
 
 
 @pytest.mark.parametrize("group", [
-    pytest.param("cli", marks=pytest.mark.xfail(strict=True, reason="CLI: open")),
+    "cli",
     pytest.param("keyname", marks=pytest.mark.xfail(strict=True, reason="KEYNAME: open")),
     "lookalike",
 ])

@@ -64,7 +64,7 @@ LONG_NEEDLES: tuple[str, ...] = (
     "privatekey", "privkey", "accesskey", "signingkey", "encryptionkey", "credential",
     "cookie", "authorization", "bearer", "accesstoken", "refreshtoken", "idtoken",
     "sessiontoken", "authtoken", "apitoken", "csrftoken", "xsrftoken", "cardnumber",
-    "creditcard", "ccnumber", "connectionstring",
+    "creditcard", "ccnumber", "connectionstring", "sshpass",
 )
 #: Normalized key names that contain a secret word but hold none: the ``authFailures``
 #: count of session summaries and LLM token counters stay readable.
@@ -218,6 +218,16 @@ _PROSE_USERINFO_PATTERN = (
     r"|secrets?|credentials?|apikey)[ \t\n\r\f\v:=])"
     r"|[^ \t\n\r\f\v\"'<>@:/]:[^ \t\n\r\f\v\"'<>@/]*@"
 )
+#: Commands that take a password as a short flag (``mysql -pS``, ``sshpass -p S``,
+#: ``redis-cli -a S``, ``ldapsearch -w S``, ``docker login -p S``, ``smbclient -U u%S``,
+#: ``htpasswd -b f u S``, ``sqlcmd -P S``), then a flag (after a space or, in an argv
+#: list's JSON text, a quote): the raw-line test of :data:`_CLI_CMD_RE`.
+_CLI_WORDS = (
+    r"mysql\w*|mariadb\w*|sshpass|redis-cli|ldap[a-z]+|smbclient|rpcclient|smbmap"
+    r"|htpasswd|sqlcmd|bcp|mongo\w*|docker|podman|nerdctl|buildah|skopeo|helm|oras"
+)
+_CLI_LINE_PATTERN = rf"(?i:(?:{_CLI_WORDS})[^\n]*?[\s\"]-[a-z])"
+_PROSE_USERINFO_PATTERN = _PROSE_USERINFO_PATTERN + "|" + _CLI_LINE_PATTERN
 # RE2 when there (one linear DFA pass; ``re`` tries the alternation at every byte)
 _PROSE_USERINFO_B_RE: Any = (
     _re2.compile(_PROSE_USERINFO_PATTERN.encode()) if _re2 is not None
@@ -288,6 +298,63 @@ _USERINFO_RE = re.compile(
 _CLI_USER_RE = re.compile(
     r"(?<!\S)(?:-u|-U|--user|--proxy-user)(?:\s++|=)['\"]?([^\s:'\"]++):([^\s'\"]++)"
 )
+#: A command word of :data:`_CLI_WORDS` as a word of a command line (after a delimiter,
+#: possibly behind a path: ``/usr/bin/mysql``). Its flags run to the next command
+#: separator or the next command word (each byte is scanned for flags once: linear).
+_CLI_CMD_RE = re.compile(rf"(?<![\w.\-])(?:{_CLI_WORDS})(?![\w\-])", re.I)
+_CLI_SEP_RE = re.compile(r"[;|&\n]")
+#: A flag starts after a space, a quote, ``[`` or ``,`` (argv lists as JSON text); a
+#: separated value after spaces, commas and quotes (``-p S``, ``"-p", "S"``); a value
+#: runs to a space, quote, comma or bracket (``\\x`` escapes inside, not ``\\"``). Group
+#: ``pw`` is the password. Every part is a possessive run: linear.
+_F = r"(?<![^\s\"'\[,])"
+_Q = r"(?:\\?['\"])?"
+_SEP = r"[\s,\"'\\]++"
+_V = r"(?P<pw>(?:[^\s'\",\]\\\-]|\\[^\s\"'])(?:[^\s'\",\]\\]|\\[^\s\"'])*+)"
+#: Per command family (the first letters of the command word): its password flags.
+_CLI_FLAG_RES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
+    (("mysql", "mariadb"), re.compile(_F + r"-p" + _Q + _V)),  # attached: -p alone prompts
+    (("sshpass",), re.compile(_F + r"-p(?:" + _SEP + r")?" + _V)),
+    (("redis-cli",), re.compile(_F + r"-a" + _SEP + _V)),
+    (("ldap",), re.compile(_F + r"-w" + _SEP + _V)),
+    (("sqlcmd", "bcp"), re.compile(_F + r"-P(?:" + _SEP + r")?" + _V)),
+    (("mongo", "docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras"),
+     re.compile(_F + r"-p" + _SEP + _V)),
+    (("smbclient", "rpcclient", "smbmap"),
+     re.compile(_F + r"(?:-U|--user(?:name)?)(?:" + _SEP + r"|=)[^\s%'\",\]\\]*+%" + _V)),
+    # htpasswd -b[other letters] [-flags] passwordfile username password
+    (("htpasswd",),
+     re.compile(_F + r"-[A-Za-z]*b[A-Za-z]*+" + _SEP + r"(?:-[A-Za-z]++" + _SEP + r")*+"
+                r"[^\s\-'\",\\][^\s'\",\\]*+" + _SEP + r"[^\s'\",\\]++" + _SEP + _V)),
+)
+
+
+#: Commands whose ``-p`` is a password only in their ``login`` subcommand.
+_LOGIN_CMDS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras"})
+
+
+def _cli_spans(text: str) -> list[tuple[int, int]]:
+    """Spans of passwords given as short flags in the command lines of ``text``
+    (``mysql -pS``, ``sshpass -p S`` … see :data:`_CLI_FLAG_RES`)."""
+    spans: list[tuple[int, int]] = []
+    cmds = list(_CLI_CMD_RE.finditer(text))
+    for i, m in enumerate(cmds):
+        end = cmds[i + 1].start() if i + 1 < len(cmds) else len(text)
+        sep = _CLI_SEP_RE.search(text, m.end(), end)
+        if sep is not None:
+            end = sep.start()
+        word = m.group(0).lower()
+        if word in _LOGIN_CMDS and "login" not in text[m.end() : end]:
+            continue  # "docker run -p 8080:80" publishes a port
+        for prefixes, rx in _CLI_FLAG_RES:
+            if word.startswith(prefixes):
+                for f in rx.finditer(text, m.end(), end):
+                    if not f.group("pw").startswith(HASH_PREFIX):
+                        spans.append(f.span("pw"))
+                break
+    return spans
+
+
 #: User parts of ``scheme:x@y`` forms that are addresses, not credentials.
 _NOT_USERS = frozenset({"mailto", "sip", "sips", "tel", "xmpp", "im", "pres", "news", "urn"})
 #: A secret named in prose: ``invalid token X``, ``bad api key: X``, ``password is X``
@@ -430,8 +497,11 @@ def _may_hold_shape(text: str) -> bool:
     for x in _GATE_LITERALS:  # a plain loop is faster than any()
         if x in text:
             return True
-    # a credential named in prose ("invalid token X"), or ``user:pass@host``
-    return _may_name_in_prose(text)
+    # a credential named in prose ("invalid token X"), or ``user:pass@host``; a command
+    # line with a password flag ("mysql -pS", "sshpass -p S")
+    return _may_name_in_prose(text) or (
+        " -" in text and _CLI_CMD_RE.search(text) is not None
+    )
 
 
 #: JSON strings, in order; a missing closing quote (end of text) is allowed.
@@ -600,6 +670,7 @@ class SecretHasher:
             # user:pass@host with no scheme; curl -u user:pass
             r"[^\s\"'<>@:/\\]:[^\s\"'<>@/]*@[a-z0-9\[]",
             r"(?:^|\s)(?:-u|--user|--proxy-user)(?:\s+|=)['\"]?[^\s:'\"]+:",
+            _CLI_LINE_PATTERN,  # mysql -pS, sshpass -p S, ["redis-cli", "-a", S] …
             # a name in prose ("invalid token X", "auth key: X"); the other names of
             # _PROSE_RE are long needles, matched above wherever they are
             # ("token: X" is a word form above; "api key: X" a long needle)
@@ -769,6 +840,14 @@ class SecretHasher:
                         _set(f, k, k, new)
                     continue
                 tv = type(v)
+                if tv is list and strings and 1 < len(v) <= 4096 and all(
+                    type(x) is str for x in v
+                ):
+                    nv = self._scrub_argv(v, found)  # ["mysql", "-pS"] / ["sshpass", "-p", S]
+                    if nv is not v:
+                        _set(f, k, new_k, nv)
+                        new_k = k  # (recorded)
+                        v = nv
                 if tv is dict or tv is list:
                     if new_k is not k:
                         _set(f, k, new_k, v)
@@ -978,6 +1057,10 @@ class SecretHasher:
             out = _USERINFO_RE.sub(lambda m: self._hash_bare_userinfo(m, found), out)
         if ("-u" in out or "-U" in out) and ":" in out:
             out = _CLI_USER_RE.sub(lambda m: self._hash_cli_password(m, found), out)
+        if "-" in out:
+            spans = _cli_spans(out)
+            if spans:
+                out = self._hash_spans(out, spans, found)
         if tail and ":" in out:
             ws = max(out.rfind(c) for c in _URL_TAIL_STOPS) + 1
             win = out[ws:]
@@ -1074,6 +1157,43 @@ class SecretHasher:
         if not pw or pw.startswith(HASH_PREFIX) or user.isdigit() or user.lower() in _NOT_USERS:
             return m.group(0)
         return f"{user}:{self._hash_match(pw, found)}@"
+
+    def _hash_spans(self, text: str, spans: list[tuple[int, int]], found: list[str]) -> str:
+        """``text`` with each (sorted, disjoint) span hashed."""
+        pieces: list[str] = []
+        last = 0
+        for s, e in sorted(spans):
+            if s < last:
+                continue
+            pieces.append(text[last:s])
+            pieces.append(self._hash_match(text[s:e], found))
+            last = e
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _scrub_argv(self, argv: list[Any], found: list[str]) -> list[Any]:
+        """An argv list (``["mysql", "-u", "root", "-pS"]``, ``["sshpass", "-p", S]``):
+        the command-line rules read it joined, the password elements are hashed. Returns
+        ``argv`` itself when nothing is."""
+        joined = " ".join(argv)
+        if " -" not in joined or _CLI_CMD_RE.search(joined) is None:
+            return argv
+        spans = _cli_spans(joined)
+        if not spans:
+            return argv
+        out = list(argv)
+        starts = []
+        pos = 0
+        for a in argv:
+            starts.append(pos)
+            pos += len(a) + 1
+        for s, e in spans:
+            i = max(0, np.searchsorted(starts, s, side="right") - 1)
+            a = out[i]
+            ls, le = s - starts[i], min(e - starts[i], len(argv[i]))
+            if a is argv[i]:  # (a span never crosses elements: values hold no space)
+                out[i] = a[:ls] + self._hash_match(a[ls:le], found) + a[le:]
+        return out
 
     def _hash_cli_password(self, m: re.Match[str], found: list[str]) -> str:
         """``-u user:pass``: the password."""

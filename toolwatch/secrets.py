@@ -410,6 +410,19 @@ _LIST_NEXT_RE = re.compile(
 _NAME_SHAPE_RE = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_.\-]{0,63}\Z")
 
 
+#: Parts of a key name between separators (see :meth:`SecretHasher._scrub_key_name`).
+_KEY_SEG_RE = re.compile(r"[^\s_\-.:=,;/|\"'@#&?\\]++")
+
+
+def _key_part_is_secret(part: str) -> bool:
+    """Whether a part of a secret-like key name looks like a credential, not a word:
+    6+ characters mixing letters and digits, or 20+ with many capitals (random base62;
+    ``authenticationMethodName`` is not)."""
+    if _looks_like_secret(part):
+        return True
+    return len(part) >= 20 and part.isalnum() and sum(c.isupper() for c in part) * 5 >= len(part)
+
+
 def _is_name_text(text: str, start: int) -> bool:
     """Whether JSON text at ``start`` is an object key or a bare secret name (not a value
     to hash): a string followed by a colon, or one :func:`_is_name` accepts."""
@@ -650,6 +663,9 @@ class SecretHasher:
         self._needles = tuple(sorted(set(LONG_NEEDLES) | extra))
         self._exceptions = frozenset(DEFAULT_EXCEPTIONS) | {normalize_key(e) for e in exceptions}
         self._key_cache: dict[str, bool] = {}
+        self._clean_keys: set[str] = set()  # secret-like keys holding no credential
+        # every secret name, longest first (cut off the ends of key parts)
+        self._vocabulary = tuple(sorted(set(self._needles) | self._words, key=len, reverse=True))
         self._re2_gate: Any = None  # compiled on first use (~6 ms)
         shape_prefixes = (
             r"(?-i:(?:^|[^A-Za-z0-9_\-])eyJ|(?:^|[^A-Za-z0-9])(?:sk-|[rsp]k_(?:live|test)_|"
@@ -825,8 +841,9 @@ class SecretHasher:
                         secret = self._names_secret(f[0])
                     if secret:
                         new = self._hash_value(v, found)
-                        # a key can hold a secret too ("Bearer …", "token=…")
+                        # a key can hold a secret too ("Bearer …", "token=…", "secret_S")
                         new_k = self.scrub_str(k, found) if strings and gate(k) else k
+                        new_k = self._scrub_key_name(new_k, found)
                         if new is not v or new_k is not k:
                             _set(f, k, new_k, new)
                         continue
@@ -869,6 +886,51 @@ class SecretHasher:
             if result is not f[0]:
                 _set(f[3], f[4], f[4], result)
         return obj  # pragma: no cover - the loop returns at the root
+
+    def _scrub_key_name(self, key: str, found: list[str]) -> str:
+        """A secret-like key with a credential glued to its name (``"secret_S"``,
+        ``"secretS"``, ``"S_password"``, ``"authorization S"``): the credential is hashed,
+        the name kept. A part of the key counts when, with the vocabulary words at its
+        ends cut off, it looks like a credential (:func:`_key_part_is_secret`):
+        ``passwordHint``, ``api_key_v2``, ``password_confirmation`` stay."""
+        if len(key) < 8 or key.startswith(HASH_PREFIX) or key in self._clean_keys:
+            return key
+        pieces: list[str] = []
+        last = 0
+        for m in _KEY_SEG_RE.finditer(key):
+            seg = m.group(0)
+            if len(seg) < 6 or seg.startswith(HASH_PREFIX):
+                continue
+            a, b = self._strip_vocabulary(seg)
+            part = seg[a:b]
+            if _key_part_is_secret(part):
+                s = m.start() + a
+                pieces.append(key[last:s])
+                pieces.append(self._hash_match(part, found))
+                last = s + len(part)
+        if not pieces:
+            if len(self._clean_keys) < 65_536 and len(key) <= 256:
+                self._clean_keys.add(key)
+            return key
+        pieces.append(key[last:])
+        return "".join(pieces)
+
+    def _strip_vocabulary(self, seg: str) -> tuple[int, int]:
+        """Bounds of ``seg`` without the secret names at its start and end
+        (``secretS`` → ``S``; a name inside a credential is left in it)."""
+        low = seg.lower()
+        a, b = 0, len(seg)
+        changed = True
+        while changed and a < b:
+            changed = False
+            for n in self._vocabulary:
+                if low.startswith(n, a, b):
+                    a += len(n)
+                    changed = True
+                elif low.endswith(n, a, b):
+                    b -= len(n)
+                    changed = True
+        return a, b
 
     def _names_next(self, prev: Any) -> bool:
         """Whether a list element names the element after it as a secret: a secret name
@@ -1310,6 +1372,15 @@ class SecretHasher:
             c = _COLON_RE.match(text, end) if closed else None
             if c is None:  # a value string (or a cut one): JSON may be escaped inside it
                 content = m.group(1)
+                if not closed and len(content) >= 8:  # a key cut before its colon?
+                    key = _loose_unescape(content)
+                    if self.is_secret_key(key):
+                        new_key = self._scrub_key_name(key, found)
+                        if new_key is not key:
+                            pieces.append(text[last : m.start()])
+                            pieces.append(_json_str(new_key)[:-1])
+                            last = end
+                            break
                 if "\\" in content or depth:
                     inner = _loose_unescape(content)
                     if inner != content and _may_hold_shape(inner):
@@ -1338,7 +1409,15 @@ class SecretHasher:
                 continue
             vstart = c.end()
             pos = vstart
-            if not self.is_secret_key(_loose_unescape(m.group(1))) or vstart >= n:
+            key = _loose_unescape(m.group(1))
+            if not self.is_secret_key(key):
+                continue
+            new_key = self._scrub_key_name(key, found)
+            if new_key is not key:  # "secret_S": a credential in the key name
+                pieces.append(text[last : m.start()])
+                pieces.append(_json_str(new_key))
+                last = end
+            if vstart >= n:
                 continue
             vend, rep = self._value_at(text, vstart, found)
             if rep is not None:

@@ -128,14 +128,21 @@ class Driver:
             raise TypeError(f"not a stream event: {event!r}")
 
     # ------------------------------------------------------------------ loop
-    def _flush_if_due(self) -> None:
+    def _flush_if_due(self, *, in_poll: bool = False) -> None:
         lp = self.lp
+        if in_poll and lp.pending_lines < 2 * lp.live.flush_events:
+            # Between the items of one poll only a micro-batch twice the size flushes:
+            # the rest of the poll is already read, and a flush at flush_events would
+            # leave its last lines to wait for the interval and a detection of their own
+            # (the end of a Kafka backlog: a poll of two partitions' last messages).
+            return
         if not lp.due():
             return
         # Behind the log end (a backlog, a replay) interval flushes wait for size: the
         # commit thread then detects several micro-batches together.
-        if lp.pending_lines >= lp.live.flush_events or not self.source.behind():
-            lp.flush(wait=False)
+        behind = self.source.behind()
+        if lp.pending_lines >= lp.live.flush_events or not behind:
+            lp.flush(wait=False, behind=behind)
             self._deferred = False
         else:
             self._deferred = True
@@ -190,9 +197,14 @@ class Driver:
                     else:
                         self.handle(item)
                         got += len(item.lines) if isinstance(item, ServerText) else 1
-                    self._flush_if_due()
+                    self._flush_if_due(in_poll=True)
                     if stop and not final and not src.drain_on_stop:
                         break
+                if got and lp.pending_lines and lp.backlog_waiting() and not src.behind():
+                    # A backlog just ended: its last lines go with the detection it left
+                    # waiting now, not one flush interval later in a detection of their own.
+                    lp.flush(wait=False, behind=False)
+                    self._deferred = False
                 self._flush_if_due()
                 if not got and not src.behind():
                     lp.caught_up()  # nothing more for now: commit what is queued

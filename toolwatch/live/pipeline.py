@@ -123,6 +123,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         # it shrinks back once the pipeline keeps up. Latency is unaffected when caught up.
         self._flush_events = self.live.flush_events
         self._history_loaded = False
+        self._last_backlog = False  # the last micro-batch handed over was a backlog's
         # Commit thread (flush(wait=False)): transformed micro-batches queue here, in
         # order; the thread detects and commits whatever is queued when it gets free.
         self._cv = threading.Condition()
@@ -219,9 +220,16 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             with self._cv:
                 self._urgent = True
                 self._cv.notify_all()
-        elif self._deferred_touched is not None and not self._busy:
-            # Stored backlog micro-batches whose detection waited: detect them now.
+        elif self._deferred_touched is not None:
+            # Stored backlog micro-batches whose detection waited: detect them now (after
+            # the commit running now, if any: not one empty poll later).
             self._enqueue(self._empty_job())
+
+    def backlog_waiting(self) -> bool:
+        """Whether backlog micro-batches wait for their detection (queued or stored)."""
+        # The last micro-batch handed over, not the queue: the commit thread may hold
+        # it right now (taken from the queue, its deferral not yet noted).
+        return self._deferred_touched is not None or self._last_backlog
 
     def due(self, now: float | None = None) -> bool:
         """Whether a flush is due (interval elapsed since the first waiting line, or size).
@@ -277,7 +285,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
                     )
                 )
 
-    def flush(self, *, wait: bool = True) -> FlushResult:
+    def flush(self, *, wait: bool = True, behind: bool = True) -> FlushResult:
         """Transform the waiting lines, then detect, commit atomically, emit, run hooks.
 
         Parameters
@@ -291,6 +299,13 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             that wait when the commit thread becomes free are detected together and
             committed as one atomic batch (under a backlog detection runs less often, as
             its cost follows the window, not the new events). Call :meth:`drain` to wait.
+        behind
+            Whether the source still has lines waiting beyond this flush
+            (:meth:`LiveSource.behind`). A size-triggered flush counts as a backlog
+            micro-batch (its detection may wait for more) only while behind: the last
+            one of a backlog, or a real-time flush that reached ``flush_events``, is
+            detected at once (with whatever a backlog left waiting), not after the
+            next empty poll.
 
         Raises
         ------
@@ -307,7 +322,8 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             self._raise_worker_error()
             res = FlushResult()
             if job is not None:
-                job.backlog = by_size
+                job.backlog = by_size and behind
+                self._last_backlog = job.backlog
                 res.lines, res.events, res.checkpoints = job.lines, job.events.num_rows, \
                     job.checkpoints
                 self._enqueue(job)

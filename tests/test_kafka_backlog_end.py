@@ -1,0 +1,172 @@
+"""The end of a backlog (issue 14): its last lines go with the detection it left waiting.
+
+A Kafka backlog ends with a poll of the partitions' last messages (often two partitions'
+tails in one poll) and the source is then no longer behind. Before, the first partition's
+batch reached ``flush_events`` and flushed alone as a *backlog* micro-batch (its detection
+deferred once more), the second waited a whole flush interval and was detected in a
+detection of its own, and the deferred one ran after an empty poll: three detections where
+``tail`` of the same events runs one. These tests drive the real driver, pipeline, store
+and commit thread with a scripted source (the poll sequence of such a backlog end) so the
+order of polls is exact.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from toolwatch.ingest.records import RawBatch
+from toolwatch.ingest.sources.base import Item, LiveSource, StreamsStarted
+
+from toolwatch.live import LivePipeline
+from toolwatch.live.driver import Driver
+from toolwatch.live.stop import StopFlag
+from toolwatch.store import Store
+
+try:
+    from tests.test_live_support import (
+        call_line,
+        config_for,
+        enum_detector,
+        stored_alerts,
+        stored_count,
+    )
+except ImportError:  # pytest's rootdir-relative import
+    from test_live_support import (  # type: ignore[no-redef]
+        call_line,
+        config_for,
+        enum_detector,
+        stored_alerts,
+        stored_count,
+    )
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _batch(fp: str, start: int, n: int) -> RawBatch:
+    """``n`` not-found reads of one enumerating session as stream ``fp``'s lines."""
+    lines = [
+        call_line(i, session="s-enum", resource=f"r{i}", status="not_found").rstrip(b"\n")
+        for i in range(start, start + n)
+    ]
+    return RawBatch(
+        source=fp,
+        source_fp=fp,
+        lines=pa.array(lines, pa.large_binary()),  # type: ignore[arg-type]
+        offsets=np.arange(start, start + n, dtype=np.int64),
+        line_nos=None,
+        end_offset=start + n,
+    )
+
+
+class ScriptedSource(LiveSource):
+    """Returns one scripted poll per call (then nothing), with its ``behind()`` answer.
+
+    ``pending_at_poll`` records the pipeline's waiting lines when each poll starts.
+    """
+
+    name = "scripted"
+    blocking = True
+
+    def __init__(self, polls: list[tuple[list[Item], bool]], stop: StopFlag):
+        super().__init__()
+        self.polls = list(polls)
+        self.stop = stop
+        self._behind = False
+        self.lp: LivePipeline | None = None
+        self.pending_at_poll: list[int] = []
+        self.empty_polls = 0
+
+    def poll(self, timeout: float) -> Iterable[Item]:
+        assert self.lp is not None
+        self.pending_at_poll.append(self.lp.pending_lines)
+        if self.polls:
+            items, self._behind = self.polls.pop(0)
+            return items
+        self._behind = False
+        self.empty_polls += 1
+        if self.empty_polls >= 3:
+            self.stop.set()
+        return []
+
+    def behind(self) -> bool:
+        return self._behind
+
+
+def _run(tmp_path: Path, polls: list[tuple[list[Item], bool]], **live: Any) -> tuple[
+        LivePipeline, ScriptedSource, list[int], Path]:
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True, **live)
+    calls: list[int] = []
+    lock = threading.Lock()
+    inner = enum_detector(5)
+
+    def detector(ev: pl.DataFrame, su: pl.DataFrame, history: Any = None) -> pl.DataFrame:
+        with lock:
+            calls.append(ev.height)
+        return inner(ev, su, history)
+
+    lp = LivePipeline(cfg, Store(data), detector=detector)
+    stop = StopFlag()
+    src = ScriptedSource(polls, stop)
+    src.lp = lp
+    try:
+        Driver(src, lp, stop=stop, poll_timeout_s=0.01).run()
+    finally:
+        lp.close()
+    return lp, src, calls, data
+
+
+@settings(max_examples=8, deadline=None)
+@given(first=st.integers(1, 4), tail_a=st.integers(50, 90), tail_b=st.integers(1, 45))
+def test_last_poll_of_a_backlog_is_flushed_and_detected_together(
+    tmp_path_factory: pytest.TempPathFactory, first: int, tail_a: int, tail_b: int
+) -> None:
+    """Backlog polls of 60 lines (behind), then one poll with two partitions' last lines
+    (``tail_a`` >= flush_events, ``tail_b`` below it; no longer behind): both are flushed
+    before the next poll (no line waits for the hour-long interval), one detection covers
+    the whole backlog, and every line is stored once with the alert over all of them."""
+    tmp_path = tmp_path_factory.mktemp("end")
+    polls: list[tuple[list[Item], bool]] = [
+        ([StreamsStarted(("p0", "p1", "p2"))], True)]
+    n = 0
+    for _ in range(first):
+        polls.append(([_batch("p0", n, 60)], True))
+        n += 60
+    polls.append(([_batch("p1", 0, tail_a), _batch("p2", 0, tail_b)], False))
+    total = n + tail_a + tail_b
+    _lp, src, calls, data = _run(
+        tmp_path, polls, flush_events=50, flush_interval_s=3600.0,
+        backlog_detect_interval_s=0.0, backlog_detect_events=100_000)
+    # The poll after the backlog's last one finds nothing waiting.
+    assert src.pending_at_poll[len(polls)] == 0
+    assert stored_count(data) == total
+    # One detection over everything the backlog brought (each earlier micro-batch was
+    # stored and its detection deferred), not one per tail.
+    assert calls == [total]
+    ev = stored_alerts(data)["evidence"][0]
+    # p1/p2 reuse resource ids of p0: distinct ids = the longest stream.
+    assert f'"distinct_not_found":{max(n, tail_a, tail_b)}' in ev
+
+
+def test_a_poll_in_real_time_flushes_at_flush_events_without_a_backlog(tmp_path: Path) -> None:
+    """Not behind and nothing waiting from a backlog: the usual rules (a micro-batch is
+    flushed by size, below it by the interval, here only at the end of the run)."""
+    polls: list[tuple[list[Item], bool]] = [
+        ([StreamsStarted(("p0",))], False),
+        ([_batch("p0", 0, 120)], False),
+        ([_batch("p0", 120, 10)], False),
+    ]
+    lp, src, _calls, data = _run(tmp_path, polls, flush_events=50, flush_interval_s=3600.0)
+    assert src.pending_at_poll[2] == 0  # 120 >= flush_events: flushed after its poll
+    assert src.pending_at_poll[3] == 10  # below flush_events: waits for the interval
+    assert stored_count(data) == 130
+    assert lp.status.extra.get("detect_deferred", 0) == 0

@@ -97,6 +97,15 @@ class EnumerationConfig:
         25,
     )
     dense_hi: int = doc("Dense-block length that is critical.", 100)
+    dense_new_share_lo: float = doc(
+        "The dense-block signal also needs at least this share of the resource lookups to "
+        "be first requests of an id (distinct resources / lookups naming a resource): a "
+        "shuffled walk asks for each id once, while a person working all day on the few "
+        "dozen newest issues of a project re-opens them again and again and so covers a "
+        "block of consecutive ids without walking anything (benchmarks/power_day.py, seed "
+        "9202: 179 issue ids in 512 lookups, 0.35). 0 restores the plain dense-block rule.",
+        0.5,
+    )
     summary_distinct_lo: int = doc(
         "Sessions known only from a summary: distinct resources from which nearly every call "
         "touching a new resource counts as a walk.",
@@ -478,6 +487,15 @@ class CrossServerFlowConfig:
         "the data came from (0: every session read in).",
         0.2,
     )
+    sources_need_volume: bool = doc(
+        "A session the data was read in carries the alert for its share of the bytes only "
+        "when the flow counts by volume (min_bytes read before the outbound call); a flow "
+        "that alerts only for its sensitive reads is carried by the outbound call's session "
+        "and the sessions holding those reads. Otherwise a compromised account's .env read "
+        "and send also flagged the owner's own booking lookups of that hour (two benign "
+        "sessions on seeds 9204/9205). False: any session supplying source_share_lo.",
+        True,
+    )
     self_z: float = doc(
         "When the caller's typical active day already holds a flow at alert level (a person "
         "who reads from several servers and then posts to chat or saves to their own folder "
@@ -485,6 +503,15 @@ class CrossServerFlowConfig:
         "flow by volume must also read this many robust z-scores more than the caller's own "
         "usual flows. Flows from sensitive reads are never excused.",
         3.0,
+    )
+    self_vs_day_max: bool = doc(
+        "The caller's usual flows that self_z is measured against are its largest flow of "
+        "each active day (as the habit itself is judged per day), not every outbound call: "
+        "a person who posts to chat many times a day after small reads, and once or twice "
+        "after downloading an export, has a small median flow, so each export day looked "
+        "'far beyond its usual' (benchmarks/power_day.py: 17 of 2,935 sessions on seeds "
+        "9201-9205). False: one observation per outbound call.",
+        True,
     )
     habit_margin: float = doc(
         "The caller's typical active day counts as holding a flow when its largest flow "

@@ -70,7 +70,14 @@ class EnumerationDetector(Detector):
             "p_sparse": all_of(
                 band(pl.col("distinct_resources"), e.distinct_lo, e.distinct_hi), miss
             ),
-            "p_dense": band(pl.col("dense_ids"), e.dense_lo, e.dense_hi),
+            # A shuffled walk asks for each id once; re-reading the same few items all
+            # day (a person triaging the newest issues) also covers a block of
+            # consecutive ids, but most of its lookups are repeats.
+            "p_dense": all_of(
+                band(pl.col("dense_ids"), e.dense_lo, e.dense_hi),
+                gate(ratio(pl.col("distinct_resources"), pl.col("resource_calls")),
+                     e.dense_new_share_lo),
+            ),
         }
 
     def fit(self, history: FeatureSet) -> Self:

@@ -41,7 +41,7 @@ import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
 from toolwatch.detectors.baseline import Baseline, daily_habits, habits, habitual_gate
 from toolwatch.detectors.config import DetectorsConfig, WorkflowRule
-from toolwatch.detectors.features import SEED
+from toolwatch.detectors.features import SEED, US_PER_DAY
 from toolwatch.detectors.scoring import all_of, any_of, band
 from toolwatch.detectors.text import clean, num, size
 from toolwatch.detectors.tools import _extract, _words, annotated
@@ -811,6 +811,7 @@ class CrossServerFlowDetector(_SequenceDetector):
         (its typical active day holds such a flow), and how much it usually reads first."""
         cfg = self.config
         found = self._find(history)
+        flows_out = self._flows_out
         # Batch mode fits on the very sessions it then scores: keep the flows for score().
         self._found_cache = (history.sessions, found)
         callers = history.sessions.select("sh", "caller_id", "first_t")
@@ -822,11 +823,21 @@ class CrossServerFlowDetector(_SequenceDetector):
                                    min_rows=cfg.baseline_min_sessions,
                                    min_days=cfg.baseline_min_days)
         # The caller's usual flow: one observation per outbound call (a flow is carried by
-        # several sessions), timed at the outbound call.
-        flows = found.lazy().join(callers.lazy().drop("first_t"), on="sh").filter(
+        # several sessions), timed at the outbound call — every outbound call's flow, not
+        # only those that are some session's strongest (which depended on which sessions
+        # carry the alert, see sources_need_volume).
+        flows = flows_out.lazy().join(callers.lazy().drop("first_t"), on="sh").filter(
             pl.col("caller_id").is_not_null()).unique(["caller_id", "t_out"]).select(
-            "caller_id", "read_bytes", pl.col("t_out").alias("first_t")).collect(
-            engine="in-memory")
+            "caller_id", "read_bytes", pl.col("t_out").alias("first_t"))
+        if self.settings.self_vs_day_max:
+            # The habit is judged per day (the day's largest flow), so is the excess: a
+            # habitual flow is compared with the caller's usual *largest flow of a day*,
+            # not with its median flow, which the many small posts of a day pull down.
+            flows = flows.group_by(
+                "caller_id", (pl.col("first_t") // US_PER_DAY).alias("_day")).agg(
+                pl.col("read_bytes").max()).select(
+                "caller_id", "read_bytes", (pl.col("_day") * US_PER_DAY).alias("first_t"))
+        flows = flows.collect(engine="in-memory")
         self.caller_baseline_ = Baseline(
             ["read_bytes"], ["caller_id"], min_rows=cfg.baseline_min_sessions,
             min_days=cfg.baseline_min_days, min_mad=cfg.baseline_min_mad,
@@ -863,6 +874,10 @@ class CrossServerFlowDetector(_SequenceDetector):
         schema = {"out_tool": pl.String, "out_server": pl.String, "read_bytes": pl.Int64,
                   "sensitive_reads": pl.Int64, "source_servers": pl.String, "chain": _CHAIN}
         ev = _seq(features)
+        #: One row per outbound call with reads before it (sh, t_out, read_bytes): what
+        #: the caller's usual flows are learned from (set by every _find).
+        self._flows_out = pl.DataFrame(schema={"sh": pl.UInt64, "t_out": pl.Int64,
+                                               "read_bytes": pl.Int64})
         # Filter + projection (+ semi join) as one in-memory query each (the eager steps
         # copied every event column first); the semi join keeps the left order as before.
         out = ev.lazy().filter(pl.col("outbound")).select(
@@ -888,11 +903,13 @@ class CrossServerFlowDetector(_SequenceDetector):
         # of it (or a sensitive read): a busy caller's other connections, each with a few
         # small reads in the hour, are not where a flow's data came from.
         out_key, src_key = ["sh", "i"], ["sh", "i", "sh_r"]
-        supplied = (
-            (pl.col("bytes").sum().over(src_key)
-             >= s.source_share_lo * pl.col("bytes").sum().over(out_key))
-            | pl.col("sensitive").any().over(src_key)
-        )
+        share = (pl.col("bytes").sum().over(src_key)
+                 >= s.source_share_lo * pl.col("bytes").sum().over(out_key))
+        if s.sources_need_volume:
+            # A flow below min_bytes alerts only for its sensitive reads: the sessions that
+            # merely supplied bytes are not part of what is alerted.
+            share = share & (pl.col("bytes").sum().over(out_key) >= s.min_bytes)
+        supplied = share | pl.col("sensitive").any().over(src_key)
         per_out = pairs.with_columns(supplied.alias("_supplied")).group_by("sh", "i").agg(
             pl.col("bytes").sum().cast(pl.Int64).alias("read_bytes"),
             pl.struct("tool", "bk").filter(pl.col("sensitive")).n_unique().cast(pl.Int64)
@@ -908,6 +925,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             .head(CHAIN_MAX - 1).alias("_reads"),
         ).with_columns(
             (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12).alias("_rank"))
+        self._flows_out = per_out.select("sh", "t_out", "read_bytes")
         # The chain spans sessions (one per server): the outbound call's session and the
         # sessions the data was read in all carry it.
         per_out = pl.concat([

@@ -496,6 +496,8 @@ _PAIR_NAME_KEYS = (
     "name", "Name", "key", "Key", "NAME", "KEY", "field", "Field", "header", "Header",
     "param", "parameter", "k", "id",
 )
+#: ``"name": "…"`` in JSON text (the name possibly cut by the end of the text).
+_PAIR_NAME_TEXT_RE = re.compile(r'"([A-Za-z]{1,9})"\s*+:\s*+"([^"\\]*+(?:\\.[^"\\]*+)*+)')
 #: A line that is only base64 (a PEM body line, a key printed alone), hashed whole by
 #: the structure-free scan when it mixes upper case, lower case and digits.
 _B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
@@ -1410,7 +1412,11 @@ class SecretHasher:
             vstart = c.end()
             pos = vstart
             key = _loose_unescape(m.group(1))
-            if not self.is_secret_key(key):
+            # (or {"name": "DB_PASSWORD", "value": S} in text that does not parse)
+            if not self.is_secret_key(key) and (
+                key not in _PAIR_VALUE_KEYS or vstart >= n
+                or not self._pair_named_in_text(text, m.start())
+            ):
                 continue
             new_key = self._scrub_key_name(key, found)
             if new_key is not key:  # "secret_S": a credential in the key name
@@ -1429,6 +1435,23 @@ class SecretHasher:
             return text
         pieces.append(text[last:])
         return "".join(pieces)
+
+    def _pair_named_in_text(self, text: str, at: int) -> bool:
+        """Whether the object around a ``"value":`` key at ``at`` of JSON text (cut or
+        not) names a secret under a name key (``"name": "DB_PASSWORD"``), before or
+        after it. Looks no further than the object's braces, at most 256 characters each
+        way (bounded work per value key), and not at all without a ``{`` in reach."""
+        lo = text.rfind("{", max(0, at - 256), at)
+        if lo < 0:  # no object starts near: no pair object (a name is its sibling)
+            return False
+        hi = text.find("}", at, at + 256)
+        hi = min(len(text), at + 256) if hi < 0 else hi
+        for pm in _PAIR_NAME_TEXT_RE.finditer(text, lo, hi):
+            if pm.group(1) in _PAIR_NAME_KEYS and self.is_secret_key(
+                _loose_unescape(pm.group(2))
+            ):
+                return True
+        return False
 
     def _value_at(self, text: str, start: int, found: list[str]) -> tuple[int, str | None]:
         """End of the JSON value starting at ``start`` and its replacement (or None)."""

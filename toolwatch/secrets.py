@@ -698,12 +698,16 @@ class SecretHasher:
             r'\\*"[a-z0-9_.\-]*(?:' + "|".join(sorted(self._words))
             + r')[a-z0-9_.\-]*\\*"\s*\}?\s*,',
             # look-alike letters in a name (is_secret_key folds them): a Latin letter
-            # next to a non-ASCII character ("pаssword", "p\u200bin", "tóken"), or a
-            # whole key / list name / pair name of non-ASCII characters ("раѕѕ",
-            # fullwidth "ｐａｓｓ=…"). The
-            # negated ASCII class means "a byte >= 0x80" in the Latin-1 batch scan and
-            # "a non-ASCII character" in the UTF-8 one: both a superset.
-            r"[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z]|[^\x00-\x7f]\s?[=:]",
+            # next to a non-ASCII character in a JSON string without spaces that ends a
+            # key or list element ("pаssword", "p\u200bin", "tóken"), or in a word just
+            # before "=" / ":" ("pаssword=…"); a non-ASCII character before "="/":"
+            # ("ｐａｓｓ=…"); a whole key / list name of non-ASCII characters ("раѕѕ").
+            # Prose in any script does not match (values with spaces): non-English logs
+            # stay on the fast path. The negated ASCII class means "a byte >= 0x80" in the
+            # Latin-1 batch scan and "a non-ASCII character" in the UTF-8 one: both a
+            # superset.
+            r'"[^"\s\\]*(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^"\s\\]*"\s*[:,}]',
+            r"(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^\s\"=:,&;]*[=:]|[^\x00-\x7f]\s?[=:]",
             r'"[^"\\\x00-\x7f]+"\s*[:,}]',
         ]
         self._text_pattern = "|".join(parts)

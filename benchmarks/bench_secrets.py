@@ -59,6 +59,17 @@ def cases(scale: int) -> dict[str, bytes]:
         "1MB [\"password\",x] list": b'{"a":[' + b'"password","x",' * (66 * k) + b'"z"]}',
         "1MB [\"password\",{ unclosed": b'{"a":"' + b'[\\"password\\",{' * (60 * k),
         "1MB scrub_text prose+userinfo": b'{"x":"invalid token a1 u:p@h ' * (35 * k),
+        # session 5 (red team round 3): look-alike key names, keys holding a credential,
+        # CLI password flags, pair objects in text (a mixed-script key word was quadratic)
+        "1MB mixed-script key (a+я…)": ('{"a":{"a' + "я" * (500 * k) + '":1}}').encode(),
+        "1MB mixed-script key (aяaя…)": ('{"a":{"' + "aя" * (250 * k) + '":1}}').encode(),
+        "1MB fullwidth key": ('{"a":{"' + "\uff50" * (333 * k) + '":1}}').encode(),
+        "1MB secret key passwordpassword…": b'{"a":{"' + b"password" * (125 * k) + b'x1":1}}',
+        "1MB 'docker ' run + -p": b'{"a":"' + b"docker " * (142 * k) + b'-p x"}',
+        "1MB 'mysql -p ' run": b'{"a":"mysql ' + b"-p " * (333 * k) + b'"}',
+        "1MB htpasswd -b -a -a…": b'{"a":"htpasswd -b ' + b"-a " * (333 * k) + b'"}',
+        "1MB [\"sshpass\",\"-p\"…] argv": b'{"a":["sshpass",' + b'"-p",' * (200 * k) + b'"x"]}',
+        "1MB 'value' keys, cut": b'{"password":1,' + b'{"value":1},' * (83 * k),
     }
 
 

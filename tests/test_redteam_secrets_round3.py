@@ -273,3 +273,16 @@ def test_pair_objects_in_cut_lines_are_hashed(secret: str, name: str, nk: str, v
     out = HASHER.scrub_text(line[:at])
     assert secret.encode() not in out, out
     assert b"/root" in out  # the other pairs stay readable
+
+
+def test_one_unknown_letter_in_a_mixed_word_is_a_wildcard() -> None:
+    """A look-alike no table knows (``ⱥ``) still matches, one per word; two unknown
+    letters, or a word with no Latin letter, do not. (A long mixed word was scanned once
+    per non-ASCII letter, quadratic: a 32k-letter key took 0.2 s, 1 MiB minutes;
+    ``benchmarks/bench_secrets.py`` "1MB mixed-script key" cases.)"""
+    assert HASHER.is_secret_key("p\u2c65ssword")
+    assert HASHER.is_secret_key("client_s\u2c65cret")
+    assert not HASHER.is_secret_key("p\u2c65ss\u2c65ord")
+    assert not HASHER.is_secret_key("\u2c65\u2c65\u2c65")
+    red, _ = HASHER.redact_line(json.dumps({"a": {"a" + "я" * 200_000: S}}).encode())
+    assert S.encode() in red  # one unknown letter among many: not a name, kept

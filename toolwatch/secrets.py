@@ -111,6 +111,8 @@ _CONFUSABLE_PAIRS = (
     " ꮃw ꭰd ꭼm ꮪs ꮤw ꮋh ꭱa"
 )
 _CONFUSABLES: dict[str, str] = {p[0]: p[1] for p in _CONFUSABLE_PAIRS.split()}
+#: Runs of letters (any script) of a key skeleton.
+_LETTER_RUN_RE = re.compile(r"[^\W\d_]+")
 #: Characters a key skeleton drops: combining marks (``to\u0301ken``), format and
 #: invisible characters (zero width space/joiner, soft hyphen, BOM), variation selectors.
 _DROP_CATEGORIES = frozenset({"Mn", "Me", "Cf"})
@@ -666,6 +668,7 @@ class SecretHasher:
         self._exceptions = frozenset(DEFAULT_EXCEPTIONS) | {normalize_key(e) for e in exceptions}
         self._key_cache: dict[str, bool] = {}
         self._clean_keys: set[str] = set()  # secret-like keys holding no credential
+        self._wild_needles = (*self._needles, *sorted(self._words))
         # every secret name, longest first (cut off the ends of key parts)
         self._vocabulary = tuple(sorted(set(self._needles) | self._words, key=len, reverse=True))
         self._re2_gate: Any = None  # compiled on first use (~6 ms)
@@ -755,25 +758,24 @@ class SecretHasher:
         such letter stands for any Latin letter, inside a word that also holds Latin
         letters (``"pⱥssword"``: a look-alike no table knows). Whole foreign words
         (``"пароль"``, ``"名前"``) never count: they hold no Latin letter."""
-        words = re.findall(r"[^\W\d_]+", skel)
-        for w in words:
-            if w.isascii() or not any(c.isascii() for c in w):
+        for w in _LETTER_RUN_RE.findall(skel):
+            if w.isascii():
                 continue
-            # each non-ASCII letter, one at a time, as a wildcard
+            # exactly one non-ASCII letter (more is too loose, none is no mixed word):
+            # found with one pass, so a long word costs linear time
+            unknown = [i for i, c in enumerate(w) if not c.isascii()]
+            if len(unknown) != 1 or len(w) < 2:
+                continue
+            i = unknown[0]
             low = w.lower()
-            for i, c in enumerate(low):
-                if c.isascii():
+            rest = low[:i] + "\x00" + low[i + 1 :]
+            for n in self._wild_needles:
+                if len(n) > len(rest):
                     continue
-                rest = low[:i] + "\x00" + low[i + 1 :]
-                if any(c2.isascii() is False and c2 != "\x00" for c2 in rest):
-                    continue  # more than one unknown letter: too loose
-                for n in (*self._needles, *self._words):
-                    if len(n) > len(rest):
-                        continue
-                    for j in range(len(n)):
-                        probe = n[:j] + "\x00" + n[j + 1 :]
-                        if probe in rest and (n in self._needles or rest == probe):
-                            return True
+                for j in range(len(n)):
+                    probe = n[:j] + "\x00" + n[j + 1 :]
+                    if probe in rest and (n not in self._words or rest == probe):
+                        return True
         return False
 
     def _is_query_secret(self, name: str) -> bool:
@@ -927,7 +929,11 @@ class SecretHasher:
         low = seg.lower()
         a, b = 0, len(seg)
         changed = True
-        while changed and a < b:
+        rounds = 0
+        # (at most 8 rounds: "passwordpassword…S" keeps the rest of its names in the
+        # part, which is hashed with the credential; bounded work per segment)
+        while changed and a < b and rounds < 8:
+            rounds += 1
             changed = False
             for n in self._vocabulary:
                 if low.startswith(n, a, b):

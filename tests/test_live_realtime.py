@@ -138,3 +138,58 @@ def test_a_backlog_still_defers_its_detection(tmp_path: Path) -> None:
         lp.close()
     assert stored_count(data) == 400
     assert '"distinct_not_found":400' in stored_alerts(data)["evidence"][0]
+
+
+def test_passes_halve_while_memory_is_high_with_the_same_alerts(tmp_path: Path) -> None:
+    """With the RSS at ``live.memory_high_mib`` (1 MiB: always) a detection reads the same
+    events in passes of half the size (never below ``max_detect_events / 2``) and raises
+    the same alerts; 0 turns it off. Negative values are refused."""
+    import threading
+
+    from toolwatch.errors import ConfigError
+    from toolwatch.live import LiveConfig
+
+    def run(name: str, high: int) -> tuple[list[int], set[str], int]:
+        inner = enum_detector(5)
+        calls: list[int] = []
+        ids: set[str] = set()
+
+        def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
+            calls.append(events.height)
+            out = inner(events, summaries, history=history)
+            ids.update(out["entity_id"].to_list())
+            return out
+
+        data = tmp_path / name
+        cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.0,
+                         backlog_detect_events=60, max_detect_events=30, detect_passes=2,
+                         backlog_detect_passes=1, history_events=0, memory_high_mib=high)
+        lp = LivePipeline(cfg, Store(data), detector=detector)
+        gate = threading.Event()
+        lp.on_commit.append(lambda r: gate.set())
+        from toolwatch.ingest.sources.file_tail import LineAssembler
+
+        asm = LineAssembler("feed", {})
+        for k in range(6):  # size-triggered flushes of a backlog: one 60-event detection
+            lines = b"".join(
+                call_line(k * 10 + i, caller=f"c{i}", session=f"s{i}",
+                          resource=f"r{k * 10 + i}", status="not_found")
+                for i in range(10))
+            batch = asm.feed(lines)
+            assert batch is not None
+            lp.add(batch)
+            gate.clear()
+            lp.flush(wait=False)
+            assert gate.wait(10)
+        lp.drain()
+        halved = int(lp.status.extra.get("detect_memory_halved", 0))
+        lp.close()
+        return calls, ids, halved
+
+    low, ids_low, n_low = run("low", 0)
+    high, ids_high, n_high = run("high", 1)
+    assert low == [60] and n_low == 0  # one backlog pass of 60
+    assert n_high == 1 and len(high) >= 2 and sum(high) == 60  # halved: passes of <= 30
+    assert ids_low == ids_high and len(ids_high) == 10
+    with pytest.raises(ConfigError):
+        LiveConfig(memory_high_mib=-1).validate()

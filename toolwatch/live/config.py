@@ -126,23 +126,33 @@ class LiveConfig:
         "memory per event it reads, so this bounds live mode's peak memory. A flush whose "
         "touched entities hold more events over the window is detected in several passes, "
         "split by caller (each session and caller whole in one pass; see detect_passes). "
-        "0: one pass over everything touched.",
-        20_000,
+        "memory_high_mib halves it while the RSS is high. 0: one pass over everything "
+        "touched.",
+        40_000,
     )
     detect_passes: int = doc(
         "Most passes of max_detect_events one flush detects in. Under dense traffic "
         "every micro-batch touches nearly every entity; past max_detect_events x "
         "detect_passes touched events, the newest are read (detect_capped counter). "
         "Bounds a flush's detection CPU; memory is bounded by max_detect_events.",
-        4,
+        2,
     )
     backlog_detect_passes: int = doc(
         "Passes a detection a backlog deferred (see backlog_detect_events) runs in, over "
         "the same at most max_detect_events x detect_passes touched events. Each pass has a "
         "fixed cost (~0.15 CPU-s for the twelve detectors, whatever its size), so one pass "
         "catches up ~1.6x faster than four, with the same alerts, for ~+10-35 MiB at the "
-        "peak of that detection. Caught up, flushes keep detect_passes. 0: detect_passes.",
+        "peak of that detection (memory_high_mib halves it when memory is high). Caught "
+        "up, flushes keep detect_passes. 0: detect_passes.",
         1,
+    )
+    memory_high_mib: int = doc(
+        "When the process's RSS is at or above this many MiB as a detection starts, its "
+        "passes read half as many events each (twice as many passes over the same "
+        "events: more CPU, less working memory at once, so the peak stays lower while "
+        "the next micro-batch is parsed beside it). Never below max_detect_events / 2. "
+        "0: off.",
+        460,
     )
     out_of_order_tolerance_s: float = doc(
         "Events up to this much older than the newest event seen are on time; later ones "
@@ -211,6 +221,8 @@ class LiveConfig:
         if self.backlog_detect_passes < 0:
             raise ConfigError("must be 0 (detect_passes) or positive",
                               key="live.backlog_detect_passes")
+        if self.memory_high_mib < 0:
+            raise ConfigError("must be 0 (off) or positive", key="live.memory_high_mib")
         if self.max_queued_events < 0:
             raise ConfigError("must be 0 (4 x flush_events) or positive",
                               key="live.max_queued_events")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -150,6 +151,7 @@ class DetectMixin:
         if (defer or backlog or waiting is not None) and cap > 0 \
                 and self.live.backlog_detect_passes > 0:
             pass_cap = -(-cap * passes // self.live.backlog_detect_passes)
+        pass_cap = self._memory_pass_cap(pass_cap, ev.height)
         hist = self._history()
         try:
             if pass_cap > 0 and ev.height > pass_cap:
@@ -185,6 +187,31 @@ class DetectMixin:
             return None
         now = datetime.now(UTC)
         return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
+
+    def _memory_pass_cap(self, pass_cap: int, n: int) -> int:
+        """``pass_cap`` halved while the process's RSS is at ``live.memory_high_mib``.
+
+        A pass's working memory follows its events (~2 KB each) and comes on top of
+        whatever else runs at that moment (the next micro-batch's parse, the store
+        write, the window's expiry), so a detection that starts with the RSS already
+        high reads the same events in twice as many passes of half the size: more
+        fixed cost per pass (CPU), less memory at once. Halved at most once, and never
+        below ``max_detect_events // 2``; low RSS keeps the configured passes (and
+        their speed).
+        """
+        high = self.live.memory_high_mib
+        if high <= 0 or n <= 0:
+            return pass_cap
+        floor = max(1, self.live.max_detect_events // 2)
+        size = pass_cap if 0 < pass_cap < n else n
+        if size <= floor:
+            return pass_cap
+        rss = rss_mib()
+        if rss is None or rss < high:
+            return pass_cap
+        self.status.extra["detect_memory_halved"] = (
+            self.status.extra.get("detect_memory_halved", 0) + 1)
+        return max(floor, -(-size // 2))
 
     def _detect_in_parts(
         self, ev: pl.DataFrame, su: pl.DataFrame, hist: pl.DataFrame | None, n: int
@@ -278,6 +305,21 @@ class DetectMixin:
             .tail(n)
         )
 
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_mib() -> float | None:
+    """This process's resident set size in MiB (Linux ``/proc/self/statm``; else None).
+
+    One small read (~10 us): cheap enough for every detection.
+    """
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _pl(result: Any) -> pl.DataFrame:

@@ -413,7 +413,13 @@ _NAME_SHAPE_RE = re.compile(r"-{0,2}[A-Za-z][A-Za-z0-9_.\-]{0,63}\Z")
 
 
 #: Parts of a key name between separators (see :meth:`SecretHasher._scrub_key_name`).
-_KEY_SEG_RE = re.compile(r"[^\s_\-.:=,;/|\"'@#&?\\]++")
+#: Only parts holding a digit or 20+ characters long can hold a credential
+#: (:func:`_key_part_is_secret`): others are skipped by the pattern, not in Python. Each
+#: part is tried from its start only (the look-behind), and scanned at most twice.
+_KEY_SEP = r"\s_\-.:=,;/|\"'@#&?\\"
+_KEY_SEG_RE = re.compile(
+    rf"(?<![^{_KEY_SEP}])(?=[^{_KEY_SEP}]*?\d|[^{_KEY_SEP}]{{20}})[^{_KEY_SEP}]++"
+)
 
 
 def _key_part_is_secret(part: str) -> bool:
@@ -907,7 +913,9 @@ class SecretHasher:
         last = 0
         for m in _KEY_SEG_RE.finditer(key):
             seg = m.group(0)
-            if len(seg) < 6 or seg.startswith(HASH_PREFIX):
+            # (vocabulary words are letters: a part without a digit can only count by
+            # length, so most name words are skipped before any stripping)
+            if len(seg) < 6 or (len(seg) < 20 and seg.isalpha()) or seg.startswith(HASH_PREFIX):
                 continue
             a, b = self._strip_vocabulary(seg)
             part = seg[a:b]
@@ -1131,7 +1139,7 @@ class SecretHasher:
             out = _USERINFO_RE.sub(lambda m: self._hash_bare_userinfo(m, found), out)
         if ("-u" in out or "-U" in out) and ":" in out:
             out = _CLI_USER_RE.sub(lambda m: self._hash_cli_password(m, found), out)
-        if "-" in out:
+        if " -" in out or '"-' in out:  # a flag after a space or a quote (argv as JSON)
             spans = _cli_spans(out)
             if spans:
                 out = self._hash_spans(out, spans, found)
@@ -1386,7 +1394,8 @@ class SecretHasher:
                 content = m.group(1)
                 if not closed and len(content) >= 8:  # a key cut before its colon?
                     key = _loose_unescape(content)
-                    if self.is_secret_key(key):
+                    # (its ends only: a cut megabyte of prose is no key to split in words)
+                    if self.is_secret_key(key[:256]) or self.is_secret_key(key[-256:]):
                         new_key = self._scrub_key_name(key, found)
                         if new_key is not key:
                             pieces.append(text[last : m.start()])
@@ -1407,7 +1416,11 @@ class SecretHasher:
                             last = end
                 pos = end if end > m.start() else m.start() + 1
                 # (<= 512: a 64-character name spelled with escapes, "\\ud835\\udc29…")
-                if closed and len(content) <= 512 and self._names_next(_loose_unescape(content)):
+                if (
+                    closed
+                    and (len(content) <= 64 or (len(content) <= 512 and "\\u" in content))
+                    and self._names_next(_loose_unescape(content))
+                ):
                     # ["password", S] / {"k": "password"}, {"v": S}: hash the next value
                     nx = _LIST_NEXT_RE.match(text, end)
                     vstart = nx.end() if nx is not None else n

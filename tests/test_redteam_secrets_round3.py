@@ -286,3 +286,44 @@ def test_one_unknown_letter_in_a_mixed_word_is_a_wildcard() -> None:
     assert not HASHER.is_secret_key("\u2c65\u2c65\u2c65")
     red, _ = HASHER.redact_line(json.dumps({"a": {"a" + "я" * 200_000: S}}).encode())
     assert S.encode() in red  # one unknown letter among many: not a name, kept
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=4)
+    | st.dictionaries(st.text(max_size=12), kids, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(obj=st.dictionaries(
+    st.one_of(st.text(max_size=16), disguised_names(),
+              st.sampled_from(["mysql -p", "secret_", "sshpass", "value", "name"])),
+    _json_values, max_size=6),
+    cut=st.integers(0, 40))
+def test_round3_rules_never_raise(obj: dict, cut: int) -> None:
+    """Arbitrary keys (any script, lone surrogates as escapes, look-alikes) and values:
+    redaction of whole and cut lines never raises and returns bytes."""
+    line = json.dumps({"ts": TS, "args": obj}).encode()
+    red, _ = HASHER.redact_line(line)
+    assert isinstance(red, bytes)
+    assert isinstance(HASHER.scrub_text(line[: max(1, len(line) - cut)]), bytes)
+    assert isinstance(HASHER.redact_line(json.dumps(obj, ensure_ascii=False)
+                                         .encode("utf-8", "surrogatepass"))[0], bytes)
+
+
+@pytest.mark.parametrize("key", LOOKALIKES)
+def test_lookalike_key_in_json_inside_a_string_reaches_the_exact_path(key: str) -> None:
+    """``{"body": "{\\"pаssword\\": S}"}`` written without ASCII escapes: the key sits
+    between escaped quotes, which the prefilter's name patterns did not allow."""
+    import re2
+    inner = json.dumps({key: S}, ensure_ascii=False)
+    line = json.dumps({"ts": TS, "tool": "t", "args": {"body": inner}},
+                      ensure_ascii=False).encode()
+    red, h = HASHER.redact_line(line)
+    assert S.encode() not in red and h is not None
+    opts = re2.Options()
+    opts.case_sensitive = False
+    opts.encoding = re2.Options.Encoding.LATIN1
+    assert re2.compile(HASHER.candidate_pattern.encode(), opts).search(line) is not None

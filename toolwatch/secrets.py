@@ -715,9 +715,10 @@ class SecretHasher:
             # stay on the fast path. The negated ASCII class means "a byte >= 0x80" in the
             # Latin-1 batch scan and "a non-ASCII character" in the UTF-8 one: both a
             # superset.
-            r'"[^"\s\\]*(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^"\s\\]*"\s*[:,}]',
+            # (a name may sit between escaped quotes: JSON text inside a string)
+            r'"[^"\s\\]*(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^"\s\\]*\\*"\s*[:,}]',
             r"(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^\s\"=:,&;]*[=:]|[^\x00-\x7f]\s?[=:]",
-            r'"[^"\\\x00-\x7f]+"\s*[:,}]',
+            r'"[^"\\\x00-\x7f]+\\*"\s*[:,}]',
         ]
         self._text_pattern = "|".join(parts)
 

@@ -193,3 +193,51 @@ def test_passes_halve_while_memory_is_high_with_the_same_alerts(tmp_path: Path) 
     assert ids_low == ids_high and len(ids_high) == 10
     with pytest.raises(ConfigError):
         LiveConfig(memory_high_mib=-1).validate()
+
+
+def test_a_deferred_detection_never_gathers_more_than_it_can_read(tmp_path: Path) -> None:
+    """Backlog micro-batches larger than a third of ``backlog_detect_events``: the
+    detection runs before the next one would take the gathered events past what one
+    detection reads (``max_detect_events x detect_passes``), so no new event is left out
+    of every detection (``detect_capped`` stays 0) and every session's alert counts all
+    of its events."""
+    import threading
+
+    calls: list[int] = []
+    inner = enum_detector(5)
+
+    def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
+        calls.append(events.height)
+        return inner(events, summaries, history=history)
+
+    data = tmp_path / "store"
+    # 35 + 35 = 70 <= 80 waits; a third 35 would make 105 > 80 (the newest 80 read).
+    cfg = config_for(data, detect=True, flush_events=35, backlog_detect_interval_s=0.0,
+                     max_detect_events=40, detect_passes=2, backlog_detect_passes=1,
+                     history_events=0, memory_high_mib=0)
+    lp = LivePipeline(cfg, Store(data), detector=detector)
+    gate = threading.Event()
+    lp.on_commit.append(lambda r: gate.set())
+    from toolwatch.ingest.sources.file_tail import LineAssembler
+
+    asm = LineAssembler("feed", {})
+    n = 0
+    for _ in range(6):  # six size-triggered flushes of 35 (7 sessions x 5 not-found reads)
+        lines = b"".join(
+            # entities of their own per flush: only its own events are touched
+            call_line(n + i, caller=f"c{n}-{i % 7}", session=f"s{n}-{i % 7}",
+                      ip=f"10.0.{n}.{i % 7}", resource=f"r{n + i}", status="not_found")
+            for i in range(35))
+        n += 35
+        batch = asm.feed(lines)
+        assert batch is not None
+        lp.add(batch)
+        gate.clear()
+        lp.flush(wait=False)
+        assert gate.wait(10)
+    lp.drain()
+    lp.close()
+    assert lp.status.extra.get("detect_capped", 0) == 0
+    assert max(calls) <= 80 and sum(calls) == 210  # every new event read, once
+    alerts = stored_alerts(data)
+    assert alerts.height == 42  # 6 flushes x 7 sessions of 5 not-found reads each

@@ -129,7 +129,11 @@ class DetectMixin:
                 pl.concat(parts).unique() if parts else pl.Series(col, [], dtype=pl.String)
             )
         gathered = self._deferred_events + events.height
-        if defer and gathered < self._backlog_detect_target():
+        # Detect once the next micro-batch of this size would pass the target: a
+        # detection reads at most max_detect_events x detect_passes touched events, so
+        # gathering past it (large micro-batches: 35k + 35k + 35k > 80k) left the oldest
+        # new events out of every detection.
+        if defer and gathered + events.height <= self._backlog_detect_target():
             self._deferred_touched, self._deferred_events = touched, gathered
             self.status.extra["detect_deferred"] = self.status.extra.get("detect_deferred", 0) + 1
             return None

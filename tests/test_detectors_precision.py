@@ -112,7 +112,10 @@ def test_shuffled_walk_with_fewer_repeats_than_ids_alerts(n: int, repeats: float
         tr.call("walk", t, "getDocument", caller="mallory", ip="203.0.113.5",
                 resource_key="documentId", resource_id=f"doc-{x}")
         t += timedelta(seconds=15)
-    assert hits(run(tr), "enumeration", sessions=["walk"])
+    hit = hits(run(tr), "enumeration", sessions=["walk"])
+    assert hit
+    # Caught as a dense block (not only by some other pattern).
+    assert orjson.loads(hit[0]["evidence"])["pattern_scores"]["p_dense"] >= 0.5
 
 
 # ---------------------------------------------------------- cross_server_flow sources

@@ -27,6 +27,16 @@ Run::
     .venv/bin/python benchmarks/bench_quality.py --seeds 9101 --scale 1 --json out.json
 
 Nothing is asserted; figures are printed (and optionally written as JSON).
+
+Seeds and what they have been used for (keep a held-out set honest: once a seed's false
+positives or misses were looked at to change a detector, it is a tuning seed):
+
+* 9101-9105: tuning (sessions 1-3);
+* 9201-9205: held out until session 4, tuning in session 5 (power-day false positives);
+* 31337, 9401-9405: held out in session 5 — run once on the old and the new tree, not
+  looked at to change anything; their four misses (a bulk "relative" session, a scraping
+  loop session and its caller window, an exfiltration source session named
+  bulk_extraction) are in the older code too.
 """
 
 from __future__ import annotations

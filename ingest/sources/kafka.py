@@ -688,6 +688,9 @@ class KafkaSource(LiveSource):
 
     name = "kafka"
     blocking = True
+    #: The driver parses and transforms a micro-batch on a thread of its own while this
+    #: source decodes the next polls (the pipeline's ``transform_ahead``).
+    transform_ahead = True
 
     def __init__(
         self,

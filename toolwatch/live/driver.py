@@ -82,6 +82,10 @@ class Driver:
         self._last_status = 0.0
         self._deferred = False
         lp.on_commit.append(self._committed)
+        # Sources whose reading costs CPU of their own (Kafka decodes record batches on
+        # this thread) get the parse and transforms of a micro-batch on a thread of
+        # their own, overlapped with reading the next one.
+        lp.transform_ahead = bool(getattr(source, "transform_ahead", False))
         source.open(self)
 
     # ------------------------------------------------------------------ acknowledgements
@@ -107,6 +111,8 @@ class Driver:
     def handle(self, event: StreamEvent) -> None:
         """Dispatch one lifecycle event (the :class:`SourceControl` of the source)."""
         lp = self.lp
+        if not isinstance(event, ServerText):
+            lp.settle_transform()  # these read or change the transforms' stream state
         if isinstance(event, StreamsStarted):
             lp.warm_up(event.fps)
         elif isinstance(event, ServerText):

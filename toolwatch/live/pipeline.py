@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -124,6 +125,12 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         self._flush_events = self.live.flush_events
         self._history_loaded = False
         self._last_backlog = False  # the last micro-batch handed over was a backlog's
+        #: flush(wait=False) parses and transforms on a thread of its own (one micro-batch
+        #: at a time, in order) while the caller reads on; the driver turns it on for
+        #: sources whose reading costs CPU of its own (Kafka's record decoding).
+        self.transform_ahead = False
+        self._xform: ThreadPoolExecutor | None = None
+        self._xform_future: Future[None] | None = None
         # Commit thread (flush(wait=False)): transformed micro-batches queue here, in
         # order; the thread detects and commits whatever is queued when it gets free.
         self._cv = threading.Condition()
@@ -216,6 +223,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         Backlog micro-batches wait to be detected together; once the backlog is read
         there is nothing left to wait for.
         """
+        self.settle_transform()  # the micro-batch being transformed is queued first
         if self._queue:
             with self._cv:
                 self._urgent = True
@@ -266,6 +274,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
     # ------------------------------------------------------------------ flush
     def finalize_streams(self, fps: Iterable[str] | None = None) -> None:
         """Mark streams ended: JSON-RPC requests still waiting are emitted unanswered."""
+        self.settle_transform()
         for fp in list(self.pipe.pairers if fps is None else fps):
             if fp not in self.pipe.pairers:
                 continue
@@ -317,6 +326,21 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         # A flush forced by size, not by the interval, means lines arrive faster than
         # micro-batches: a backlog (or a very high rate).
         by_size = self._pending_lines >= self._flush_events
+        if not wait and self.live.overlap_detection and self.transform_ahead:
+            self.settle_transform()  # one micro-batch in transform at a time, in order
+            taken = self._take_pending()
+            res = FlushResult()
+            if taken is not None:
+                backlog = by_size and behind
+                self._last_backlog = backlog
+                res.lines = taken[2]
+                if self._xform is None:
+                    self._xform = ThreadPoolExecutor(1, thread_name_prefix="toolwatch-transform")
+                self._xform_future = self._xform.submit(self._transform_and_enqueue, taken,
+                                                        backlog)
+            res.seconds = time.monotonic() - t0
+            return res
+        self.settle_transform()
         job = self._transform_pending()
         if not wait and self.live.overlap_detection:
             self._raise_worker_error()
@@ -336,8 +360,44 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             return FlushResult()
         return self._commit([job], t0, backlog=by_size)
 
-    def _transform_pending(self) -> _Job | None:
-        """Run the transforms over every waiting stream (caller's thread; parser state)."""
+    def settle_transform(self) -> None:
+        """Wait until the micro-batch being transformed ahead (if any) is queued.
+
+        Called before anything that reads or changes the transforms' state (pairers,
+        sessionizer, counters) on the caller's thread, and before a drain.
+
+        Raises
+        ------
+        Exception
+            The failure of that transform (or of the commit thread).
+        """
+        fut, self._xform_future = self._xform_future, None
+        if fut is not None:
+            fut.result()
+        self._raise_worker_error()
+
+    def drain(self) -> None:
+        """Wait until every micro-batch is transformed and committed (re-raises failures)."""
+        self.settle_transform()
+        super().drain()
+
+    def _transform_and_enqueue(self, taken: tuple[dict[str, list[RawBatch]],
+                                                  list[pa.Table], int], backlog: bool) -> None:
+        """Transform thread: transform a micro-batch and queue it for the commit thread."""
+        try:
+            job = self._transform_taken(*taken)
+            if job is not None:
+                job.backlog = backlog
+                self._enqueue(job)
+        except BaseException as exc:  # handed to the caller's thread, as a commit failure
+            log.debug("transform thread failed", exc_info=True)
+            with self._cv:
+                if self._worker_error is None:
+                    self._worker_error = exc
+                self._cv.notify_all()
+
+    def _take_pending(self) -> tuple[dict[str, list[RawBatch]], list[pa.Table], int] | None:
+        """Take the waiting lines (caller's thread): streams, server text, line count."""
         if not self._pending and not self._extra_quarantine:
             self._first_pending_at = None
             return None
@@ -346,7 +406,16 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         lines = self._pending_lines
         self._pending_lines = 0
         self._first_pending_at = None
+        return pending, extra_q, lines
 
+    def _transform_pending(self) -> _Job | None:
+        """Run the transforms over every waiting stream (caller's thread; parser state)."""
+        taken = self._take_pending()
+        return None if taken is None else self._transform_taken(*taken)
+
+    def _transform_taken(self, pending: dict[str, list[RawBatch]], extra_q: list[pa.Table],
+                         lines: int) -> _Job:
+        """The transforms over taken streams (one thread at a time: parser state)."""
         checkpoints: list[Checkpoint] = []
         outs: list[BatchOutput] = []
         # Streams with lines are parsed together, one parse per kind (with and without
@@ -417,6 +486,9 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             self.finalize_streams()
             self.flush()
         finally:
+            if self._xform is not None:
+                self._xform.shutdown(wait=True)
+                self._xform = None
             self._stop_worker()
             self.pipe.close()
             if self.sinks is not None:

@@ -6,7 +6,9 @@ normal line with a secret, and the pathological shapes the scanner must stay lin
 A linear scanner shows about the same ns/byte at every size; a quadratic one grows with
 the size (``--scale`` multiplies the long lines to check).
 
-Run: ``.venv/bin/python benchmarks/bench_secrets.py [--repeat 5] [--scale 1]``
+Run: ``.venv/bin/python benchmarks/bench_secrets.py [--repeat 5] [--scale 1] [--old REV]``
+(``--old REV``: the same cases with ``toolwatch/secrets.py`` of git revision ``REV`` too,
+interleaved in one run, and the new/old ratio.)
 """
 
 from __future__ import annotations
@@ -83,22 +85,52 @@ def best_cpu(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
+def old_hasher(rev: str) -> SecretHasher:
+    """A hasher from ``toolwatch/secrets.py`` as of git revision ``rev`` (for A/B)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:toolwatch/secrets.py"],
+                         check=True, capture_output=True).stdout
+    path = Path(tempfile.mkdtemp()) / "secrets_old.py"
+    path.write_bytes(src)
+    spec = importlib.util.spec_from_file_location("secrets_old", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.SecretHasher(b"k" * 32)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scale", type=int, default=1, help="multiply the long lines' size")
+    ap.add_argument("--old", metavar="REV", help="also time secrets.py of git revision REV, "
+                    "interleaved (same run), and print new/old")
     args = ap.parse_args()
-    h = SecretHasher(b"k" * 32)
-    print(f"{'case':36s} {'bytes':>10s} {'ns/byte':>9s} {'ms':>9s}")
+    hashers = {"new": SecretHasher(b"k" * 32)}
+    if args.old:
+        hashers["old"] = old_hasher(args.old)
+    cols = "".join(f" {w + ' ns/B':>11s}" for w in hashers)
+    print(f"{'case':36s} {'bytes':>10s}{cols} {'ms':>9s}" + ("  new/old" if args.old else ""))
     for name, line in cases(args.scale).items():
-        if name.startswith("1MB scrub_text") or name.endswith("unclosed"):
-            fn: Callable[[], object] = lambda line=line: h.scrub_text(line)  # noqa: E731
-        else:
-            fn = lambda line=line: h.redact_line(line)  # noqa: E731
-        fn()  # warm caches (key memo, compiled patterns)
-        n = 2_000 if len(line) < 10_000 else 1
-        s = best_cpu(lambda fn=fn, n=n: [fn() for _ in range(n)], args.repeat) / n
-        print(f"{name:36s} {len(line):10,d} {s * 1e9 / len(line):9.1f} {s * 1e3:9.3f}", flush=True)
+        best = {}
+        for _ in range(args.repeat):  # interleaved: both see the same load
+            for w, h in hashers.items():
+                if name.startswith("1MB scrub_text") or name.endswith("unclosed"):
+                    fn: Callable[[], object] = lambda h=h, line=line: h.scrub_text(line)  # noqa: E731
+                else:
+                    fn = lambda h=h, line=line: h.redact_line(line)  # noqa: E731
+                if w not in best:
+                    fn()  # warm caches (key memo, compiled patterns)
+                n = 2_000 if len(line) < 10_000 else 1
+                s = best_cpu(lambda fn=fn, n=n: [fn() for _ in range(n)], 1) / n
+                best[w] = min(best.get(w, s), s)
+        figs = "".join(f" {best[w] * 1e9 / len(line):11.1f}" for w in hashers)
+        ratio = f"  {best['new'] / best['old']:7.2f}" if args.old else ""
+        print(f"{name:36s} {len(line):10,d}{figs} {best['new'] * 1e3:9.3f}{ratio}", flush=True)
 
 
 if __name__ == "__main__":

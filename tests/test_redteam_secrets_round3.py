@@ -117,7 +117,9 @@ def test_secret_inside_a_secret_key_name_is_hashed(secret: str, form: str, value
 
 @pytest.mark.parametrize(
     "key", ["client_secret", "passwordHint", "api_key_v2", "password_confirmation",
-            "secretsManagerArn", "x-api-key"],
+            "secretsManagerArn", "x-api-key", "api_key_sha256", "secret_v1beta2",
+            "private_key_pkcs12", "token_base64url", "secretSha256", "password_argon2id",
+            "auth_oauth2", "client_secret_2024"],
 )
 def test_ordinary_secret_key_names_stay_readable(key: str) -> None:
     red, _ = HASHER.redact_line(json.dumps({"args": {key: "v"}}).encode())

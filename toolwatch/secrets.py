@@ -437,11 +437,22 @@ _KEY_SEG_RE = re.compile(
 )
 
 
+#: Technical words with digits that name a format, not a credential (``api_key_sha256``,
+#: ``secret_v1beta2``, ``private_key_pkcs12``): key parts that stay readable.
+_TECH_WORD_RE = re.compile(
+    r"(?i:sha\d+|md5|base(?:32|64)(?:url)?|aes\d+(?:gcm|cbc|ctr)?|rsa\d+|ed25519|x25519"
+    r"|x509|pkcs\d+|utf8|utf16|v\d+(?:alpha|beta)?\d*|oauth\d|ipv[46]|https?\d?|tls\d+"
+    r"|argon2(?:id|i|d)?|bcrypt\d*|pbkdf2(?:sha\d+)?|hmac(?:sha\d+)?|totp\d*|2fa|mfa\d*"
+    r"|s3|k8s|p256|p384|p521|secp\d+[kr]1|ecdsa\d*|blake2[bs]?|crc32|int\d+|uint\d+)"
+)
+
+
 def _key_part_is_secret(part: str) -> bool:
     """Whether a part of a secret-like key name looks like a credential, not a word:
-    6+ characters mixing letters and digits, or 20+ with many capitals (random base62;
-    ``authenticationMethodName`` is not)."""
-    if _looks_like_secret(part):
+    6+ characters mixing letters and digits (not a format name: ``sha256``, ``v1beta2``,
+    ``pkcs12``), or 20+ with many capitals (random base62; ``authenticationMethodName``
+    is not)."""
+    if _looks_like_secret(part) and not _TECH_WORD_RE.fullmatch(part):
         return True
     return len(part) >= 20 and part.isalnum() and sum(c.isupper() for c in part) * 5 >= len(part)
 

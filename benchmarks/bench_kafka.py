@@ -11,6 +11,8 @@ topic is read, each time by a fresh consumer group, by:
         `toolwatch kafka` builds, flush_events lines at a time; no store, no detection)
     c   `toolwatch kafka` (consume_kafka) without detection
     d   `toolwatch kafka` with detection
+    c-ahead, d-ahead  c, d with the transform on a thread of its own while the next polls
+        are decoded (``KafkaSource.transform_ahead``, off by default)
     tail    `toolwatch tail` (with detection) of the same events written to a file
     tail-nd `toolwatch tail` without detection
 
@@ -170,8 +172,24 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
 
 # --------------------------------------------------------------------------- c, d
 def toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
-                    detect: bool) -> dict[str, Any]:
-    """`toolwatch kafka` (the CLI's loop, in-process) until the store covers ``total``."""
+                    detect: bool, ahead: bool | None = None) -> dict[str, Any]:
+    """`toolwatch kafka` (the CLI's loop, in-process) until the store covers ``total``.
+
+    ``ahead``: set ``KafkaSource.transform_ahead`` for this run (None: the default).
+    """
+    from toolwatch.ingest.sources.kafka import KafkaSource
+
+    default_ahead = getattr(KafkaSource, "transform_ahead", False)
+    if ahead is not None:
+        KafkaSource.transform_ahead = ahead  # type: ignore[attr-defined]
+    try:
+        return _toolwatch_kafka(bootstrap, topic, total, work, detect=detect)
+    finally:
+        KafkaSource.transform_ahead = default_ahead  # type: ignore[attr-defined]
+
+
+def _toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
+                     detect: bool) -> dict[str, Any]:
     from toolwatch.live import LiveConfig, StopFlag
     from toolwatch.live_cli import consume_kafka
 
@@ -279,6 +297,9 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
                 r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=False)
             elif m == "d":
                 r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=True)
+            elif m in ("c-ahead", "d-ahead"):
+                r = toolwatch_kafka(broker.bootstrap, topic, total, work,
+                                    detect=m == "d-ahead", ahead=True)
             elif m == "tail":
                 r = tail(path, work, detect=True)
             elif m == "tail-nd":
@@ -305,6 +326,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
               "b": "a-fast + parse/normalize (Pipeline.transform)",
               "c": "toolwatch kafka, no detection",
               "d": "toolwatch kafka, detection",
+              "c-ahead": "toolwatch kafka, no detection, transform ahead",
+              "d-ahead": "toolwatch kafka, detection, transform ahead",
               "tail": "toolwatch tail (file), detection",
               "tail-nd": "toolwatch tail (file), no detection"}
     for m in modes:

@@ -688,9 +688,11 @@ class KafkaSource(LiveSource):
 
     name = "kafka"
     blocking = True
-    #: The driver parses and transforms a micro-batch on a thread of its own while this
-    #: source decodes the next polls (the pipeline's ``transform_ahead``).
-    transform_ahead = True
+    #: True: the driver parses and transforms a micro-batch on a thread of its own while
+    #: this source decodes the next polls (the pipeline's ``transform_ahead``). Off: on a
+    #: shared 2-core host it measured more CPU per message and no gain (docs/kafka-notes.md,
+    #: item 11); ``bench_kafka.py --modes c-ahead,d-ahead`` measures it again.
+    transform_ahead = False
 
     def __init__(
         self,

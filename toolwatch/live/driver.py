@@ -136,11 +136,14 @@ class Driver:
     # ------------------------------------------------------------------ loop
     def _flush_if_due(self, *, in_poll: bool = False) -> None:
         lp = self.lp
-        if in_poll and lp.pending_lines < 2 * lp.live.flush_events:
-            # Between the items of one poll only a micro-batch twice the size flushes:
-            # the rest of the poll is already read, and a flush at flush_events would
-            # leave its last lines to wait for the interval and a detection of their own
-            # (the end of a Kafka backlog: a poll of two partitions' last messages).
+        if in_poll and lp.pending_lines < 2 * lp.live.flush_events \
+                and not self.source.behind():
+            # Between the items of the poll that ended a backlog only a micro-batch twice
+            # the size flushes: the rest of the poll is already read, and a flush at
+            # flush_events would leave its last lines to wait for the interval and a
+            # detection of their own (a Kafka poll of two partitions' last messages).
+            # Behind, micro-batches stay at flush_events (memory: a tail poll reads up
+            # to 64 MiB).
             return
         if not lp.due():
             return

@@ -95,7 +95,7 @@ def test_status_of_every_failure_shape() -> None:
     assert [r["isError"] for r in recs] == [True] * 8 + [False]
     assert recs[-1]["rows"] == 3
     assert "hunter2" not in json.dumps(recs)
-    assert recs[-1]["args"]["password"].startswith("hmac-sha256:")  # keyed: see below
+    assert recs[-1]["args"]["password"].startswith("hmac:")  # keyed: see below
     assert {r["session_id"] for r in recs} == {"s1"}
     assert [r["request_id"] for r in recs] == sorted({r["request_id"] for r in recs})
 
@@ -148,14 +148,14 @@ def test_secrets_are_keyed_with_toolwatchs_own_key(tmp_path, monkeypatch) -> Non
     key_file = tmp_path / "toolwatch" / "hmac.key"
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
     key = bytes.fromhex(key_file.read_text().strip())
-    assert digest == "hmac-sha256:" + hmac.new(key, b"hunter2", hashlib.sha256).hexdigest()[:32]
+    assert digest == "hmac:" + hmac.new(key, b"hunter2", hashlib.sha256).hexdigest()[:32]
     assert _password_digest() == digest  # the same secret hashes the same across sessions
 
     # $TOOLWATCH_HMAC_KEY (hex) wins, read the way ingest reads it.
     env_key = "ab" * 16
     monkeypatch.setenv("TOOLWATCH_HMAC_KEY", env_key)
     want = hmac.new(bytes.fromhex(env_key), b"hunter2", hashlib.sha256).hexdigest()[:32]
-    assert _password_digest() == "hmac-sha256:" + want
+    assert _password_digest() == "hmac:" + want
 
 
 def test_no_usable_key_falls_back_to_sha256_with_a_warning(monkeypatch, capsys) -> None:

@@ -23,25 +23,31 @@ Over stdio one server process serves one client connection: the session id is ge
 per process (``TOOLWATCH_SESSION_ID`` overrides it). The caller is ``principal(ctx)`` when
 given, else the client's ``clientInfo`` name from ``initialize``.
 
-Secrets: values whose key looks like a credential (``password``, ``token``, ``api_key``,
-``secret``, ``authorization``, ``credential``, …) are replaced by ``hmac-sha256:<hex>``
-keyed with toolwatch's own HMAC key (``$TOOLWATCH_HMAC_KEY`` in hex, else the key file
-``~/.config/toolwatch/hmac.key``, created on first use: :func:`toolwatch.keys.load_or_create_key`),
-so the same secret hashes the same across sessions (credential-stuffing detection), never
-reaches the log, and cannot be reversed by a dictionary attack on the log alone. Only when no
-key can be had (an invalid ``$TOOLWATCH_HMAC_KEY``, an unwritable home) does it fall back to
-plain ``sha256:<hex>``, with a warning on stderr. toolwatch hashes secrets again on ingest.
+Secrets are hashed with the **same rules and key as** ``toolwatch ingest``
+(:class:`toolwatch.secrets.SecretHasher` over the whole line: values under secret-like keys,
+look-alike key names, credentials glued to key names, tokens in free text, URL and
+``user:pass@host`` credentials, ``Bearer``/``Basic`` headers, name/value pair lists and
+objects, command-line password flags, …), so no secret reaches stderr, the spool of
+``toolwatch run`` or any other collector of the server's stderr in clear. A secret becomes
+``hmac:<32 hex>`` keyed with toolwatch's own HMAC key (``$TOOLWATCH_HMAC_KEY`` in hex, else
+the key file ``~/.config/toolwatch/hmac.key``, created on first use:
+:func:`toolwatch.keys.load_or_create_key`): the very digest ingest computes, which ingest
+then leaves as it is. The same secret hashes the same across sessions (credential-stuffing
+detection) and cannot be reversed by a dictionary attack on the log alone. Only when no key
+can be had (an invalid ``$TOOLWATCH_HMAC_KEY``, an unwritable home) are digests unkeyed,
+``sha256:<32 hex>`` (HMAC-SHA256 under an empty key), with a warning on stderr; ingest
+hashes those again with its key.
+
+The scanner (:mod:`toolwatch.secrets`, which imports pyarrow and numpy: ~0.3 s) is imported
+on the first ``tools/call``, not when the server starts.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
-import hmac
 import json
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -50,12 +56,6 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TextIO
-
-_SECRET_KEY = re.compile(
-    r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|apikey|auth(orization)?|credential|"
-    r"private[-_]?key|session[-_]?key|cookie|bearer)",
-    re.IGNORECASE,
-)
 
 
 def _now() -> str:
@@ -148,15 +148,43 @@ def _install_catcher() -> None:
 
 
 def _hmac_key() -> bytes:
-    """toolwatch's HMAC key, or ``b""`` (plain SHA-256) when none can be had."""
+    """toolwatch's HMAC key, or ``b""`` (unkeyed digests) when none can be had."""
     from toolwatch.keys import default_key_file, load_or_create_key
 
     try:
         return load_or_create_key(default_key_file())
     except Exception as exc:  # a server must start even when its home is read-only
-        print(f"toolwatch middleware: no HMAC key ({exc}); secrets are written as plain "
+        print(f"toolwatch middleware: no HMAC key ({exc}); secrets are written as unkeyed "
               "sha256 digests. Set TOOLWATCH_HMAC_KEY (hex, >= 16 bytes).", file=sys.stderr)
         return b""
+
+
+_UNKEYED_PREFIX = "sha256:"
+#: What is written when redaction itself fails (never the arguments).
+_SAFE_FIELDS = ("ts", "session_id", "server", "status", "isError", "bytes", "duration_ms",
+                "request_id", "event", "callCount", "uniqueResourcesAccessed",
+                "totalBytesReturned", "errors", "durationMs")
+
+
+def _make_hasher(key: bytes) -> Any:
+    """Ingest's :class:`~toolwatch.secrets.SecretHasher` under ``key``.
+
+    Imported here, not at module level: :mod:`toolwatch.secrets` pulls pyarrow and numpy
+    (~0.3 s), which a server should not pay at start-up. Without a key the digests are
+    unkeyed and say so (``sha256:``, not ingest's ``hmac:``): ingest then hashes them again
+    with its key instead of storing a digest anyone can recompute as if it were keyed.
+    """
+    from toolwatch.secrets import HASH_PREFIX, SecretHasher
+
+    if key:
+        return SecretHasher(key)
+
+    class _UnkeyedHasher(SecretHasher):
+        def digest(self, value: Any) -> str:
+            return _UNKEYED_PREFIX + super().digest(value)[len(HASH_PREFIX):]
+
+    return _UnkeyedHasher(b"")
+
 
 class ToolwatchMiddleware:
     """SDK server middleware: one toolwatch log line per ``tools/call``, SESSION_END at exit.
@@ -193,6 +221,8 @@ class ToolwatchMiddleware:
             f"{server}-{uuid.uuid4().hex[:16]}"
         )
         self._key = _hmac_key()
+        self._hasher: Any = None  # toolwatch.secrets.SecretHasher, on the first call
+        self._hasher_lock = threading.Lock()
         self._lock = threading.Lock()
         self._started = time.time()
         self._calls = 0
@@ -205,27 +235,58 @@ class ToolwatchMiddleware:
         atexit.register(self.session_end)
 
     # ------------------------------------------------------------------ helpers
-    def _hash(self, value: Any) -> str:
-        raw = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        data = raw.encode("utf-8", "surrogatepass")
-        if self._key:
-            return "hmac-sha256:" + hmac.new(self._key, data, hashlib.sha256).hexdigest()[:32]
-        return "sha256:" + hashlib.sha256(data).hexdigest()[:32]
+    def _scanner(self) -> Any:
+        """The secret scanner, created (and :mod:`toolwatch.secrets` imported) on first use."""
+        h = self._hasher
+        if h is None:
+            with self._hasher_lock:
+                if self._hasher is None:
+                    self._hasher = _make_hasher(self._key)
+                h = self._hasher
+        return h
 
     def redact(self, value: Any) -> Any:
-        """``value`` with every value under a secret-looking key hashed (recursively)."""
-        if isinstance(value, dict):
-            return {
-                k: (self._hash(v) if isinstance(k, str) and _SECRET_KEY.search(k)
-                    and v not in (None, "") else self.redact(v))
-                for k, v in value.items()
-            }
-        if isinstance(value, list):
-            return [self.redact(v) for v in value]
-        return value
+        """``value`` with every secret hashed, by ingest's rules (a copy; never raises).
 
-    def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+        Values under secret-like keys are replaced whole; secrets inside strings (tokens,
+        URL credentials, ``Bearer`` headers, ``name=value`` pairs, …) are hashed in place.
+        """
+        try:
+            return self._scanner().redact(value, [])
+        except Exception:  # never log what could not be redacted
+            return "[unredactable]"
+
+    def _line(self, record: dict[str, Any], *, scan: bool = True) -> tuple[str, bool]:
+        """``record`` as one redacted JSON line (with its newline), and whether redaction
+        changed it.
+
+        The *whole* serialized line goes through :meth:`SecretHasher.redact_line`, exactly
+        what ingest runs on it: the same digests (ingest's second pass changes nothing)
+        and secrets in any field (a ``caller_id`` from a ``principal`` hook, a tool name),
+        not only in ``args``. ``scan=False`` skips the scanner (a ``SESSION_END`` before any
+        call: nothing in it came from a client, and the exit should not import pyarrow).
+        """
+        line = json.dumps(record, ensure_ascii=False, default=str)
+        if not scan:
+            return line + "\n", False
+        try:
+            raw = line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: escaped, as JSON allows
+            line = json.dumps(record, ensure_ascii=True, default=str)
+            raw = line.encode("utf-8")
+        try:
+            red, _ = self._scanner().redact_line(raw)
+        except Exception:  # never write what could not be redacted
+            safe = {k: record[k] for k in _SAFE_FIELDS if k in record}
+            return json.dumps({**safe, "error": "unredactable"}, default=str) + "\n", True
+        if red == raw:
+            return line + "\n", False
+        return red.decode("utf-8", "replace") + "\n", True
+
+    def _write(self, record: dict[str, Any], *, scan: bool = True) -> None:
+        self._emit(self._line(record, scan=scan)[0])
+
+    def _emit(self, line: str) -> None:
         out = self.stream or sys.stderr
         with self._lock:
             try:
@@ -297,7 +358,7 @@ class ToolwatchMiddleware:
         finally:
             _CALL_EXC.reset(token)
             caller, client, ip = self._who(ctx)
-            args = self.redact(params.get("arguments") or {})
+            args = params.get("arguments") or {}
             rec: dict[str, Any] = {
                 "ts": _now(),
                 "session_id": self.session_id,
@@ -317,7 +378,13 @@ class ToolwatchMiddleware:
                 rec["rows"] = rows
             if detail:
                 rec["error"] = detail
-            self._write({k: v for k, v in rec.items() if v is not None})
+            line, changed = self._line({k: v for k, v in rec.items() if v is not None})
+            self._emit(line)
+            if changed:  # the summary counts resources as logged (hashed), never a secret
+                try:
+                    args = json.loads(line).get("args")
+                except (ValueError, AttributeError):
+                    args = None
             with self._lock:
                 self._calls += 1
                 self._errors += int(is_error)
@@ -346,7 +413,9 @@ class ToolwatchMiddleware:
             "errors": self._errors,
             "durationMs": round((time.time() - self._started) * 1000, 1),
         }
-        self._write({k: v for k, v in rec.items() if v is not None})
+        # (the caller comes from a call, which loaded the scanner: no call, nothing to scan)
+        self._write({k: v for k, v in rec.items() if v is not None},
+                    scan=self._hasher is not None)
 
 
 __all__ = ["ToolwatchMiddleware"]

@@ -32,6 +32,7 @@ from toolwatch.live.stop import StopFlag
 from toolwatch.store import Store
 
 try:
+    from tests.kafka_broker import kafka_broker
     from tests.test_live_support import (
         call_line,
         config_for,
@@ -40,6 +41,7 @@ try:
         stored_count,
     )
 except ImportError:  # pytest's rootdir-relative import
+    from kafka_broker import kafka_broker  # type: ignore[no-redef]  # noqa: F401
     from test_live_support import (  # type: ignore[no-redef]
         call_line,
         config_for,
@@ -170,3 +172,52 @@ def test_a_poll_in_real_time_flushes_at_flush_events_without_a_backlog(tmp_path:
     assert src.pending_at_poll[3] == 10  # below flush_events: waits for the interval
     assert stored_count(data) == 130
     assert lp.status.extra.get("detect_deferred", 0) == 0
+
+
+@pytest.mark.kafka
+def test_kafka_is_behind_after_a_full_fetch_until_a_poll_comes_back_short(
+    tmp_path: Path, kafka_broker: Any
+) -> None:
+    """``KafkaSource.behind()``: a poll of at least ``flush_events`` messages counts as a
+    backlog even when the lag is already 0 (the backlog's last full fetch answer: its
+    micro-batch must stay a backlog one so the end is detected once), and a poll that
+    comes back short with no lag is not."""
+    from kafka import KafkaProducer
+    from toolwatch.ingest.sources.kafka import KafkaSource
+
+    try:
+        from tests.kafka_broker import create_topic
+        from tests.test_kafka_consumer import GROUP_OPTS, uniq
+    except ImportError:  # pytest's rootdir-relative import
+        from kafka_broker import create_topic  # type: ignore[no-redef]
+        from test_kafka_consumer import GROUP_OPTS, uniq  # type: ignore[no-redef]
+
+    bs = kafka_broker.bootstrap
+    topic = uniq("end")
+    create_topic(bs, topic, partitions=1)
+    prod = KafkaProducer(bootstrap_servers=bs, linger_ms=20, batch_size=1 << 20)
+    for i in range(600):
+        prod.send(topic, key=b"k", value=call_line(i).rstrip(b"\n"))
+    prod.flush(timeout=30)
+    prod.close(timeout=10)
+    store = Store(tmp_path / "store")
+    src = KafkaSource(bootstrap_servers=bs, topics=[topic], group_id=uniq("g"), store=store,
+                      consumer_options=GROUP_OPTS)
+    src.flush_events = 100
+    try:
+        src.open(src.control)
+        got, polls, full = 0, 0, 0
+        while got < 600 and polls < 200:
+            polls += 1
+            n = sum(len(i) for i in src.poll(0.2) if isinstance(i, RawBatch))
+            got += n
+            if n >= 100:
+                full += 1
+                assert src.behind()  # a full poll: behind, whatever the lag
+        assert got == 600 and full >= 1
+        assert sum(src.lag().values()) == 0
+        assert not any(isinstance(i, RawBatch) for i in src.poll(0.2))
+        assert not src.behind()  # a short poll with nothing left: caught up
+    finally:
+        src.close()
+        store.close()

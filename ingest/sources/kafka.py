@@ -821,12 +821,16 @@ class KafkaSource(LiveSource):
     def behind(self) -> bool:
         """Whether a micro-batch's worth is still waiting beyond the last poll.
 
-        A full poll, or a lag of at least :attr:`flush_events` messages: waiting for
-        size then fills the micro-batch within a few polls. A smaller lag (messages
-        fetched ahead, a trickle) is not a backlog, so the flush interval keeps latency
-        low.
+        A poll of at least :attr:`flush_events` messages (a whole fetch answer: real
+        time brings far fewer per poll), or a lag of at least that many: waiting for
+        size then fills the micro-batch within a few polls. A smaller lag after a small
+        poll (messages fetched ahead, a trickle) is not a backlog, so the flush interval
+        keeps latency low. The poll rule keeps a backlog's last full fetch answers a
+        backlog until a poll comes back short: its end is then detected once (as
+        ``tail`` does), not once when the lag drops below a micro-batch and again for
+        the last messages.
         """
-        if self._last_got >= self.max_poll_records:
+        if self._last_got >= min(self.max_poll_records, self.flush_events):
             return True
         return sum(self.lag().values()) >= self.flush_events
 

@@ -186,6 +186,31 @@ def _make_hasher(key: bytes) -> Any:
     return _UnkeyedHasher(b"")
 
 
+def _make_gate(hasher: Any) -> Any:
+    """The line filter ingest runs before its scanner, or ``None`` (scan every line).
+
+    Ingest sends a line to :meth:`SecretHasher.redact_line` only when the hasher's
+    :attr:`~toolwatch.secrets.SecretHasher.candidate_pattern` (a superset of what the
+    scanner changes) matches it, case-insensitively, in one RE2 pass over its bytes read
+    as Latin-1 (``ingest/parse.py``). The same filter here, compiled the same way, skips
+    the scanner for the lines ingest would skip: ~10x cheaper on an ordinary call, and
+    exactly ingest's output either way.
+    """
+    try:
+        import re2
+    except ImportError:  # google-re2 is a dependency of toolwatch; without it, scan all
+        return None
+    try:
+        opts = re2.Options()
+        opts.encoding = re2.Options.Encoding.LATIN1
+        opts.case_sensitive = False
+        opts.never_nl = True
+        opts.max_mem = 64 << 20  # ingest's budget: the big pattern's DFA, no NFA fallback
+        return re2.compile(f"(?m:{hasher.candidate_pattern})".encode("latin-1"), opts)
+    except Exception:  # a pattern this RE2 refuses: scan every line (a superset)
+        return None
+
+
 class ToolwatchMiddleware:
     """SDK server middleware: one toolwatch log line per ``tools/call``, SESSION_END at exit.
 
@@ -222,6 +247,7 @@ class ToolwatchMiddleware:
         )
         self._key = _hmac_key()
         self._hasher: Any = None  # toolwatch.secrets.SecretHasher, on the first call
+        self._gate: Any = None  # ingest's RE2 line filter, built with the scanner
         self._hasher_lock = threading.Lock()
         self._lock = threading.Lock()
         self._started = time.time()
@@ -241,7 +267,9 @@ class ToolwatchMiddleware:
         if h is None:
             with self._hasher_lock:
                 if self._hasher is None:
-                    self._hasher = _make_hasher(self._key)
+                    hasher = _make_hasher(self._key)
+                    self._gate = _make_gate(hasher)
+                    self._hasher = hasher
                 h = self._hasher
         return h
 
@@ -275,7 +303,10 @@ class ToolwatchMiddleware:
             line = json.dumps(record, ensure_ascii=True, default=str)
             raw = line.encode("utf-8")
         try:
-            red, _ = self._scanner().redact_line(raw)
+            hasher = self._scanner()
+            if self._gate is not None and self._gate.search(raw) is None:
+                return line + "\n", False  # no candidate: ingest would not scan it either
+            red, _ = hasher.redact_line(raw)
         except Exception:  # never write what could not be redacted
             safe = {k: record[k] for k in _SAFE_FIELDS if k in record}
             return json.dumps({**safe, "error": "unredactable"}, default=str) + "\n", True

@@ -70,10 +70,8 @@ SHAPES: dict[str, Any] = {
     "token_format": lambda s: {"gh": f"ghp_{s}{s}"[:40]},
 }
 
-# Shapes whose digest ingest's second pass hashes again today (a SecretHasher bug, not the
-# middleware's: "Bearer hmac:X" -> "Bearer hmac:Y:X", "secret_hmac:X" -> "secret_hmac:hmac:…").
-# The secret is never in clear; only the stored digest differs from ingest-of-clear.
-NOT_IDEMPOTENT = frozenset({"bearer_in_text", "glued_to_key"})
+# (Ingest's second pass once hashed two of these digests again: "Bearer hmac:X" ->
+# "Bearer hmac:Y:X", "secret_hmac:X" -> "secret_hmac:hmac:…". Every shape is checked below.)
 
 # A credential-looking secret: letters and digits, both cases (what a token looks like)
 _ALNUM = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"
@@ -124,14 +122,12 @@ def _log_calls(calls: list[dict[str, Any]], **kw: Any) -> list[str]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arguments())
 def test_no_secret_shape_reaches_the_line(case: tuple[str, str, dict[str, Any]]) -> None:
-    shape, secret, args = case
+    _shape, secret, args = case
     line = _log_calls([args])[0]
     assert secret not in line
     rec = json.loads(line)
     assert secret not in json.dumps(rec)  # nor JSON-escaped
     assert rec["tool"] == "query" and rec["status"] == "ok"
-    if shape in NOT_IDEMPOTENT:
-        return
     # ingest's pass over the middleware's line changes nothing: the digests are its own
     raw = line.encode()
     assert _hasher().redact_line(raw)[0] == raw
@@ -187,12 +183,16 @@ def test_every_shape_and_the_old_key_regex_misses() -> None:
             assert "hmac:" in line, name
 
 
-@pytest.mark.xfail(strict=True, reason="SecretHasher hashes its own 'Bearer hmac:…' and "
-                   "'secret_hmac:…' digests again (toolwatch/secrets.py; see NOT_IDEMPOTENT)")
-@pytest.mark.parametrize("shape", sorted(NOT_IDEMPOTENT))
-def test_ingest_leaves_these_middleware_digests_too(shape: str) -> None:
-    line = _log_calls([SHAPES[shape]("Xk7pQ2vLm9Rt4Wz8Nb3c")])[0].encode()
-    assert _hasher().redact_line(line)[0] == line
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_ingest_leaves_every_middleware_digest_and_records_it(shape: str) -> None:
+    """Ingest's pass over a middleware line changes nothing and records the same
+    credential hash as ingest of the clear call (once, two shapes were hashed again)."""
+    secret = "Xk7pQ2vLm9Rt4Wz8Nb3c"
+    line = _log_calls([SHAPES[shape](secret)])[0].encode()
+    out, cred = _hasher().redact_line(line)
+    assert out == line
+    clear_cred = _hasher().redact_line(orjson.dumps({"args": SHAPES[shape](secret)}))[1]
+    assert cred is not None and cred == clear_cred
 
 
 def test_secret_in_caller_and_tool_name_too() -> None:
@@ -304,8 +304,6 @@ def test_real_server_stderr_and_ingest_store_the_same_digests(tmp_path) -> None:
     assert len(via_mw) == len(via_clear) == len(logged)
     for name, rec, mw_row, clear_row in zip([*names, "api_key"], logged, via_mw, via_clear,
                                             strict=True):
-        if name in NOT_IDEMPOTENT:
-            continue
         mw_args = json.loads(mw_row["args"])
         assert mw_args == json.loads(clear_row["args"])  # the same digests
         assert mw_args == rec["args"]  # stored as the middleware logged them
@@ -313,9 +311,6 @@ def test_real_server_stderr_and_ingest_store_the_same_digests(tmp_path) -> None:
         assert secret not in _store_text(tmp_path / store)
 
 
-@pytest.mark.xfail(strict=True, reason="ingest records a secret as the event's credential_hash "
-                   "only when it hashes it itself: a digest already in the line is kept but not "
-                   "recorded (toolwatch/secrets.py _hash_value); hook proposed in NOTES.md")
 def test_ingest_keeps_the_credential_hash_of_a_middleware_line(tmp_path) -> None:
     line = _log_calls([{"user": "bob", "password": "Xk7pQ2vLm9Rt4Wz8Nb3c"}])[0]
     path = tmp_path / "mw.jsonl"

@@ -17,14 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secrets import HASH_PREFIX, SecretHasher, _is_name
+from toolwatch.secrets import HASH_PREFIX, SecretHasher, _is_name, is_digest
 
 HASHER = SecretHasher(b"k" * 32, ["apikey", "token", "password", "authorization"])
 
 keys = st.sampled_from(["id", "apiKey", "TOKEN", "q", "nested", "Authorization", "x_token"])
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8),
-    st.just(HASH_PREFIX + "already"),
+    st.just(HASH_PREFIX + "already"), st.just(HASH_PREFIX + "0123456789abcdef" * 2),
     st.sampled_from(["https://u:pw-1234567@h/x", "Bearer abcdefgh", "a?token=xyz&b=1",
                      "password", "Authorization", "token", "invalid token x1y2z3w4",
                      "admin:pw9@10.0.0.1"]),
@@ -39,12 +39,16 @@ json_values = st.recursive(
 def reference(obj: Any, found: list[str]) -> Any:
     """The specification: copy everything; a non-null value under a secret key is hashed
     whole (whatever its type); every other string, key or value, is scrubbed of secret
-    shapes."""
+    shapes. A value that is already a digest (``hmac:`` + 32 hex) is kept and recorded;
+    any other value starting with ``hmac:`` is hashed like the rest."""
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
             if HASHER.is_secret_key(k):
-                if v is None or (isinstance(v, str) and v.startswith(HASH_PREFIX)):
+                if v is None:
+                    out[k] = v
+                elif isinstance(v, str) and is_digest(v):  # hashed before: kept, recorded
+                    found.append(v)
                     out[k] = v
                 else:
                     h = HASHER.digest(v)
@@ -59,7 +63,10 @@ def reference(obj: Any, found: list[str]) -> Any:
         for i, v in enumerate(obj):
             if i and HASHER._names_next(obj[i - 1]) and not _is_name(v):
                 # a list naming its next element (["password", S], [{"k": "token"}, S])
-                if v is None or (isinstance(v, str) and v.startswith(HASH_PREFIX)):
+                if v is None:
+                    out_list.append(v)
+                elif isinstance(v, str) and is_digest(v):
+                    found.append(v)
                     out_list.append(v)
                 else:
                     h = HASHER.digest(v)

@@ -49,6 +49,46 @@ from toolwatch.ingest.arrays import to_numpy
 from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
 
 HASH_PREFIX = "hmac:"
+_DIGEST_LEN = len(HASH_PREFIX) + 32
+_HEX = frozenset("0123456789abcdef")
+
+
+def _starts_with_digest(text: str, found: list[str]) -> bool:
+    """Whether ``text`` begins with a digest (hashed earlier in this pass, or before);
+    the digest is recorded in ``found`` (a second redaction records what the first did)."""
+    if text.startswith(HASH_PREFIX) and is_digest(text[:_DIGEST_LEN]):
+        found.append(text[:_DIGEST_LEN])
+        return True
+    return False
+
+
+_DIGEST_B_RE = re.compile(rb"hmac:[0-9a-f]{32}(?![0-9a-f])")
+
+
+def _digest_at(text: str, start: int, found: list[str]) -> bool:
+    """Whether a value found at ``start`` of ``text`` is (part of) a digest: it begins
+    with one, or is the hex of one whose ``hmac:`` a name rule took for the end of the
+    name (``secret_hmac:<hex>``). The digest is recorded in ``found``."""
+    for s in (start, start - len(HASH_PREFIX)):
+        if s >= 0 and text.startswith(HASH_PREFIX, s) and is_digest(text[s : s + _DIGEST_LEN]):
+            found.append(text[s : s + _DIGEST_LEN])
+            return True
+    return False
+
+
+def is_digest(text: str) -> bool:
+    """Whether ``text`` is exactly one of toolwatch's digests (``hmac:`` + 32 hex).
+
+    A digest already in a line (written by the SDK middleware with the same key, or a
+    line redacted before) is left as it is *and* recorded like a secret hashed here, so
+    redacting twice gives the same line and the same ``credential_hash``. Anything else
+    that merely starts with ``hmac:`` is an ordinary value and is hashed.
+    """
+    return (
+        len(text) == _DIGEST_LEN
+        and text.startswith(HASH_PREFIX)
+        and _HEX.issuperset(text[len(HASH_PREFIX):])
+    )
 
 # --------------------------------------------------------------------------- vocabulary
 #: Secret words matched as a *whole word* of the normalized key (``userPin``, ``PIN``,
@@ -266,7 +306,9 @@ def _strings_may_hold_shape(line: bytes) -> bool:
 #: ``Bearer <token>`` / ``Basic <base64>`` (group 1 is hashed). Basic needs a character
 #: that prose lacks (digit, upper case after the first letter, ``+/=``).
 _SCHEME_RE = re.compile(
-    r"\b(?:[Bb]earer|BEARER)\s+([A-Za-z0-9._~+/=\-]{4,})"
+    # (a digest written by the middleware or an earlier pass is taken whole, so it is
+    # kept and recorded instead of its "hmac" being hashed again)
+    r"\b(?:[Bb]earer|BEARER)\s+(hmac:[0-9a-f]{32}(?![A-Za-z0-9._~+/=\-])|[A-Za-z0-9._~+/=\-]{4,})"
     r"|\b[Bb]asic\s+((?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{6,}={0,2}"
     r"|[A-Za-z0-9+/]*[A-Z][A-Za-z0-9+/]*[a-z0-9+/][A-Za-z0-9+/]{4,}={0,2})"
 )
@@ -366,8 +408,7 @@ def _cli_spans(text: str) -> list[tuple[int, int]]:
         for prefixes, rx in _CLI_FLAG_RES:
             if word.startswith(prefixes):
                 for f in rx.finditer(text, m.end(), end):
-                    if not f.group("pw").startswith(HASH_PREFIX):
-                        spans.append(f.span("pw"))
+                    spans.append(f.span("pw"))  # (a digest is kept by _hash_match)
                 break
     return spans
 
@@ -760,9 +801,11 @@ class SecretHasher:
         ``ignore_case=True``): one DFA pass, so the exact path runs only for the few
         lines that need it. It is a superset of what the exact path changes: every
         secret key spelling, token shape, URL userinfo and query secret, and every line
-        holding a ``\\u`` escape.
+        holding a ``\\u`` escape, and every digest already in a line (the SDK
+        middleware's, or a line redacted before), which is recorded as the line's
+        credential hash.
         """
-        return self._text_pattern + r"|\\u"
+        return self._text_pattern + r"|\\u|hmac:[0-9a-f]{32}"
 
     def is_secret_key(self, key: str) -> bool:
         """Whether values under ``key`` must be hashed (any case or separator style)."""
@@ -842,7 +885,8 @@ class SecretHasher:
         """The stored form of a value under a secret key (``None`` stays ``None``)."""
         if value is None:
             return None
-        if isinstance(value, str) and value.startswith(HASH_PREFIX):
+        if isinstance(value, str) and is_digest(value):
+            found.append(value)
             return value
         h = self.digest(value)
         found.append(h)
@@ -945,7 +989,12 @@ class SecretHasher:
             seg = m.group(0)
             # (vocabulary words are letters: a part without a digit can only count by
             # length, so most name words are skipped before any stripping)
-            if len(seg) < 6 or (len(seg) < 20 and seg.isalpha()) or seg.startswith(HASH_PREFIX):
+            if len(seg) < 6 or (len(seg) < 20 and seg.isalpha()):
+                continue
+            if key.startswith(HASH_PREFIX, m.start() - len(HASH_PREFIX)) and is_digest(
+                HASH_PREFIX + seg
+            ):  # a credential hashed before ("secret_hmac:<hex>"): kept, recorded
+                found.append(HASH_PREFIX + seg)
                 continue
             a, b = self._strip_vocabulary(seg)
             part = seg[a:b]
@@ -1077,7 +1126,10 @@ class SecretHasher:
         if _has_duplicate_keys(src, obj):
             return self._redact_duplicates(src, line)
         if not found:
-            return line, None
+            # a digest no rule claims (a token format hashed before, under an ordinary
+            # key) is still the line's credential, as it was for the first redaction
+            d = _DIGEST_B_RE.search(line) if b"hmac:" in line else None
+            return line, (d.group(0).decode() if d is not None else None)
         if red is obj:
             return src, found[0]
         try:
@@ -1237,7 +1289,8 @@ class SecretHasher:
         return bool(hit[0].as_py())
 
     def _hash_match(self, secret: str, found: list[str]) -> str:
-        if secret.startswith(HASH_PREFIX):
+        if is_digest(secret):
+            found.append(secret)
             return secret
         h = self.digest(secret)
         found.append(h)
@@ -1254,7 +1307,7 @@ class SecretHasher:
         info = m.group(2)
         if ":" in info:
             user, pw = info.split(":", 1)
-            if not pw or pw.startswith(HASH_PREFIX):
+            if not pw:
                 return m.group(0)
             return f"{m.group(1)}{user}:{self._hash_match(pw, found)}@"
         if len(info) >= 20:  # a token used as the user name (https://<token>@host)
@@ -1266,7 +1319,7 @@ class SecretHasher:
         user, rest = m.group(1), m.group(2)
         pw = rest[:-1]
         # (a time's "10:30@home" has a numeric "user")
-        if not pw or pw.startswith(HASH_PREFIX) or user.isdigit() or user.lower() in _NOT_USERS:
+        if not pw or user.isdigit() or user.lower() in _NOT_USERS:
             return m.group(0)
         return f"{user}:{self._hash_match(pw, found)}@"
 
@@ -1310,8 +1363,6 @@ class SecretHasher:
     def _hash_cli_password(self, m: re.Match[str], found: list[str]) -> str:
         """``-u user:pass``: the password."""
         pw = m.group(2)
-        if pw.startswith(HASH_PREFIX):
-            return m.group(0)
         s = m.start(2) - m.start()
         return m.group(0)[:s] + self._hash_match(pw, found)
 
@@ -1343,7 +1394,7 @@ class SecretHasher:
             value = m.group(g).rstrip(".!?:")
             if (
                 not value
-                or value.startswith(HASH_PREFIX)
+                or _digest_at(text, m.start(g), found)
                 or (not explicit and not _looks_like_secret(value))
             ):
                 continue
@@ -1393,7 +1444,7 @@ class SecretHasher:
                 continue
             g = v.lastindex or 3
             value = v.group(g)
-            if value and not value.startswith(HASH_PREFIX):
+            if value and not _digest_at(text, v.start(g), found):
                 pieces.append(text[last : v.start(g)])
                 pieces.append(self._hash_match(value, found))
                 last = v.end(g)
@@ -1516,7 +1567,7 @@ class SecretHasher:
             m = _STR_RE.match(text, start)
             assert m is not None
             value = _loose_unescape(m.group(1))
-            if value.startswith(HASH_PREFIX):
+            if _starts_with_digest(value, found):
                 return m.end(), None
             close = '"' if m.group(2) else ""
             return m.end(), '"' + self._hash_match(value, found) + close

@@ -3,23 +3,33 @@
 Record batches are built with kafka-python's MemoryRecordsBuilder (the producer's
 encoder), in every message format and codec, from generated keys, values and headers;
 both decoders must yield identical ConsumerRecords and fetch positions, and a damaged
-buffer must not decode to different data. The end-to-end path (a real broker) is covered
-by tests/test_kafka_consumer.py, whose consumers use the lean decoder.
+buffer must not decode to different data. The chunk decoder (toolwatch's consumer) differs
+from kafka-python only where kafka-python is wrong, stated precisely in
+kafka_python_by_position: records at an offset already passed (kafka-python only skips
+leading ones) or past their batch's lastOffsetDelta, and a position that goes back.
+The end-to-end path (a real broker) is covered by tests/test_kafka_consumer.py, whose
+consumers use the lean decoder.
 """
 
 from __future__ import annotations
 
+from itertools import dropwhile
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka.consumer.fetcher import Fetcher
 from kafka.errors import KafkaError
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.structs import TopicPartition
-from toolwatch.ingest.sources.kafka import RecordChunk, _fast_partition_records, message_batch
+from toolwatch.ingest.sources.kafka import (
+    RecordChunk,
+    _fast_partition_records,
+    _kept_deltas,
+    message_batch,
+)
 
 TP = TopicPartition("logs", 3)
 Fast = _fast_partition_records(Fetcher.PartitionRecords)
@@ -124,13 +134,15 @@ def flatten(recs: list[Any]) -> tuple[list[bytes], list[int]]:
 def test_chunks_hold_the_same_values_and_offsets(magic: int, codec: int, batches: list,
                                                  start: int) -> None:
     """One chunk per record batch; the values (null -> b"") and offsets kafka-python reads,
-    records below the fetch offset dropped, the same next fetch position."""
+    records below the fetch offset dropped, kafka-python's next fetch position, except
+    that the position never goes back below the fetch offset (kafka-python moves it back
+    to the end of the data when every record is below the fetch offset: a re-fetch)."""
     if (magic < 2 and codec == 4) or (magic == 0 and codec == 3):
         return
     buf = build(batches, magic, codec)
     want, want_next = read(Fetcher.PartitionRecords, buf, start)
     got, got_next = read(Chunked, buf, start)
-    assert got_next == want_next
+    assert got_next == max(want_next, start)
     values, offsets = flatten(got)
     assert values == [r.value if r.value is not None else b"" for r in want]
     assert offsets == [r.offset for r in want]
@@ -142,21 +154,115 @@ def test_chunks_hold_the_same_values_and_offsets(magic: int, codec: int, batches
                                    if o >= start + 1]
 
 
+ERRORS = (KafkaError, ValueError, IndexError, AssertionError, RuntimeError)
+
+
+def kafka_python_by_position(buf: bytes, start: int) -> Any:
+    """What the chunk decoder must deliver from ``buf``: kafka-python's own records, less
+    those at an offset the position has already passed or outside their batch's range.
+
+    Walks the batches with kafka-python's own batch/record decoding; a record is kept when
+    ``position <= offset <= base_offset + lastOffsetDelta`` (the position: ``start``, then
+    one past every kept record and every batch's end), Kafka's Java consumer's rule
+    (``CompletedFetch.nextFetchedRecord`` skips any record below ``nextFetchOffset``).
+    kafka-python's ``PartitionRecords`` only drops *leading* records below the fetch offset
+    (``itertools.dropwhile``): it delivers a record at an offset below one it delivered
+    before (a damaged base offset, which no CRC covers: e.g. -2**63 + 1 after 0) and
+    moves the position back to such a batch's end. Checked here: without the rule, this
+    walk yields exactly kafka-python's records. Returns ``(values, offsets, position)``,
+    or None when the decoder must refuse (CRC/structure error before any kept record).
+    """
+    try:
+        recs, _ = read(Fetcher.PartitionRecords, buf, start)
+        theirs: Any = [r.offset for r in recs]
+    except ERRORS:
+        theirs = None
+    pos, values, offsets, every = start, [], [], []
+    refused = False
+    mr = MemoryRecords(buf)
+    try:
+        while (batch := mr.next_batch()) is not None:
+            if not batch.validate_crc():
+                raise KafkaError("crc")
+            for r in list(batch):
+                every.append(r.offset)
+                if pos <= r.offset <= batch.base_offset + batch.last_offset_delta:
+                    values.append(r.value if r.value is not None else b"")
+                    offsets.append(r.offset)
+                    pos = r.offset + 1
+            pos = max(pos, batch.next_offset)
+    except ERRORS:
+        refused = True
+    plain = list(dropwhile(lambda o: o < start, every))
+    # The oracle's walk is kafka-python's: same records before the rule, same refusals.
+    assert theirs == (None if refused and not plain else plain)
+    if refused and not offsets:
+        return None
+    return values, offsets, pos
+
+
 @settings(max_examples=60, deadline=None)
 @given(batches=st.lists(st.lists(record, min_size=1, max_size=6), min_size=1, max_size=2),
        at=st.integers(0, 10**6), byte=st.integers(0, 255))
+# Found by hypothesis: the 2nd batch's base offset (outside the batch CRC) damaged to -2**63;
+# kafka-python delivers its record at offset -2**63 + 1 after offset 0 and moves the
+# position to -2**63 + 2 (an OffsetOutOfRange, then a re-read of the whole partition).
+@example(batches=[[(0, None, None, [("", b"\x00"), ("00\x80", None)])],
+                  [(0, None, None, [("", b"\x00"), ("00\x80", None)])]],
+         at=34881, byte=128)
 def test_chunks_of_a_damaged_buffer_never_differ(batches: list, at: int, byte: int) -> None:
+    """A damaged buffer: the chunk decoder refuses what kafka-python refuses (CRC, sizes)
+    and otherwise delivers kafka-python's records less those below the position
+    (:func:`kafka_python_by_position`); the position never goes back."""
     buf = bytearray(build(batches, 2, 0))
     buf[at % len(buf)] = byte
-    errors = (KafkaError, ValueError, IndexError, AssertionError, RuntimeError)
+    want = kafka_python_by_position(bytes(buf), 0)
     try:
-        recs, _ = read(Fetcher.PartitionRecords, bytes(buf))
-        want: Any = ([r.value if r.value is not None else b"" for r in recs],
-                     [r.offset for r in recs])
-    except errors:
-        want = None
-    try:
-        got: Any = flatten(read(Chunked, bytes(buf))[0])
-    except errors:
+        recs, got_next = read(Chunked, bytes(buf))
+        got: Any = (*flatten(recs), got_next)
+    except ERRORS:
         got = None
     assert got == want
+    if got is not None:
+        assert got[2] >= 0 and all(o >= 0 for o in got[1])
+
+
+def test_damaged_base_offset_keeps_the_position_and_the_next_good_batch() -> None:
+    """Three batches, the middle one's base offset damaged to -2**63 (its CRC still
+    passes): the chunk decoder delivers the first and last batches, drops the middle
+    one's record (an offset already passed), and the position ends after the last."""
+    buf = bytearray(build([[(0, None, b"a", [])], [(0, None, b"b", [])],
+                           [(0, None, b"c", [])]], 2, 0))
+    at = 12 + int.from_bytes(buf[8:12], "big")  # 1st batch: offset, length, then length bytes
+    buf[at] = 0x80  # high byte of the 2nd batch's baseOffset
+    recs, nxt = read(Fetcher.PartitionRecords, bytes(buf))
+    assert [r.offset for r in recs] == [0, -(2**63) + 1, 2]  # kafka-python goes back
+    got, got_next = read(Chunked, bytes(buf))
+    assert flatten(got) == ([b"a", b"c"], [0, 2])
+    assert got_next == nxt == 3
+    b = message_batch(TP, got, 0)
+    assert b.offsets.tolist() == [0, 2] and b.lines.to_pylist() == [b"a", b"c"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(deltas=st.lists(st.integers(-3, 40), min_size=1, max_size=30),
+       lo=st.integers(-5, 45), hi=st.integers(-2, 45))
+@example(deltas=[0, 2, 1, 3], lo=0, hi=3)  # first 0, last n-1, yet not 0..n-1
+@example(deltas=[0, 100, 1], lo=0, hi=2)  # a producer-written delta past lastOffsetDelta
+def test_kept_deltas_is_the_position_rule(deltas: list[int], lo: int, hi: int) -> None:
+    """Offset deltas a v2 batch keeps: those at or past the position (``lo``) and within
+    the batch (``<= hi``), each above every delta kept before it; a forged delta past
+    the batch neither survives nor moves the position past the batch's later records."""
+    pos, want = max(lo, 0), []
+    for i, d in enumerate(deltas):
+        if pos <= d <= hi:
+            want.append(i)
+            pos = d + 1
+    got = _kept_deltas(deltas, lo, hi)
+    if not want:
+        assert got is None
+        return
+    assert got is not None
+    kept, keep = got
+    idx = list(range(len(deltas))) if keep is None else keep.tolist()
+    assert idx == want and kept.tolist() == [deltas[i] for i in want]

@@ -297,6 +297,52 @@ def _walk_v2(buf: bytes, pos: int, n: int) -> tuple[list[int], list[int], list[i
     return vstarts, vlens, odeltas, pos
 
 
+_INT64_MAX = (1 << 63) - 1
+
+
+def _kept_deltas(odeltas: list[int], lo: int,
+                 hi: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """Which records of a v2 batch the chunk decoder delivers, by their offset deltas.
+
+    A record is kept when its offset is at or past the position reached so far (the
+    fetch offset, then one past every record delivered and the end of every batch
+    before it: ``lo`` relative to the batch's base offset) and within the batch's
+    declared range (``hi`` = lastOffsetDelta, capped so base + delta stays an Int64).
+    This is Kafka's Java consumer's rule (``CompletedFetch.nextFetchedRecord`` skips
+    *any* record below ``nextFetchOffset``). kafka-python only drops the *leading*
+    records below the fetch offset (``itertools.dropwhile``), so for a log whose
+    offsets go backwards (a batch whose base offset, outside the batch CRC, is damaged)
+    it delivers records at offsets already passed (even negative ones) and moves the
+    position back; toolwatch would store them and checkpoint a position below what it
+    stored. A record claiming an offset past its batch's lastOffsetDelta (offset deltas
+    are producer-written) would collide with the records the broker puts there, and
+    advancing the position past it would skip them. On a well-formed log (increasing
+    offsets, deltas within the batch) every record is kept, as kafka-python keeps them.
+
+    Returns None when no record is kept, else ``(deltas, keep)``: the kept deltas
+    (int64) and the kept indexes, or ``keep`` None when every record is kept.
+    """
+    lo = max(lo, 0)
+    if not odeltas or lo > hi:
+        return None
+    try:
+        deltas = np.array(odeltas, dtype=np.int64)
+    except OverflowError:  # a varint past Int64: outside any batch anyway
+        deltas = np.array([d if 0 <= d <= hi else -1 for d in odeltas], dtype=np.int64)
+    n = len(deltas)
+    if deltas[0] >= lo and deltas[-1] <= hi and (n == 1 or bool((deltas[1:] > deltas[:-1]).all())):
+        return deltas, None  # strictly increasing inside [lo, hi]: the producer's 0..n-1
+    ok = (deltas >= lo) & (deltas <= hi)
+    # Kept = in range and above every earlier in-range delta (a record below the running
+    # maximum is below the position; out-of-range ones never raise the maximum).
+    below = np.maximum.accumulate(np.where(ok, deltas, -1))
+    ok[1:] &= deltas[1:] > below[:-1]
+    keep = np.flatnonzero(ok)
+    if len(keep) == 0:
+        return None
+    return deltas[keep], keep
+
+
 def _chunk_of(buf: bytes, vstarts: list[int], vlens: list[int],
               offsets: np.ndarray) -> RecordChunk:
     """A :class:`RecordChunk` from value positions in ``buf`` (null values -> empty)."""
@@ -316,7 +362,9 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
     ``ConsumerRecord`` tuples and keeps the fetcher's bookkeeping (``next_fetch_offset``
     per record, ``leader_epoch``, control batches skipped, batch CRC checked, record size
     validated). Anything else (custom deserializers, read_committed, message format
-    v0/v1) takes kafka-python's own path.
+    v0/v1) takes kafka-python's own path. With ``chunks`` (toolwatch's consumer) a record
+    at an offset already passed or outside its batch is dropped and the position never
+    goes back, where kafka-python delivers it and moves back (:func:`_kept_deltas`).
     """
     from kafka.consumer.fetcher import ConsumerRecord
     from kafka.errors import CorruptRecordError
@@ -344,7 +392,8 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
                         yield from self._old_format(tp, batch)
                     elif batch.is_control_batch:
                         self.leader_epoch = batch.leader_epoch
-                        self.next_fetch_offset = batch.next_offset
+                        self.next_fetch_offset = (max(self.next_fetch_offset, batch.next_offset)
+                                                  if chunks else batch.next_offset)
                     elif chunks:
                         self.leader_epoch = batch.leader_epoch
                         yield from self._v2_chunk(tp, batch)
@@ -353,7 +402,12 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
                         yield from self._v2(tp, batch)
                     batch = records.next_batch()
                 if last_batch is not None and last_batch.magic == 2:
-                    self.next_fetch_offset = last_batch.next_offset
+                    # kafka-python sets the position to the last batch's end even when that
+                    # is below it (a damaged base offset: negative -> OffsetOutOfRange ->
+                    # the whole partition re-read). Chunks: the position never goes back
+                    # (Kafka's Java consumer only ever advances it).
+                    self.next_fetch_offset = (max(self.next_fetch_offset, last_batch.next_offset)
+                                              if chunks else last_batch.next_offset)
                 self.drain()
             except StopIteration as exc:  # as kafka-python: never end the generator silently
                 raise RuntimeError("StopIteration raised unpacking messageset") from exc
@@ -372,26 +426,20 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
             n = len(odeltas)
             self.records_read += n
             self.bytes_read += pos - batch._pos
-            self.next_fetch_offset = batch.next_offset
-            if n == 0:
-                return
             first = batch.base_offset
-            if odeltas[0] == 0 and odeltas[-1] == n - 1:
-                # Producer-written batches: deltas 0..n-1 (strictly increasing by format)
-                offsets = np.arange(first, first + n, dtype=np.int64)
-            else:
-                offsets = first + np.array(odeltas, dtype=np.int64)
-            # kafka-python drops records below the fetch offset one by one (a fetch from
-            # inside a batch returns the whole batch); the chunk does it here, once.
-            if offsets[0] < self.fetch_offset:
-                keep = np.flatnonzero(offsets >= self.fetch_offset)
-                if len(keep) == 0:
-                    return
+            kept = _kept_deltas(odeltas, self.next_fetch_offset - first,
+                                min(batch.last_offset_delta, _INT64_MAX - first))
+            # The position never goes back (see _kept_deltas) and a batch's end is its
+            # declared lastOffsetDelta, never a record's own claim past it.
+            self.next_fetch_offset = max(self.next_fetch_offset, batch.next_offset)
+            if kept is None:
+                return
+            deltas, keep = kept
+            if keep is not None:
                 vstarts = [vstarts[i] for i in keep]
                 vlens = [vlens[i] for i in keep]
-                offsets = offsets[keep]
+            offsets = first + deltas
             chunk = _chunk_of(buf, vstarts, vlens, offsets)
-            self.next_fetch_offset = max(int(offsets[-1]) + 1, batch.next_offset)
             yield ConsumerRecord(
                 tp.topic, tp.partition, self.leader_epoch, int(offsets[0]),
                 batch.first_timestamp, batch.timestamp_type, None, chunk, [], None, -1,
@@ -425,10 +473,10 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
                         f"Record for partition {tp} at offset {record.offset} failed crc check")
                 self.records_read += 1
                 self.bytes_read += record.size_in_bytes
-                self.next_fetch_offset = record.offset + 1
-                if record.offset >= self.fetch_offset:
+                if record.offset >= self.next_fetch_offset:  # the rule of _kept_deltas
                     values.append(record.value or b"")
                     offs.append(record.offset)
+                    self.next_fetch_offset = record.offset + 1
             if offs:
                 yield ConsumerRecord(
                     tp.topic, tp.partition, self.leader_epoch, offs[0], -1, 0, None,

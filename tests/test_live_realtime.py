@@ -27,6 +27,7 @@ try:
         call_line,
         config_for,
         enum_detector,
+        recording_detector,
         stored_alerts,
         stored_count,
         wait_for,
@@ -37,6 +38,7 @@ except ImportError:  # pytest's rootdir-relative import
         call_line,
         config_for,
         enum_detector,
+        recording_detector,
         stored_alerts,
         stored_count,
         wait_for,
@@ -150,15 +152,7 @@ def test_passes_halve_while_memory_is_high_with_the_same_alerts(tmp_path: Path) 
     from toolwatch.live import LiveConfig
 
     def run(name: str, high: int) -> tuple[list[int], set[str], int]:
-        inner = enum_detector(5)
-        calls: list[int] = []
-        ids: set[str] = set()
-
-        def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
-            calls.append(events.height)
-            out = inner(events, summaries, history=history)
-            ids.update(out["entity_id"].to_list())
-            return out
+        detector, calls, ids = recording_detector(5)
 
         data = tmp_path / name
         cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.0,

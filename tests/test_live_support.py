@@ -118,6 +118,24 @@ def stored_alerts(data_dir: Path, latest: bool = True) -> pl.DataFrame:
     return pl.from_arrow(st.query(f"SELECT * FROM {view}"))  # type: ignore[return-value]
 
 
+def recording_detector(
+    threshold: int = 5,
+) -> tuple[Callable[..., pl.DataFrame], list[int], set[str]]:
+    """:func:`enum_detector` that records each call's event count and the alerted
+    entities: ``(detector, calls, ids)``, the two collections filled as it runs."""
+    inner = enum_detector(threshold)
+    calls: list[int] = []
+    ids: set[str] = set()
+
+    def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
+        calls.append(events.height)
+        out = inner(events, summaries, history=history)
+        ids.update(out["entity_id"].to_list())
+        return out
+
+    return detector, calls, ids
+
+
 def enum_detector(threshold: int = 5) -> Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame]:
     """A tiny rule with the detectors' contract: a session reading >= ``threshold``
     distinct not-found resources is an ``enumeration`` alert whose score grows with the

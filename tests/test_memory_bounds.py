@@ -405,25 +405,17 @@ def test_a_deferred_backlog_detection_runs_in_backlog_detect_passes(tmp_path) ->
 
     try:
         from tests.test_live import Feeder, nf
-        from tests.test_live_support import config_for, enum_detector, wait_for
+        from tests.test_live_support import config_for, recording_detector, wait_for
     except ImportError:  # tests/ itself on sys.path
         from test_live import Feeder, nf  # type: ignore[no-redef]
         from test_live_support import (  # type: ignore[no-redef]
             config_for,
-            enum_detector,
+            recording_detector,
             wait_for,
         )
 
     def run(name: str, backlog_passes: int) -> tuple[list[int], set[str]]:
-        inner = enum_detector(5)
-        calls: list[int] = []
-        ids: set[str] = set()
-
-        def detector(events, summaries, history=None):  # type: ignore[no-untyped-def]
-            calls.append(events.height)
-            out = inner(events, summaries, history=history)
-            ids.update(out["entity_id"].to_list())
-            return out
+        detector, calls, ids = recording_detector(5)
 
         data = tmp_path / name
         cfg = config_for(data, detect=True, flush_events=10, backlog_detect_interval_s=0.0,

@@ -269,7 +269,20 @@ _CLI_WORDS = (
     r"|htpasswd|sqlcmd|bcp|mongo\w*|docker|podman|nerdctl|buildah|skopeo|helm|oras"
 )
 _CLI_LINE_PATTERN = rf"(?i:(?:{_CLI_WORDS})[^\n]*?[\s\"]-[a-z])"
-_PROSE_USERINFO_PATTERN = _PROSE_USERINFO_PATTERN + "|" + _CLI_LINE_PATTERN
+#: A ``-p`` argv element followed by another (``["-p", S]``) or with a value glued to it
+#: (``["-pS"]``), in JSON text (escaped or not): an argv list without its command word.
+_ARGV_FLAG_PATTERN = r'\\*"-p(?:\\*"\s*,|[^"\\\s]{5,}\\*")'
+#: A name written with look-alike characters in prose (``the pаssword is S``, fullwidth,
+#: zero width inside): a word holding a non-ASCII character, then (``is``/``was``) a
+#: word with a digit. Written with ``[^\x00-\x7f]`` only, so it means the same in UTF-8
+#: and Latin-1 scans (a superset: this gate runs on lines the batch prefilter picked).
+_LOOKALIKE_PROSE_PATTERN = (
+    r"[^\x00-\x7f][^\s\"\\]*\s+(?:(?:is|was)\s+)?['\"]?[^\s'\"\\]*[0-9]"
+)
+_PROSE_USERINFO_PATTERN = (
+    _PROSE_USERINFO_PATTERN + "|" + _CLI_LINE_PATTERN + "|" + _LOOKALIKE_PROSE_PATTERN
+    + "|" + _ARGV_FLAG_PATTERN
+)
 # RE2 when there (one linear DFA pass; ``re`` tries the alternation at every byte)
 _PROSE_USERINFO_B_RE: Any = (
     _re2.compile(_PROSE_USERINFO_PATTERN.encode()) if _re2 is not None
@@ -374,6 +387,14 @@ _CLI_FLAG_RES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
 
 
 #: Commands whose ``-p`` is a password only in their ``login`` subcommand.
+#: A ``-p`` value that is a port mapping (``80``, ``8080:80``, ``127.0.0.1:8080:80``,
+#: ``127.0.0.1::80``, ``[::1]:53:53/udp``, ``8000-8010:80-90``), not a password.
+_PORT_SPEC_RE = re.compile(
+    r"(?:(?:\[[0-9A-Fa-f:.]+\]|\d{1,3}(?:\.\d{1,3}){3}):)?(?:\d{1,5}(?:-\d{1,5})?)?:?"
+    r"\d{1,5}(?:-\d{1,5})?(?:/(?:tcp|udp|sctp))?"
+)
+#: A ``-p`` value that is a path (``mkdir -p``-style flags of other tools) or a variable.
+_PATH_STARTS = ("/", "./", "../", "~", "$")
 _LOGIN_CMDS = frozenset({"docker", "podman", "nerdctl", "buildah", "skopeo", "helm", "oras"})
 
 
@@ -454,6 +475,82 @@ def _may_name_in_prose(text: str) -> bool:
         if x in low:
             return True
     return False
+
+
+#: A word mixing a Latin letter with a non-ASCII character, or a letter that folds to
+#: Latin on its own (fullwidth, mathematical, circled): a name may be disguised in prose.
+_LOOKALIKE_WORD_RE = re.compile(
+    r"[A-Za-z][^\x00-\x7f]|[^\x00-\x7f][A-Za-z]"
+    r"|[\uff21-\uff3a\uff41-\uff5a\u24b6-\u24e9\U0001d400-\U0001d7ff\u017f]"
+)
+#: Blocks whose characters :func:`key_skeleton` folds to one Latin letter or drops.
+_FOLD_BLOCKS = (
+    (0x80, 0x58F), (0x13A0, 0x13FF), (0x1D00, 0x1DBF), (0x1E00, 0x1EFF),
+    (0x2000, 0x206F), (0x2100, 0x214F), (0x2460, 0x24FF), (0x2C60, 0x2C7F),
+    (0xA720, 0xA7FF), (0xAB30, 0xABBF), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF),
+    (0xFF00, 0xFFEF), (0x1D400, 0x1D7FF), (0x1F130, 0x1F189),
+)
+_PROSE_FOLD: dict[int, int | None] = {}
+#: The names :data:`_PROSE_RE` knows, for the look-alike patterns below.
+_PROSE_NAMES = (
+    "token", "tokens", "key", "keys", "password", "passwords", "passwd", "passphrase",
+    "passcode", "pwd", "pin", "otp", "secret", "secrets", "credential", "credentials",
+    "apikey",
+)
+
+
+def _lookalike_classes() -> dict[str, list[str]]:
+    """Per Latin letter, itself and the characters of other scripts that fold to it
+    (the confusables table, both cases, and the fullwidth forms)."""
+    out: dict[str, list[str]] = {c: [c, c.upper()] for c in "abcdefghijklmnopqrstuvwxyz"}
+    for ch, lat in _CONFUSABLES.items():
+        for form in {ch, ch.upper()}:
+            if len(form) == 1 and not form.isascii():
+                out[lat].append(form)
+    for i, c in enumerate("abcdefghijklmnopqrstuvwxyz"):
+        out[c] += [chr(0xFF41 + i), chr(0xFF21 + i)]
+    return out
+
+
+def _lookalike_names_pattern(as_bytes: bool) -> str:
+    """A prose name spelled wholly in look-alike letters of other scripts (``токен``
+    with Cyrillic letters, Greek, fullwidth), invisible characters allowed between the
+    letters, then a space. For RE2's Latin-1 scan (``as_bytes``: each letter as its
+    UTF-8 bytes) or Python ``re`` (characters). Russian prose does not match: only the
+    exact spellings of these names do."""
+    classes = _lookalike_classes()
+    gap = (r"(?:\xe2\x80[\x8b-\x8f]|\xe2\x81[\xa0-\xa4]|\xc2\xad|\xef\xbb\xbf"
+           r"|\xcc[\x80-\xbf]|\xcd[\x80-\xaf]|\xef\xb8[\x80-\x8f])*"
+           if as_bytes else "[\u200b-\u200f\u2060-\u2064\u00ad\ufeff\u0300-\u036f\ufe00-\ufe0f]*")
+
+    def one(c: str) -> str:
+        if not as_bytes:
+            return "[" + "".join(classes[c]) + "]"
+        alts = sorted({"".join(f"\\x{b:02x}" for b in ch.encode()) for ch in classes[c]})
+        return "(?:" + "|".join(alts) + ")"
+
+    words = (gap.join(one(c) for c in w) for w in _PROSE_NAMES)
+    return "(?:" + "|".join(words) + ")" + gap + ("[ \\t]" if as_bytes else "\\s")
+
+
+_LOOKALIKE_NAME_RE = re.compile(_lookalike_names_pattern(False))
+
+
+def _prose_fold() -> dict[int, int | None]:
+    """``str.translate`` table folding look-alike letters one to one (and dropping
+    invisible characters) as :func:`key_skeleton` does; built on first use (~10k
+    characters, a few ms)."""
+    if not _PROSE_FOLD:
+        table: dict[int, int | None] = {}
+        for lo, hi in _FOLD_BLOCKS:
+            for cp in range(lo, hi + 1):
+                f = key_skeleton(chr(cp))
+                if f == "":
+                    table[cp] = None
+                elif len(f) == 1 and f.isascii() and f.isalpha():
+                    table[cp] = ord(f)
+        _PROSE_FOLD.update(table)
+    return _PROSE_FOLD
 
 
 #: After a list element that names a secret: the comma to the next element, or (``{"k":
@@ -581,6 +678,22 @@ _PAIR_NAME_TEXT_RE = re.compile(r'"([A-Za-z]{1,9})"\s*+:\s*+"([^"\\]*+(?:\\.[^"\
 _B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
 _B64_CLASSES_B = (re.compile(rb"[0-9]"), re.compile(rb"[A-Z]"), re.compile(rb"[a-z]"))
 _GATE_LITERALS = ("=", ":", '"', "%", "earer", "EARER", "asic", *_SHAPE_LITERALS)
+#: A text that starts with the end of a name and its separator: a line whose head was
+#: cut off (``word": "S"}``, ``ssword=S``: interleaved or cut writes, a read that
+#: started mid-line). Group 1 is the name's remaining part.
+_CUT_HEAD_RE = re.compile(r'\s*+([A-Za-z0-9_.\-]{1,64}+)(\\*"\s*:|\s?[=:])')
+#: Ends of secret names that are ordinary words or word endings on their own: a text
+#: starting with ``code=`` or ``string:`` is not a cut ``passcode`` / ``connectionstring``.
+_CUT_HEAD_WORDS = frozenset({
+    "tion", "ation", "zation", "ization", "card", "code", "mber", "umber", "number",
+    "ring", "tring", "string", "rase", "hrase", "phrase", "tial", "ential", "kens",
+})
+#: :data:`_CUT_HEAD_RE` for RE2 (batch prefilter): a name ending like a secret name
+#: (the last letters of every vocabulary word), then its separator, at a line's start.
+_CUT_HEAD_RE2 = (
+    r'^\s*[a-z0-9_.\-]{0,64}(?:ord|swd|key|ken|ens|ret|rets|ial|ials|rer|kie|ion|ing'
+    r'|ode|ase|ard|ber|ass|uth|wd)(?:\\*"\s*:|\s?[=:])'
+)
 
 
 def _may_hold_shape(text: str) -> bool:
@@ -592,8 +705,18 @@ def _may_hold_shape(text: str) -> bool:
             return True
     # a credential named in prose ("invalid token X"), or ``user:pass@host``; a command
     # line with a password flag ("mysql -pS", "sshpass -p S")
-    return _may_name_in_prose(text) or (
-        " -" in text and _CLI_CMD_RE.search(text) is not None
+    return (
+        _may_name_in_prose(text)
+        or (" -" in text and _CLI_CMD_RE.search(text) is not None)
+        or (not text.isascii() and _lookalike_prose(text))
+    )
+
+
+def _lookalike_prose(text: str) -> bool:
+    """Whether a non-ASCII text may name a secret in prose with look-alike letters."""
+    return (
+        _LOOKALIKE_WORD_RE.search(text) is not None
+        or _LOOKALIKE_NAME_RE.search(text) is not None
     )
 
 
@@ -789,6 +912,16 @@ class SecretHasher:
             r'"[^"\s\\]*(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^"\s\\]*\\*"\s*[:,}]',
             r"(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z])[^\s\"=:,&;]*[=:]|[^\x00-\x7f]\s?[=:]",
             r'"[^"\\\x00-\x7f]+\\*"\s*[:,}]',
+            # a look-alike name in prose, then a word with a digit ("the pаssword is S"):
+            # a Latin letter next to a non-ASCII byte, or the UTF-8 bytes of fullwidth,
+            # mathematical or circled letters, the long s (Latin-1 scan; ingest's and
+            # the middleware's). Words wholly of another script do not match.
+            r"(?:[a-z][^\x00-\x7f]|[^\x00-\x7f][a-z]|\xef\xbc[\xa1-\xba]|\xef\xbd[\x81-\x9a]"
+            r"|\xf0\x9d[\x90-\x9f]|\xe2\x92[\xb6-\xbf]|\xe2\x93[\x80-\xa9]|\xc5\xbf)"
+            r"[^\s\"\\]*\s+(?:(?:is|was)\s+)?['\"]?[^\s'\"\\]*[0-9]",
+            _lookalike_names_pattern(True),  # a name wholly in look-alikes: "токен S"
+            _CUT_HEAD_RE2,  # a line cut inside a secret name: 'ssword=S', 'word": "S"'
+            _ARGV_FLAG_PATTERN,  # ["-u", "root", "-p", S] (the command elsewhere)
         ]
         self._text_pattern = "|".join(parts)
 
@@ -945,7 +1078,7 @@ class SecretHasher:
                         _set(f, k, k, new)
                     continue
                 tv = type(v)
-                if tv is list and strings and 1 < len(v) <= 4096 and all(
+                if tv is list and strings and 0 < len(v) <= 4096 and all(
                     type(x) is str for x in v
                 ):
                     nv = self._scrub_argv(v, found)  # ["mysql", "-pS"] / ["sshpass", "-p", S]
@@ -1174,9 +1307,39 @@ class SecretHasher:
             return line.replace(body, h, 1), found[0]
         text = line.decode("utf-8", "surrogateescape")
         out = self.scrub_str(text, found, tail=True)
+        out = self._scrub_cut_head(out, found)
         if out is text:
             return line, None
         return out.encode("utf-8", "surrogateescape"), (found[0] if found else None)
+
+    def _scrub_cut_head(self, text: str, found: list[str]) -> str:
+        """A text whose head was cut inside a secret name (``word": "S"}``,
+        ``ssword=S``): the name is completed (``"password": "S"}``), scanned by the rules
+        of :meth:`scrub_str`, and the completion taken off again. The remaining part must
+        be 4+ letters (after separators are dropped) that end a secret name and are no
+        ordinary word (:data:`_CUT_HEAD_WORDS`): ``et=…`` or ``code=…`` is no cut name."""
+        m = _CUT_HEAD_RE.match(text)
+        if m is None:
+            return text
+        frag = normalize_key(m.group(1))
+        if self.is_secret_key(m.group(1)):
+            missing = ""  # a whole name (the JSON key's opening quote may be missing)
+        elif len(frag) < 4 or frag in _CUT_HEAD_WORDS:
+            return text
+        else:
+            for n in self._vocabulary:  # longest first
+                if len(n) > len(frag) and n.endswith(frag):
+                    missing = n[: len(n) - len(frag)]
+                    break
+            else:
+                return text
+        if m.group(2)[-1] == ":" and '"' in m.group(2):  # a JSON key: its opening quote
+            missing = '"' + missing
+        s = m.start(1)
+        red = self.scrub_str(missing + text[s:], found, tail=True)
+        if not red.startswith(missing) or red == missing + text[s:]:
+            return text
+        return text[:s] + red[len(missing):]
 
     def scrub_str(
         self, text: str, found: list[str] | None = None, *, tail: bool = False, _depth: int = 0
@@ -1245,6 +1408,8 @@ class SecretHasher:
                 out = self._scan_json_text(out, found, _depth)
         if _may_name_in_prose(out):
             out = self._scan_prose(out, found)
+        if not out.isascii() and _lookalike_prose(out):
+            out = self._scan_prose_folded(out, found)
         if _depth < MAX_EMBED_DEPTH and ("%" in out or "+" in out):
             out = self._scan_decoded(out, found, tail, _depth)
         return text if out == text else out
@@ -1336,10 +1501,39 @@ class SecretHasher:
         pieces.append(text[last:])
         return "".join(pieces)
 
+    def _scrub_flag_argv(self, argv: list[str], found: list[str]) -> list[str]:
+        """An argv list without its command word, starting with a flag (``["-u", "root",
+        "-p", S]``: the command sits in another field): the element after ``-p``/``-P``
+        is hashed unless it is a port mapping or a path (``["-p", "8080:80"]``,
+        ``["-p", "[::1]:53:53/udp"]``, ``["-p", "./out"]``), and a value glued to ``-p``
+        when it mixes letters and digits (``-pS3cr3t``; ``-pthread``, ``-p8080`` stay).
+        Returns ``argv`` itself when nothing is hashed."""
+        out = argv
+        for i, a in enumerate(argv):
+            if a in ("-p", "-P"):
+                if i + 1 == len(argv):
+                    break
+                v = argv[i + 1]
+                if (not v or v.startswith("-") or _PORT_SPEC_RE.fullmatch(v)
+                        or v.startswith(_PATH_STARTS) or is_digest(v)):
+                    continue
+                if out is argv:
+                    out = list(argv)
+                out[i + 1] = self._hash_match(v, found)
+            elif len(a) > 7 and a.startswith("-p") and _looks_like_secret(a[2:]):
+                if a[2:].isdigit() or is_digest(a[2:]):
+                    continue
+                if out is argv:
+                    out = list(argv)
+                out[i] = "-p" + self._hash_match(a[2:], found)
+        return out
+
     def _scrub_argv(self, argv: list[Any], found: list[str]) -> list[Any]:
         """An argv list (``["mysql", "-u", "root", "-pS"]``, ``["sshpass", "-p", S]``):
         the command-line rules read it joined, the password elements are hashed. Returns
         ``argv`` itself when nothing is."""
+        if argv[0].startswith("-") and _CLI_CMD_RE.search(" ".join(argv)) is None:
+            return self._scrub_flag_argv(argv, found)
         joined = " ".join(argv)
         if " -" not in joined or _CLI_CMD_RE.search(joined) is None:
             return argv
@@ -1366,15 +1560,34 @@ class SecretHasher:
         s = m.start(2) - m.start()
         return m.group(0)[:s] + self._hash_match(pw, found)
 
-    def _scan_prose(self, text: str, found: list[str]) -> str:
+    def _scan_prose_folded(self, text: str, found: list[str]) -> str:
+        """:meth:`_scan_prose` on ``text`` with look-alike letters folded
+        (``the pаssword is S`` with a Cyrillic ``а``, fullwidth, zero width inside a
+        word): the names are matched on the folded text, the values hashed as written.
+        Whole words of another script fold to nothing that names a secret (``пароль``)."""
+        table = _prose_fold()
+        folded = text.translate(table)
+        if folded == text or not _may_name_in_prose(folded):
+            return text
+        keep = None
+        if len(folded) != len(text):  # invisible characters dropped: map positions back
+            keep = [i for i, ch in enumerate(text) if table.get(ord(ch), 0) is not None]
+            keep.append(len(text))
+        return self._scan_prose(text, found, folded, keep)
+
+    def _scan_prose(
+        self, text: str, found: list[str], folded: str | None = None,
+        keep: list[int] | None = None,
+    ) -> str:
         """Hash a credential named in prose: ``invalid token X``, ``bad api key: X``,
         ``the password is X``. After an explicit ``:`` / ``=`` any value counts (as in
         :meth:`_scan_kv`); after a space only a word mixing letters and digits, so
         ``token expired`` and ``password reset`` stay readable."""
+        src = text if folded is None else folded  # names are matched here
         pieces: list[str] = []
         last = pos = 0
         while True:
-            m = _PROSE_RE.search(text, pos)
+            m = _PROSE_RE.search(src, pos)
             if m is None:
                 break
             word = m.group(1)
@@ -1384,25 +1597,30 @@ class SecretHasher:
             pos = m.end() if explicit else m.end(1)
             g = 3 if m.group(3) is not None else 4
             secret = self.is_secret_key(word)
-            if secret and explicit:
+            if secret and explicit and folded is None:
                 continue  # "token: X" / "pwd=X" is a pair: _scan_kv's (same rules)
             if not secret:
-                prev = _PREV_WORD_RE.search(text, max(0, m.start(1) - 33), m.start(1))
+                prev = _PREV_WORD_RE.search(src, max(0, m.start(1) - 33), m.start(1))
                 secret = prev is not None and self.is_secret_key(prev.group(1) + "_" + word)
             if not secret:
                 continue
             value = m.group(g).rstrip(".!?:")
             if (
                 not value
-                or _digest_at(text, m.start(g), found)
+                or _digest_at(src, m.start(g), found)
                 or (not explicit and not _looks_like_secret(value))
             ):
                 continue
             s = m.start(g)
+            e = s + len(value)
+            if keep is not None:  # folded text without invisible characters
+                s, e = keep[s], keep[e - 1] + 1
+            if s < last:
+                continue
             pieces.append(text[last:s])
-            pieces.append(self._hash_match(value, found))
-            last = s + len(value)
-            pos = max(pos, last)
+            pieces.append(self._hash_match(text[s:e], found))
+            last = e
+            pos = max(pos, m.start(g) + len(value))
         if not pieces:
             return text
         pieces.append(text[last:])

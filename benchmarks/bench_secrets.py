@@ -72,6 +72,15 @@ def cases(scale: int) -> dict[str, bytes]:
         "1MB htpasswd -b -a -a…": b'{"a":"htpasswd -b ' + b"-a " * (333 * k) + b'"}',
         "1MB [\"sshpass\",\"-p\"…] argv": b'{"a":["sshpass",' + b'"-p",' * (200 * k) + b'"x"]}',
         "1MB 'value' keys, cut": b'{"password":1,' + b'{"value":1},' * (83 * k),
+        # session 6 (red team round 4): look-alike names in prose, cut heads, -p argv
+        "1MB 'café 2024 ' prose (folded)": ('{"a":"' + "café 2024 " * (100 * k) + '"}').encode(),
+        "1MB 'токен abc123 ' run": ('{"a":"' + "токен abc123 " * (55 * k) + '"}').encode(),
+        "1MB 'pass\u200bword is ' run": (
+            '{"a":"' + "pass​word is " * (60 * k) + 'x1y2z3"}'
+        ).encode(),
+        "1MB 'Пароль 42 ' Russian prose": ('{"a":"' + "Пароль 42 " * (60 * k) + '"}').encode(),
+        "1MB cut head 'ssword=' + x…": b"ssword=" + b"x" * (1_000 * k),
+        "1MB [\"-p\",\"x1\"…] argv": b'{"a":["-u",' + b'"-p","x1",' * (100 * k) + b'"x"]}',
     }
 
 

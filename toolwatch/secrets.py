@@ -27,6 +27,7 @@ the input's depth or content.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import re
@@ -534,6 +535,24 @@ def _lookalike_names_pattern(as_bytes: bool) -> str:
 
 
 _LOOKALIKE_NAME_RE = re.compile(_lookalike_names_pattern(False))
+#: A prose name whose every letter is itself or any non-ASCII character, non-ASCII
+#: characters between letters: what folding *could* turn into a name (a superset).
+#: Texts without it skip the fold (``str.translate`` costs ~100 ns per character).
+_LOOSE_NAMES_PATTERN = "(?i:" + "|".join(
+    "[^\\x00-\\x7f]*".join(f"(?:{c}|[^\\x00-\\x7f])" for c in w) for w in _PROSE_NAMES
+) + ")"
+_LOOSE_NAMES_RE = re.compile(_LOOSE_NAMES_PATTERN)
+_LOOSE_NAMES_RE2: Any = None
+_LOOKALIKE_RE2: Any = None
+if _re2 is not None:
+    with contextlib.suppress(Exception):  # (a pattern RE2 refuses: the ``re`` path)
+        _LOOSE_NAMES_RE2 = _re2.compile(_LOOSE_NAMES_PATTERN, _re2.Options())
+    with contextlib.suppress(Exception):
+        _LOOKALIKE_RE2 = _re2.compile(
+            r"[A-Za-z][^\x00-\x7f]|[^\x00-\x7f][A-Za-z]|[\x{ff21}-\x{ff3a}\x{ff41}-\x{ff5a}"
+            r"\x{24b6}-\x{24e9}\x{1d400}-\x{1d7ff}\x{17f}]|" + _LOOKALIKE_NAME_RE.pattern,
+            _re2.Options(),
+        )
 
 
 def _prose_fold() -> dict[int, int | None]:
@@ -713,7 +732,11 @@ def _may_hold_shape(text: str) -> bool:
 
 
 def _lookalike_prose(text: str) -> bool:
-    """Whether a non-ASCII text may name a secret in prose with look-alike letters."""
+    """Whether a non-ASCII text may name a secret in prose with look-alike letters.
+    Long texts: one RE2 pass (``re`` tries the names' alternation at every character,
+    ~100 ns each on a megabyte of Cyrillic prose)."""
+    if len(text) >= 512 and _LOOKALIKE_RE2 is not None:
+        return _LOOKALIKE_RE2.search(text) is not None
     return (
         _LOOKALIKE_WORD_RE.search(text) is not None
         or _LOOKALIKE_NAME_RE.search(text) is not None
@@ -924,6 +947,12 @@ class SecretHasher:
             _ARGV_FLAG_PATTERN,  # ["-u", "root", "-p", S] (the command elsewhere)
         ]
         self._text_pattern = "|".join(parts)
+        # The long-text gate (:meth:`_may_name_secret`) reads one string, whose start is
+        # no line's start: without the cut-head rule, which would take any string
+        # starting "key=" for a cut name (the rule has its own test, _scrub_cut_head).
+        self._gate_pattern = (
+            "|".join(p for p in parts if p is not _CUT_HEAD_RE2) + r"|\\u|hmac:[0-9a-f]{32}"
+        )
 
     # ------------------------------------------------------------------ matching
     @property
@@ -1306,38 +1335,45 @@ class SecretHasher:
             h = self._hash_bytes(body, found)
             return line.replace(body, h, 1), found[0]
         text = line.decode("utf-8", "surrogateescape")
-        out = self.scrub_str(text, found, tail=True)
-        out = self._scrub_cut_head(out, found)
+        out = self._scrub_cut_head(text, found)
+        if out is None:
+            out = self.scrub_str(text, found, tail=True)
         if out is text:
             return line, None
         return out.encode("utf-8", "surrogateescape"), (found[0] if found else None)
 
-    def _scrub_cut_head(self, text: str, found: list[str]) -> str:
+    def _scrub_cut_head(self, text: str, found: list[str]) -> str | None:
         """A text whose head was cut inside a secret name (``word": "S"}``,
         ``ssword=S``): the name is completed (``"password": "S"}``), scanned by the rules
         of :meth:`scrub_str`, and the completion taken off again. The remaining part must
         be 4+ letters (after separators are dropped) that end a secret name and are no
-        ordinary word (:data:`_CUT_HEAD_WORDS`): ``et=…`` or ``code=…`` is no cut name."""
+        ordinary word (:data:`_CUT_HEAD_WORDS`): ``et=…`` or ``code=…`` is no cut name.
+        Returns ``None`` when the text does not start so (then :meth:`scrub_str` runs on
+        it as it is; the completed text's scan covers every rule, so it is the only one)."""
         m = _CUT_HEAD_RE.match(text)
         if m is None:
-            return text
+            return None
         frag = normalize_key(m.group(1))
         if self.is_secret_key(m.group(1)):
             missing = ""  # a whole name (the JSON key's opening quote may be missing)
         elif len(frag) < 4 or frag in _CUT_HEAD_WORDS:
-            return text
+            return None
         else:
             for n in self._vocabulary:  # longest first
                 if len(n) > len(frag) and n.endswith(frag):
                     missing = n[: len(n) - len(frag)]
                     break
             else:
-                return text
+                return None
         if m.group(2)[-1] == ":" and '"' in m.group(2):  # a JSON key: its opening quote
             missing = '"' + missing
         s = m.start(1)
-        red = self.scrub_str(missing + text[s:], found, tail=True)
-        if not red.startswith(missing) or red == missing + text[s:]:
+        more: list[str] = []
+        red = self.scrub_str(missing + text[s:], more, tail=True)
+        if not red.startswith(missing):
+            return None
+        found.extend(more)
+        if not more:
             return text
         return text[:s] + red[len(missing):]
 
@@ -1447,10 +1483,10 @@ class SecretHasher:
                 opts = _re2.Options()
                 opts.case_sensitive = False
                 opts.max_mem = 64 << 20  # the DFA falls back to NFA beyond it (still linear)
-                self._re2_gate = _re2.compile(self.candidate_pattern.encode(), opts)
+                self._re2_gate = _re2.compile(self._gate_pattern.encode(), opts)
             return self._re2_gate.search(raw) is not None
         arr = pa.array([raw], pa.binary())
-        hit = pc.match_substring_regex(arr, self.candidate_pattern, ignore_case=True)
+        hit = pc.match_substring_regex(arr, self._gate_pattern, ignore_case=True)
         return bool(hit[0].as_py())
 
     def _hash_match(self, secret: str, found: list[str]) -> str:
@@ -1565,6 +1601,9 @@ class SecretHasher:
         (``the pаssword is S`` with a Cyrillic ``а``, fullwidth, zero width inside a
         word): the names are matched on the folded text, the values hashed as written.
         Whole words of another script fold to nothing that names a secret (``пароль``)."""
+        loose = _LOOSE_NAMES_RE2 if len(text) >= 512 and _LOOSE_NAMES_RE2 else _LOOSE_NAMES_RE
+        if loose.search(text) is None:  # nothing folding could make a name of
+            return text
         table = _prose_fold()
         folded = text.translate(table)
         if folded == text or not _may_name_in_prose(folded):

@@ -218,6 +218,32 @@ def _history_features(
     return fs
 
 
+def _history_rest(history: pl.DataFrame, batch: FeatureSet) -> pl.DataFrame | None:
+    """History events of the sessions ``batch`` holds no event of, or None: use it all.
+
+    ``FeatureSet.union(history, batch)`` drops every history event and session row of a
+    session the batch has events of, and session features are per session (each row
+    aggregates its own session's events, in their order), so featurizing only these
+    events gives the union the same rows. Worth it when they are a minority: under a
+    live backlog the history (the window's newest events) lies wholly inside the
+    detection's own events, and its features (~20% of an 80k pass) were all dropped.
+    None when most of the history stays (the whole-frame features are then built once
+    and shared by a detection's passes, see :func:`_history_features`).
+    """
+    if "session_id" not in history.columns or batch.events.height == 0:
+        return None
+    sid = pl.col("session_id")
+    if history["session_id"].null_count():
+        # The stand-in id prepare_events gives an event logged without a session.
+        stand = [pl.col(c) for c in ("caller_id", "client_ip") if c in history.columns]
+        sid = pl.coalesce(sid, pl.lit("nosession:") + pl.coalesce(*stand, pl.lit("?")))
+    known = batch.events["session_id"].unique()
+    keep = history.select((~sid.is_in(known.implode())).alias("k"))["k"]
+    if int(keep.sum()) * 2 > history.height:
+        return None
+    return history.filter(keep)
+
+
 def detect(
     events: pl.DataFrame,
     summaries: pl.DataFrame | None,
@@ -251,16 +277,30 @@ def detect(
                       annotate_too=any(d.name in ANNOTATION_USERS for d in dets))
     timings["features"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    fit_on = batch
     if history is not None and history.height:
-        hist_fs = _history_features(history, config, reuse)
-        if reuse is not None and hasattr(batch, "_tools_annotated"):
-            # Live: annotate the shared history once per detection (cached on its
-            # features); each pass's fit set then stacks it with the pass's annotation
-            # instead of annotating history + pass again (FeatureSet.union).
-            annotated(hist_fs)
-        fit_on = hist_fs.union(batch)
-    else:
-        fit_on = batch
+        # FeatureSet.union keeps only the history sessions the batch does not hold; when
+        # that is a minority of the history (a live catch-up: the history is the newest
+        # window events, which the detection reads anyway), only those are featurized.
+        rest = _history_rest(history, batch)
+        if rest is None:
+            hist_fs = _history_features(history, config, reuse)
+        elif rest.height:
+            hist_fs = FeatureSet.build(rest, None, config)
+            if reuse is not None:
+                reuse["history_rest_builds"] = reuse.get("history_rest_builds", 0) + 1
+        else:
+            hist_fs = None
+            if reuse is not None:
+                reuse["history_covered"] = reuse.get("history_covered", 0) + 1
+        if hist_fs is not None:
+            if reuse is not None and hasattr(batch, "_tools_annotated"):
+                # Live: annotate the shared history once per detection (cached on its
+                # features); each pass's fit set then stacks it with the pass's
+                # annotation instead of annotating history + pass again
+                # (FeatureSet.union).
+                annotated(hist_fs)
+            fit_on = hist_fs.union(batch)
     model = _fit_all(dets, fit_on, model_path, reuse)
     timings["fit"] = time.perf_counter() - t0
     detected_at = _to_us(now) if now is not None else batch.max_t

@@ -189,3 +189,32 @@ def test_round4_shapes_never_reach_the_store(tmp_path: Path) -> None:
     lines.append(json.dumps({"ts": TS, "session_id": "s2", "tool": "exec",
                              "args": {"cmd": "mysql", "args": ["-u", "root", "-p", S]}}))
     ingest_and_check_absent(tmp_path, lines, S)
+
+
+# ------------------------------------------------------------------ found by the hunt
+@pytest.mark.parametrize("text", [
+    "password\uff1a{S}",  # fullwidth colon (CJK logs write it)
+    "password\uff1d{S}",  # fullwidth equals
+    "token\ufe55 {S}",  # small colon
+    "api_key \uff1a {S}",
+    "<password>{S}</password>",  # XML element content (SOAP: wsse:Password)
+    "<wsse:Password Type=\"PasswordText\">{S}</wsse:Password>",
+    "<ApiKey>\n  {S}\n</ApiKey>",
+    "<client_secret>{S}",  # cut before its closing tag
+])
+def test_hunt_separators_and_xml(text: str) -> None:
+    t = text.format(S=S)
+    for line in (json.dumps({"ts": TS, "tool": "t", "args": {"q": t}}, ensure_ascii=a).encode()
+                 for a in (False, True)):
+        red, h = HASHER.redact_line(line)
+        assert S.encode() not in red, red
+        assert h is not None and _picked(line)
+    assert S.encode() not in HASHER.scrub_text(t.encode())
+
+
+@pytest.mark.parametrize("text", [
+    "<label>Password</label>", "<token-count>42</token-count>", "<b>password reset</b>",
+    "密码：已重置", "<password/>", "<password></password>",
+])
+def test_xml_and_cjk_without_a_secret_stay(text: str) -> None:
+    assert HASHER.scrub_str(text) == text

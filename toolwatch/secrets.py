@@ -283,6 +283,9 @@ _LOOKALIKE_PROSE_PATTERN = (
 _PROSE_USERINFO_PATTERN = (
     _PROSE_USERINFO_PATTERN + "|" + _CLI_LINE_PATTERN + "|" + _LOOKALIKE_PROSE_PATTERN
     + "|" + _ARGV_FLAG_PATTERN
+    # an XML element's text (<password>S</password>); a Latin letter next to a non-ASCII
+    # character (a look-alike separator: "password：S")
+    + r"|(?i:<[a-z_][\w.\-:]*(?:\s[^<>]*)?>[^<\s]|[a-z][^\x00-\x7f])"
 )
 # RE2 when there (one linear DFA pass; ``re`` tries the alternation at every byte)
 _PROSE_USERINFO_B_RE: Any = (
@@ -388,6 +391,9 @@ _CLI_FLAG_RES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
 
 
 #: Commands whose ``-p`` is a password only in their ``login`` subcommand.
+#: An XML element's opening tag and its text (``<password>S</password>``, SOAP's
+#: ``<wsse:Password Type="…">S</wsse:Password>``; the closing tag may be cut off).
+_XML_RE = re.compile(r"<([A-Za-z_][\w.\-:]{0,63}+)(?:\s[^<>]{0,1024}+)?>([^<]++)")
 #: A ``-p`` value that is a port mapping (``80``, ``8080:80``, ``127.0.0.1:8080:80``,
 #: ``127.0.0.1::80``, ``[::1]:53:53/udp``, ``8000-8010:80-90``), not a password.
 _PORT_SPEC_RE = re.compile(
@@ -483,14 +489,18 @@ def _may_name_in_prose(text: str) -> bool:
 _LOOKALIKE_WORD_RE = re.compile(
     r"[A-Za-z][^\x00-\x7f]|[^\x00-\x7f][A-Za-z]"
     r"|[\uff21-\uff3a\uff41-\uff5a\u24b6-\u24e9\U0001d400-\U0001d7ff\u017f]"
+    r"|[\uff1a\uff1d\ufe13\ufe55\ufe66\ua789\u2236]"  # look-alike ":" and "="
 )
 #: Blocks whose characters :func:`key_skeleton` folds to one Latin letter or drops.
 _FOLD_BLOCKS = (
     (0x80, 0x58F), (0x13A0, 0x13FF), (0x1D00, 0x1DBF), (0x1E00, 0x1EFF),
     (0x2000, 0x206F), (0x2100, 0x214F), (0x2460, 0x24FF), (0x2C60, 0x2C7F),
     (0xA720, 0xA7FF), (0xAB30, 0xABBF), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF),
-    (0xFF00, 0xFFEF), (0x1D400, 0x1D7FF), (0x1F130, 0x1F189),
+    (0xFF00, 0xFFEF), (0x1D400, 0x1D7FF), (0x1F130, 0x1F189), (0xFE10, 0xFE1F),
+    (0xFE50, 0xFE6F),
 )
+#: Separators that look like ``:`` / ``=`` and have no compatibility decomposition.
+_SEP_LOOKALIKES = {0xA789: ord(":"), 0x2236: ord(":"), 0x02D0: ord(":")}
 _PROSE_FOLD: dict[int, int | None] = {}
 #: The names :data:`_PROSE_RE` knows, for the look-alike patterns below.
 _PROSE_NAMES = (
@@ -550,7 +560,8 @@ if _re2 is not None:
     with contextlib.suppress(Exception):
         _LOOKALIKE_RE2 = _re2.compile(
             r"[A-Za-z][^\x00-\x7f]|[^\x00-\x7f][A-Za-z]|[\x{ff21}-\x{ff3a}\x{ff41}-\x{ff5a}"
-            r"\x{24b6}-\x{24e9}\x{1d400}-\x{1d7ff}\x{17f}]|" + _LOOKALIKE_NAME_RE.pattern,
+            r"\x{24b6}-\x{24e9}\x{1d400}-\x{1d7ff}\x{17f}\x{ff1a}\x{ff1d}\x{fe13}\x{fe55}"
+            r"\x{fe66}\x{a789}\x{2236}]|" + _LOOKALIKE_NAME_RE.pattern,
             _re2.Options(),
         )
 
@@ -566,8 +577,9 @@ def _prose_fold() -> dict[int, int | None]:
                 f = key_skeleton(chr(cp))
                 if f == "":
                     table[cp] = None
-                elif len(f) == 1 and f.isascii() and f.isalpha():
-                    table[cp] = ord(f)
+                elif len(f) == 1 and f.isascii() and (f.isalpha() or f in ":="):
+                    table[cp] = ord(f)  # (fullwidth and small ":" "=" too: "password：S")
+        table.update(_SEP_LOOKALIKES)
         _PROSE_FOLD.update(table)
     return _PROSE_FOLD
 
@@ -728,6 +740,7 @@ def _may_hold_shape(text: str) -> bool:
         _may_name_in_prose(text)
         or (" -" in text and _CLI_CMD_RE.search(text) is not None)
         or (not text.isascii() and _lookalike_prose(text))
+        or ("<" in text and ">" in text)
     )
 
 
@@ -1442,6 +1455,8 @@ class SecretHasher:
                 out = self._scan_kv(out, found)
             if '"' in out:
                 out = self._scan_json_text(out, found, _depth)
+        if "<" in out and ">" in out:
+            out = self._scan_xml(out, found)
         if _may_name_in_prose(out):
             out = self._scan_prose(out, found)
         if not out.isascii() and _lookalike_prose(out):
@@ -1660,6 +1675,28 @@ class SecretHasher:
             pieces.append(self._hash_match(text[s:e], found))
             last = e
             pos = max(pos, m.start(g) + len(value))
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _scan_xml(self, text: str, found: list[str]) -> str:
+        """Hash the text of XML elements with a secret name (``<password>S</password>``,
+        ``<wsse:Password …>S</wsse:Password>``, ``<ApiKey>S`` cut before its end tag)."""
+        pieces: list[str] = []
+        last = 0
+        for m in _XML_RE.finditer(text):
+            if not self.is_secret_key(m.group(1)):
+                continue
+            body = m.group(2)
+            lead = len(body) - len(body.lstrip())
+            value = body.strip()
+            if not value or is_digest(value):
+                continue
+            s = m.start(2) + lead
+            pieces.append(text[last:s])
+            pieces.append(self._hash_match(value, found))
+            last = s + len(value)
         if not pieces:
             return text
         pieces.append(text[last:])

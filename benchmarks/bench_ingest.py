@@ -13,6 +13,11 @@ It also ingests a file 3x larger to show peak RSS does not grow with file size.
 Usage::
 
     python benchmarks/bench_ingest.py [--events 1000000] [--repeat 3]
+    python benchmarks/bench_ingest.py --old /tmp/base --skip-large   # A/B, interleaved
+
+With ``--old TREE`` (a checkout: ``git worktree add /tmp/base REV``) each round also runs
+``toolwatch ingest`` with that tree's code (``benchmarks/run_tree.py``), interleaved with
+this one, and prints the old/new ratios of wall and CPU time (best of ``--repeat``).
 """
 
 from __future__ import annotations
@@ -107,6 +112,7 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-large", action="store_true", help="skip the 3x memory check")
+    ap.add_argument("--old", default=None, help="another checkout to A/B against (interleaved)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="tw-bench-"))
@@ -119,7 +125,14 @@ def main() -> None:
         print(f"file: {size_mb:,.0f} MB")
 
         walls, rss, cpus = [], [], []
+        old: list[tuple[float, int, float]] = []
         for _ in range(args.repeat):
+            if args.old:
+                run_tree = str(Path(__file__).with_name("run_tree.py"))
+                old.append(run_measured(
+                    [PY, run_tree, args.old, "ingest", str(small), "-d", str(work / "store"),
+                     "--no-progress", "--json"], env))
+                shutil.rmtree(work / "store", ignore_errors=True)
             w, r, c = run_measured(
                 [
                     TOOLWATCH,
@@ -136,6 +149,12 @@ def main() -> None:
             walls.append(w)
             rss.append(r)
             cpus.append(c)
+        if old:
+            ow = min(o[0] for o in old)
+            oc = min(o[2] for o in old)
+            print(f"old tree {args.old}: best wall {ow:.2f} s, CPU {oc:.2f} s, peak RSS "
+                  f"{max(o[1] for o in old) / 1024:,.0f} MiB; old/new wall {ow / min(walls):.2f}x, "
+                  f"CPU {oc / min(cpus):.2f}x (load average {os.getloadavg()[0]:.1f})")
         duck = duckdb_baseline(small)
         orj = orjson_baseline(small)
         best = min(walls)

@@ -28,6 +28,8 @@ from toolwatch.ingest.sources.kafka import (
     RecordChunk,
     _fast_partition_records,
     _kept_deltas,
+    _walk_v2,
+    _walk_v2_fast,
     message_batch,
 )
 
@@ -266,3 +268,45 @@ def test_kept_deltas_is_the_position_rule(deltas: list[int], lo: int, hi: int) -
     kept, keep = got
     idx = list(range(len(deltas))) if keep is None else keep.tolist()
     assert idx == want and kept.tolist() == [deltas[i] for i in want]
+
+
+def _records_area(recs: list[tuple[Any, ...]]) -> tuple[bytes, int, int]:
+    """An uncompressed v2 batch's buffer, where its records start, and how many."""
+    batch = MemoryRecords(build([recs], 2, 0)).next_batch()
+    batch._maybe_uncompress()
+    return bytes(batch._buffer), batch._pos, batch._num_records
+
+
+def _walk_or_error(buf: bytes, pos: int, n: int) -> Any:
+    try:
+        return _walk_v2(buf, pos, n)
+    except (KafkaError, ValueError, IndexError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=st.lists(record, min_size=1, max_size=40), no_headers=st.booleans(),
+       at=st.integers(0, 10**6), byte=st.integers(0, 255), damage=st.booleans())
+@example(recs=[(0, None, b"v" * 9000, [])], no_headers=True, at=0, byte=0, damage=False)
+def test_vectorized_walk_is_the_walk(recs: list, no_headers: bool, at: int, byte: int,
+                                     damage: bool) -> None:
+    """:func:`_walk_v2_fast` answers exactly what :func:`_walk_v2` answers, or defers to
+    it (None): on well-formed records with and without headers, and on records with any
+    byte damaged (the walkers see what the batch CRC would have refused)."""
+    if no_headers:
+        recs = [(ts, k, v, []) for ts, k, v, _ in recs]
+    buf, pos, n = _records_area(recs)
+    if damage:
+        b = bytearray(buf)
+        b[pos + at % (len(buf) - pos)] = byte
+        buf = bytes(b)
+    fast = _walk_v2_fast(buf, pos, n)
+    want = _walk_or_error(buf, pos, n)
+    if fast is not None:
+        assert fast == want
+        assert all(type(x) is int for part in fast[:3] for x in part)
+    elif no_headers and not damage:
+        # Well-formed records without headers take the vectorized path unless a field
+        # varint is longer than 5 bytes: a timestamp 2**34 ms (~198 days) from the first.
+        spread = max(abs(ts - recs[0][0]) for ts, *_ in recs)
+        assert spread >= 2**34, "the usual record shape fell back to the Python walk"

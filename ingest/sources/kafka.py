@@ -297,6 +297,93 @@ def _walk_v2(buf: bytes, pos: int, n: int) -> tuple[list[int], list[int], list[i
     return vstarts, vlens, odeltas, pos
 
 
+def _varints(arr: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Zigzag varints of at most 5 bytes starting at ``at`` in ``arr`` (zero-padded by 5
+    bytes): their values and sizes, or None when one is longer."""
+    b = arr[at].astype(np.int64)
+    raw = b & 0x7F
+    more = b >= 0x80
+    size = np.ones(len(at), dtype=np.int64)
+    for k in range(1, 5):
+        if not more.any():
+            break
+        b = arr[at + k].astype(np.int64)
+        raw |= np.where(more, (b & 0x7F) << (7 * k), 0)
+        size += more
+        more &= b >= 0x80
+    if more.any():
+        return None
+    return (raw >> 1) ^ -(raw & 1), size
+
+
+def _walk_v2_fast(buf: bytes, pos: int,
+                  n: int) -> tuple[list[int], list[int], list[int], int] | None:
+    """:func:`_walk_v2` for the usual record shape, with numpy across the records.
+
+    Python walks only the records' length prefixes (a record's start depends on the one
+    before); every field of every record is then decoded at once: attributes and
+    timestamp delta (skipped), offset delta, key length (the key skipped), value length
+    and a zero header count. Returns what :func:`_walk_v2` returns, or None -- a record
+    with headers, a field varint longer than 5 bytes, a negative or inconsistent size
+    -- and then :func:`_walk_v2` decides (and raises what it raises).
+    """
+    try:
+        return _walk_fields(buf, pos, n)
+    except (IndexError, ValueError):  # damaged: _walk_v2 says how
+        return None
+
+
+def _walk_fields(buf: bytes, pos: int,
+                 n: int) -> tuple[list[int], list[int], list[int], int] | None:
+    """The body of :func:`_walk_v2_fast` (which turns its index errors into None)."""
+    from kafka.record.util import decode_varint as dv
+
+    end = len(buf)
+    bodies: list[int] = []
+    sizes: list[int] = []
+    ba, sa = bodies.append, sizes.append
+    for _ in range(n):
+        b = buf[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif buf[pos + 1] < 0x80:
+            r = (b & 0x7F) | (buf[pos + 1] << 7)
+            length = (r >> 1) ^ -(r & 1)
+            pos += 2
+        else:
+            length, pos = dv(buf, pos)
+        if length < 0:
+            return None
+        ba(pos)
+        sa(length)
+        pos += length
+    if pos > end or n == 0:
+        return None
+    arr = np.frombuffer(buf + bytes(5), dtype=np.uint8)
+    start = np.array(bodies, dtype=np.int64)
+    at = start.copy()
+    fields = []
+    for _field in range(5):  # attributes, timestamp delta, offset delta, key/value length
+        got = _varints(arr, at)
+        if got is None:
+            return None
+        value, size = got
+        at += size
+        if _field == 3:  # key length: the key follows (-1: null key)
+            at += np.maximum(value, 0)
+        fields.append(value)
+    vlens = fields[4]
+    vstarts = at.copy()
+    at += np.maximum(vlens, 0)
+    if (at >= end).any() or arr[at].any():  # a header count other than 0
+        return None
+    at += 1
+    if not (at - start == np.array(sizes, dtype=np.int64)).all():
+        return None
+    return vstarts.tolist(), vlens.tolist(), fields[2].tolist(), pos
+
+
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -417,8 +504,10 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
             batch._maybe_uncompress()
             buf = bytes(batch._buffer)  # bytes: indexing is faster than a memoryview's
             try:
-                vstarts, vlens, odeltas, pos = _walk_v2(buf, batch._pos,
-                                                        batch._num_records)
+                walked = _walk_v2_fast(buf, batch._pos, batch._num_records)
+                if walked is None:
+                    walked = _walk_v2(buf, batch._pos, batch._num_records)
+                vstarts, vlens, odeltas, pos = walked
             except (ValueError, IndexError) as err:
                 raise CorruptRecordError(f"Found invalid record structure: {err!r}") from err
             if pos != len(buf):

@@ -321,3 +321,38 @@ def test_ingest_keeps_the_credential_hash_of_a_middleware_line(tmp_path) -> None
     path.write_text(line + "\n")
     (row,) = _ingest(path, tmp_path / "store")
     assert row["credential_hash"] == _hasher().digest("Xk7pQ2vLm9Rt4Wz8Nb3c")
+
+
+def test_sdk_traceback_of_a_tool_exception_is_scrubbed(tmp_path) -> None:
+    """A tool raising with its argument in the message (``ValueError(f"document {id} not
+    found")``): the SDK's own ``logger.exception`` prints it with the traceback on stderr,
+    which the middleware's line never covered, so the spool of ``toolwatch run`` held the
+    secret until ingest. The middleware's filter scrubs that record (message and
+    traceback) line by line with ingest's ``scrub_text``: the same bytes ingest would keep."""
+    pytest.importorskip("mcp")
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    secret = "Zr8tKq2Lw5Pn9Vx3Bc6H"
+    err = tmp_path / "stderr.log"
+    params = StdioServerParameters(command=sys.executable, args=[SERVER],
+                                   env={**os.environ, "TOOLWATCH_SESSION_ID": "tb"})
+    ids = [f"password={secret}", f"Bearer {secret}", f"https://bob:{secret}@db/x"]
+
+    async def main() -> None:
+        with err.open("w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                for i in ids:
+                    res = await s.call_tool("getDocument", {"documentId": i})
+                    assert res.is_error
+
+    anyio.run(main)
+    text = err.read_text()
+    assert "Traceback" in text and "ValueError" in text  # the server's own log is there
+    assert secret not in text, text[-3000:]
+    # each scrubbed line is what ingest's scrub_text makes of it (idempotent)
+    hasher = _hasher()
+    for ln in text.splitlines():
+        if "hmac:" in ln and not ln.startswith("{"):
+            assert hasher.scrub_text(ln.encode()) == ln.encode()

@@ -146,6 +146,64 @@ def _install_catcher() -> None:
         lg.addFilter(_CATCHER)
 
 
+class _RecordScrubber(logging.Filter):
+    """Scrub a log record's text of secrets before any handler writes it.
+
+    The SDK logs a tool's exception with its traceback (``logger.exception``): the
+    exception's message often holds the tool's arguments (``ValueError(f"document {id}
+    not found")``), and it goes to the server's stderr — the spool of ``toolwatch run`` —
+    beside the middleware's line, not through it. Each line of the rendered message and
+    traceback that ingest's RE2 filter picks is replaced by ingest's ``scrub_text`` of
+    it (the bytes ingest keeps of such a line); the record then carries the scrubbed text
+    as its message, with no ``exc_info`` left for a handler to render again. A record
+    without a candidate line passes untouched (one RE2 pass over its text). Never raises,
+    never drops a record (one that cannot be scrubbed is replaced by a notice).
+    """
+
+    def __init__(self, mw: ToolwatchMiddleware) -> None:
+        super().__init__()
+        self.mw = mw
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            self._scrub(record)
+        except Exception:  # never let a record out unscrubbed
+            record.msg, record.args = "[log record withheld: could not be scrubbed]", None
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+        return True
+
+    def _scrub(self, record: logging.LogRecord) -> None:
+        if self.mw._hasher is None and not record.exc_info:
+            # before the first tools/call no tool has run, so no record can hold its
+            # arguments: start-up logging does not import the scanner (pyarrow, ~0.2 s)
+            return
+        msg = record.getMessage()
+        tb = record.exc_text
+        if record.exc_info and record.exc_info[0] is not None and not tb:
+            tb = logging.Formatter().formatException(record.exc_info)
+        parts = [msg] + ([tb] if tb else []) + ([record.stack_info] if record.stack_info else [])
+        text = "\n".join(parts)
+        hasher = self.mw._scanner()
+        gate = self.mw._gate
+        raw = text.encode("utf-8", "surrogateescape")
+        if gate is not None and gate.search(raw) is None:
+            return
+        lines = text.split("\n")
+        out = []
+        changed = False
+        for ln in lines:
+            b = ln.encode("utf-8", "surrogateescape")
+            if gate is None or gate.search(b) is not None:
+                red = hasher.scrub_text(b)
+                if red != b:
+                    changed = True
+                    ln = red.decode("utf-8", "backslashreplace")
+            out.append(ln)
+        if changed:
+            record.msg, record.args = "\n".join(out), None
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+
+
 
 def _hmac_key() -> bytes:
     """toolwatch's HMAC key, or ``b""`` (unkeyed digests) when none can be had."""
@@ -258,6 +316,11 @@ class ToolwatchMiddleware:
         self._caller: str | None = None
         self._ended = False
         _install_catcher()
+        # The SDK's own log (a tool's exception and its traceback) is scrubbed too: on the
+        # SDK's logger now, on the root logger's handlers at the first call (by then the
+        # server has set up its logging), so a tool's own records are covered as well.
+        self._scrubber = _RecordScrubber(self)
+        logging.getLogger(_SDK_LOGGER).addFilter(self._scrubber)
         atexit.register(self.session_end)
 
     # ------------------------------------------------------------------ helpers
@@ -369,6 +432,9 @@ class ToolwatchMiddleware:
             return await call_next(ctx)
         params = dict(ctx.params or {})
         t0 = time.perf_counter()
+        for h in logging.getLogger().handlers:  # (a handler added since: covered too)
+            if self._scrubber not in h.filters:
+                h.addFilter(self._scrubber)
         status, is_error, size, rows, detail = "ok", False, 0, None, None
         box: list[BaseException] = []
         token = _CALL_EXC.set(box)

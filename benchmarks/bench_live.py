@@ -449,6 +449,7 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     ps = psutil.Process(proc.pid)
     sdir = data / "_state" / "live"
     hwm = 0.0
+    cpu = 0.0
     loads: list[float] = []
     while proc.poll() is None:
         time.sleep(every)
@@ -457,6 +458,9 @@ def rss(work: Path, events: int, log_rate: int | None = None,
         except psutil.Error:
             break
         hwm = max(hwm, _vm_hwm(proc.pid))
+        with contextlib.suppress(psutil.Error):
+            ct = ps.cpu_times()
+            cpu = ct.user + ct.system
         loads.append(os.getloadavg()[0])
         if mb <= 0:  # the process is exiting (a zombie has no memory)
             continue
@@ -497,6 +501,10 @@ def rss(work: Path, events: int, log_rate: int | None = None,
         # The kernel's high-water mark (VmHWM, last read before the exit): peaks between
         # two samples included.
         "rss_hwm_mib": round(hwm, 1),
+        # CPU seconds of the tail (user + system, last read before its exit): a cost
+        # that a loaded host's wall time hides.
+        "cpu_s": round(cpu, 1),
+        "status_extra": status.get("extra", {}),
         "load_avg_min_median_max": [round(min(loads), 1), round(statistics.median(loads), 1),
                                     round(max(loads), 1)] if loads else None,
         "samples": [(round(a, 1), round(b, 1), c) for a, b, c in samples],

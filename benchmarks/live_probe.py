@@ -185,6 +185,20 @@ _TOP: list[tuple[float, float, str]] = []
 _PEAK: dict[str, Any] = {"rss": 0.0}
 
 
+#: Seconds after start before the attribution at the highest RSS is taken (imports and
+#: the first fill of the window come first).
+_PEAK_AFTER = float(os.environ.get("PROBE_PEAK_AFTER", "20"))
+
+
+def _anon_now() -> float:
+    """Anonymous MiB of this process now (``/proc/self/smaps_rollup``)."""
+    with open("/proc/self/smaps_rollup") as fh:
+        for line in fh:
+            if line.startswith("Anonymous:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _rss_now() -> float:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * _PAGE / 2**20
@@ -267,11 +281,13 @@ def _fast_sampler() -> None:
             for v in _RUNNING.values():
                 v[1] = max(v[1], rss)
         t = time.monotonic() - t0
-        _TOP.append((rss, round(t, 1), act))
+        anon = _anon_now() if rss > _PEAK.get("top_floor", 0.0) else 0.0
+        _TOP.append((rss, round(t, 1), f"anon={anon:.0f} {act}"))
         if len(_TOP) > 400:
             _TOP.sort(reverse=True)
             del _TOP[30:]
-        if t > 20 and rss > _PEAK["rss"] + 2:
+            _PEAK["top_floor"] = _TOP[-1][0]
+        if t > _PEAK_AFTER and rss > _PEAK["rss"] + 2:
             with contextlib.suppress(Exception):
                 _PEAK.update(rss=rss, t=round(t, 1), active=act, **_smaps_by_kind())
 
@@ -310,6 +326,7 @@ def _install_phases() -> None:
     window.DetectionWindow.add = _phase("win_add", window.DetectionWindow.add)
     window.DetectionWindow.expire = _phase("win_expire", window.DetectionWindow.expire)
     Store.write_batch = _phase("write", Store.write_batch)
+    window.DetectionWindow.select = _phase("win_select", window.DetectionWindow.select)
     Store._merge = _phase("compact", Store._merge)
     orig_dd = detection.default_detector
 

@@ -615,3 +615,211 @@ def test_select_newest_is_the_newest_touched_events(
         kept_at = [e for e in at if e in set(cut["event_id"])]
         order = {e: int(e.split(":")[1]) for e in at}
         assert sorted(kept_at, key=order.get) == sorted(at, key=order.get)[len(at) - len(kept_at):]
+
+
+# ---------------------------------------------------------------- the memory gate
+def _gate(high: float, rss: float, released: list[int] | None = None):  # type: ignore[no-untyped-def]
+    from toolwatch.live.memgate import MemoryGate
+
+    rel = None if released is None else (lambda: released.append(1))
+    return MemoryGate(high, rss=lambda: rss, release=rel)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["parse", "detect", "write", "compact"]),
+                          st.booleans()), min_size=4, max_size=40),
+       st.integers(2, 5))
+@settings(max_examples=25, deadline=None)
+def test_gate_never_lets_two_heavy_phases_overlap_while_memory_is_high(
+        plan: list[tuple[str, bool]], threads: int) -> None:
+    """RSS at the threshold: whatever the phases, threads and nesting, one phase at a time."""
+    import threading
+
+    gate = _gate(500, 500.0)
+    inside: list[int] = [0]
+    most: list[int] = [0]
+    lock = threading.Lock()
+
+    def body() -> None:
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        for _ in range(200):  # give the other threads every chance to get in beside
+            pass
+        with lock:
+            inside[0] -= 1
+
+    def worker(k: int) -> None:
+        for i, (phase, nested) in enumerate(plan):
+            if i % threads != k:
+                continue
+            with gate.hold(phase):
+                body()
+                if nested:  # compaction's merge writes through the store: same thread
+                    with gate.hold("write"):
+                        pass
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+        assert not t.is_alive()  # nesting on one thread never deadlocks
+    assert most[0] == 1
+    assert gate.stats.max_running == 1
+    assert gate.stats.overlapped == 0
+    assert gate.stats.entered == len(plan)
+    assert gate.running() == []
+
+
+def test_gate_lets_phases_overlap_while_memory_is_low_and_when_off() -> None:
+    """Below the threshold (or with the gate off) the reader and the commit thread overlap."""
+    import threading
+
+    for gate in (_gate(500, 400.0), _gate(0, 10_000.0)):
+        both = threading.Barrier(2, timeout=30)
+
+        def phase(name: str, gate=gate, both=both) -> None:  # type: ignore[no-untyped-def]
+            with gate.hold(name):
+                both.wait()  # returns only when the other phase is inside too
+
+        t = threading.Thread(target=phase, args=("parse",))
+        t.start()
+        phase("detect")
+        t.join(30)
+        assert gate.stats.overlapped == 1
+        assert gate.stats.max_running == 2
+
+
+def test_gate_serves_waiting_phases_in_arrival_order_and_releases_between_them() -> None:
+    """A phase that waits goes before one that came later (no thread starves), and the
+    phase that ends hands freed memory back before the next starts."""
+    import threading
+    import time
+
+    released: list[int] = []
+    gate = _gate(100, 200.0, released)
+    order: list[str] = []
+    hold_first = threading.Event()
+    first_in = threading.Event()
+
+    def first() -> None:
+        with gate.hold("detect"):
+            first_in.set()
+            assert hold_first.wait(30)
+            order.append("detect")
+
+    def later(name: str) -> None:
+        with gate._cv:  # know when this thread is in the queue
+            n = len(gate._waiting)
+        th = threading.Thread(target=_enter_and_log, args=(gate, name, order))
+        th.start()
+        while True:
+            with gate._cv:
+                if len(gate._waiting) > n:
+                    break
+            time.sleep(0.001)
+        threads.append(th)
+
+    threads: list[threading.Thread] = []
+    t0 = threading.Thread(target=first)
+    t0.start()
+    assert first_in.wait(30)
+    for name in ("parse", "write", "compact"):
+        later(name)
+    assert gate.stats.waited == 3
+    hold_first.set()
+    t0.join(30)
+    for th in threads:
+        th.join(30)
+    assert order == ["detect", "parse", "write", "compact"]
+    assert gate.stats.max_running == 1
+    assert len(released) == 4  # after each phase: none ran beside it
+    assert set(gate.stats.wait_s_by_phase) == {"parse", "write", "compact"}
+
+
+def _enter_and_log(gate, name: str, order: list[str]) -> None:  # type: ignore[no-untyped-def]
+    with gate.hold(name):
+        order.append(name)
+
+
+def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With the gate closed (threshold 1 MiB: always high), the reader's parse of the next
+    micro-batch does not start while the commit thread detects; with the gate off it does.
+    Every event is stored once either way."""
+    import threading
+
+    from toolwatch.config import Config
+    from toolwatch.errors import ConfigError
+    from toolwatch.live import LiveConfig, LivePipeline
+    from toolwatch.store import Store
+
+    try:
+        from tests.test_live import Feeder, nf
+        from tests.test_live_support import config_for, enum_detector, stored_count, wait_for
+    except ImportError:  # tests/ itself on sys.path
+        from test_live import Feeder, nf  # type: ignore[no-redef]
+        from test_live_support import (  # type: ignore[no-redef]
+            config_for,
+            enum_detector,
+            stored_count,
+            wait_for,
+        )
+
+    bad = Config()
+    bad.live = {"memory_gate_mib": -1}
+    with pytest.raises(ConfigError):
+        LiveConfig.from_config(bad)
+
+    for high in (1, 0):
+        inner = enum_detector(5)
+        go = threading.Event()
+        entered = threading.Event()
+        during: list[list[str]] = []
+
+        def detector(events, summaries, history=None, go=go, entered=entered,  # type: ignore[no-untyped-def]
+                     inner=inner):
+            entered.set()
+            assert go.wait(30)
+            return inner(events, summaries, history=history)
+
+        data = tmp_path / f"store-{high}"
+        cfg = config_for(data, detect=True, flush_events=1000, memory_gate_mib=high)
+        lp = LivePipeline(cfg, Store(data), detector=detector)
+        f = Feeder()
+        orig = lp._transform_taken_gated
+
+        def transform(*a, lp=lp, orig=orig):  # type: ignore[no-untyped-def]
+            during.append(lp.memory_gate.running())
+            return orig(*a)
+
+        lp._transform_taken_gated = transform  # type: ignore[method-assign]
+
+        def flush(k: int, lp=lp, f=f) -> None:  # type: ignore[no-untyped-def]
+            lp.add(f.batch(b"".join(nf(k * 10 + i) for i in range(10))))
+            lp.flush(wait=False)
+
+        flush(0)
+        assert entered.wait(30)  # the commit thread is inside detection of batch 0
+        second = threading.Thread(target=flush, args=(1,), daemon=True)
+        second.start()
+        second.join(0.5)
+        if high:
+            assert second.is_alive()  # its parse waits at the gate
+            assert len(during) == 1
+        else:
+            assert not second.is_alive()  # parsed beside the detection
+            assert sorted(during[1]) == ["detect", "parse"]
+        go.set()
+        second.join(30)
+        assert not second.is_alive()
+        lp.drain()
+        wait_for(lambda data=data: stored_count(data) == 20)
+        gate = lp.memory_gate
+        lp.close()
+        assert stored_count(data) == 20
+        if high:
+            # Parse always ran alone: the commit thread was never inside a phase then.
+            assert all(r == ["parse"] for r in during)
+            assert gate.stats.max_running == 1 and gate.stats.waited >= 1
+        else:
+            assert gate.stats.max_running == 2

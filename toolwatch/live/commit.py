@@ -13,8 +13,9 @@ import pyarrow as pa
 
 from toolwatch import schema
 from toolwatch.live.config import LiveConfig
+from toolwatch.live.memgate import MemoryGate, release_memory
 from toolwatch.live.window import _US
-from toolwatch.store import Checkpoint
+from toolwatch.store import LIVE_ROW_GROUP_ROWS, Checkpoint
 
 log = logging.getLogger("toolwatch.live")
 
@@ -67,8 +68,23 @@ def _concat(tables: list[pa.Table], sch: pa.Schema) -> pa.Table:
     return pa.concat_tables([t.cast(sch) for t in tables])
 
 
+_GATE_LOCK = threading.Lock()
+
+
 class CommitMixin:
     """The commit thread of a :class:`~toolwatch.live.pipeline.LivePipeline`."""
+
+    @property
+    def memory_gate(self) -> MemoryGate:
+        """The process's gate of heavy phases (``live.memory_gate_mib``; created on use)."""
+        gate: MemoryGate | None = self.__dict__.get("_memory_gate")
+        if gate is None:
+            with _GATE_LOCK:
+                gate = self.__dict__.get("_memory_gate")
+                if gate is None:
+                    gate = MemoryGate(self.live.memory_gate_mib, release=release_memory)
+                    self.__dict__["_memory_gate"] = gate
+        return gate
 
     def _enqueue(self, job: _Job) -> None:
         """Hand a transformed micro-batch to the commit thread (blocks while it is full)."""
@@ -203,7 +219,8 @@ class CommitMixin:
         new_alerts = None
         td = time.monotonic()
         if self.detector is not None:
-            new_alerts = self._detect(events, summaries, defer=defer, backlog=backlog)
+            with self.memory_gate.hold("detect"):
+                new_alerts = self._detect(events, summaries, defer=defer, backlog=backlog)
             if new_alerts is not None and new_alerts.height:
                 alerts_tbl = new_alerts.select(schema.ALERTS.names).to_arrow().cast(
                     schema.ALERTS
@@ -220,7 +237,9 @@ class CommitMixin:
             or res.checkpoints
             or (alerts_tbl is not None)
         ):
-            res.batch_id = self.store.write_batch(tables, res.checkpoints)
+            with self.memory_gate.hold("write"):
+                res.batch_id = self.store.write_batch(tables, res.checkpoints,
+                                                      row_group_rows=LIVE_ROW_GROUP_ROWS)
         res.events = events.num_rows
         res.alerts = new_alerts
 
@@ -240,6 +259,16 @@ class CommitMixin:
         st.window_evicted = self.window.evicted
         st.late_events = self.window.late
         st.active_sessions = self.window.active_sessions()
+        gate = self.memory_gate
+        if gate.enabled:
+            gs = gate.stats
+            st.extra["memory_gate_waits"] = gs.waited
+            st.extra["memory_gate_wait_s"] = round(gs.wait_s, 3)
+            st.extra["memory_gate_overlaps"] = gs.overlapped
+            st.extra["memory_gate_wait_s_by_phase"] = {
+                k: round(v, 3) for k, v in gs.wait_s_by_phase.items()}
+            st.extra["memory_gate_releases"] = gs.releases
+            st.extra["memory_gate_release_s"] = round(gs.release_s, 3)
         if self.window.newest_us is not None:
             st.watermark = datetime.fromtimestamp(self.window.newest_us / _US, UTC).isoformat()
             st.lag["log_time_s"] = round(time.time() - self.window.newest_us / _US, 3)
@@ -286,7 +315,8 @@ class CommitMixin:
         self._last_compact = time.monotonic()
         for ds in ("events", "quarantine", "summaries", "alerts"):
             try:
-                self.store.compact(ds)
+                with self.memory_gate.hold("compact"):
+                    self.store.compact(ds)
             except Exception as exc:
                 log.warning("compaction of %s failed: %s", ds, exc)
 

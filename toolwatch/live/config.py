@@ -157,6 +157,16 @@ class LiveConfig:
         "it is a knob for hosts that value memory over latency, not a default.",
         0,
     )
+    memory_gate_mib: int = doc(
+        "The memory gate: while the process's RSS is at or above this many MiB, the heavy "
+        "phases (the reader's parse of the next micro-batch; the commit thread's "
+        "detection, store write and compaction) take turns instead of running at once, "
+        "and the one that ends returns freed memory to the OS before the next starts "
+        "(toolwatch.live.memgate). Below it they overlap (catch-up speed). Measured at "
+        "10k events/s (docs/performance.md, Live memory): the RSS peaks were two of these "
+        "phases at once. 0: off.",
+        460,
+    )
     out_of_order_tolerance_s: float = doc(
         "Events up to this much older than the newest event seen are on time; later ones "
         "are still stored and detected, but counted as late_events. Expiry waits this long.",
@@ -224,6 +234,8 @@ class LiveConfig:
         if self.backlog_detect_passes < 0:
             raise ConfigError("must be 0 (detect_passes) or positive",
                               key="live.backlog_detect_passes")
+        if self.memory_gate_mib < 0:
+            raise ConfigError("must be 0 (off) or positive", key="live.memory_gate_mib")
         if self.memory_high_mib < 0:
             raise ConfigError("must be 0 (off) or positive", key="live.memory_high_mib")
         if self.max_queued_events < 0:

@@ -1,9 +1,9 @@
-"""One memory gate for a live process's heavy phases (parse, detection, store write, compaction).
+"""One memory gate for a live process's heavy phases (parse, detection, compaction).
 
 A live process runs two threads that each allocate a micro-batch's worth of memory: the
 reader parses the next micro-batch (DuckDB's JSON parse and Arrow export, the transforms)
 while the commit thread detects the previous one (window add and expiry, the passes),
-writes it to the store and now and then compacts. Each phase alone adds ~25-100 MiB over
+writes it to the store and now and then compacts the store. Each phase alone adds ~25-100 MiB over
 the process's base for a moment; the RSS peaks measured at 10k events/s were two of them
 at once (``benchmarks/live_probe.py`` phases, docs/performance.md "Live memory").
 
@@ -13,7 +13,9 @@ phase runs, and the phase that ends first hands freed heap pages back to the OS
 (``malloc_trim``, Arrow's pool) before the next one starts. Below the threshold the two
 threads overlap as before (catch-up speed); near it they take turns (memory). Waiting
 phases are served in arrival order, so neither thread starves the other; a thread that
-already holds the gate (compaction's merge writes through the store) passes at once.
+already holds the gate passes at once (nested phases). The store write of a micro-batch
+is not gated: in small row groups it adds ~9 MiB, and making the commit thread wait for
+the reader costs catch-up speed.
 """
 
 from __future__ import annotations

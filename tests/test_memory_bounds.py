@@ -743,9 +743,10 @@ def _enter_and_log(gate, name: str, order: list[str]) -> None:  # type: ignore[n
 
 
 def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """With the gate closed (threshold 1 MiB: always high), the reader's parse of the next
-    micro-batch does not start while the commit thread detects; with the gate off it does.
-    Every event is stored once either way."""
+    """With the gate closed (threshold 1 MiB: always high), the reader's parse of a
+    backlog-sized micro-batch (> 1.5 x flush_events lines) does not start while the
+    commit thread detects; with the gate off, or for a real-time-sized micro-batch, it
+    does (the gate never delays a source that keeps up). Every event is stored once."""
     import threading
 
     from toolwatch.config import Config
@@ -770,7 +771,8 @@ def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) 
     with pytest.raises(ConfigError):
         LiveConfig.from_config(bad)
 
-    for high in (1, 0):
+    for case, (high, flush_events) in enumerate(((1, 6), (0, 6), (1, 1000))):
+        gated = high and flush_events == 6
         inner = enum_detector(5)
         go = threading.Event()
         entered = threading.Event()
@@ -782,8 +784,8 @@ def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) 
             assert go.wait(30)
             return inner(events, summaries, history=history)
 
-        data = tmp_path / f"store-{high}"
-        cfg = config_for(data, detect=True, flush_events=1000, memory_gate_mib=high)
+        data = tmp_path / f"store-{case}"
+        cfg = config_for(data, detect=True, flush_events=flush_events, memory_gate_mib=high)
         lp = LivePipeline(cfg, Store(data), detector=detector)
         f = Feeder()
         orig = lp._transform_taken_gated
@@ -796,19 +798,19 @@ def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) 
 
         def flush(k: int, lp=lp, f=f) -> None:  # type: ignore[no-untyped-def]
             lp.add(f.batch(b"".join(nf(k * 10 + i) for i in range(10))))
-            lp.flush(wait=False)
+            lp.flush(wait=False, behind=False)  # detected at once, never deferred
 
         flush(0)
         assert entered.wait(30)  # the commit thread is inside detection of batch 0
         second = threading.Thread(target=flush, args=(1,), daemon=True)
         second.start()
         second.join(0.5)
-        if high:
+        if gated:
             assert second.is_alive()  # its parse waits at the gate
             assert len(during) == 1
         else:
             assert not second.is_alive()  # parsed beside the detection
-            assert sorted(during[1]) == ["detect", "parse"]
+            assert sorted(during[1]) == (["detect"] if high else ["detect", "parse"])
         go.set()
         second.join(30)
         assert not second.is_alive()
@@ -817,9 +819,12 @@ def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) 
         gate = lp.memory_gate
         lp.close()
         assert stored_count(data) == 20
-        if high:
+        if gated:
             # Parse always ran alone: the commit thread was never inside a phase then.
             assert all(r == ["parse"] for r in during)
             assert gate.stats.max_running == 1 and gate.stats.waited >= 1
+        elif high:  # real-time-sized parses are not gated: not even tracked
+            assert during[1] == ["detect"]
+            assert gate.stats.waited == 0
         else:
             assert gate.stats.max_running == 2

@@ -416,7 +416,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
     def _transform_taken(self, pending: dict[str, list[RawBatch]], extra_q: list[pa.Table],
                          lines: int) -> _Job:
         """The transforms over taken streams (one thread at a time: parser state)."""
-        with self.memory_gate.hold("parse"):  # H2's memory gate (toolwatch/live/memgate.py)
+        with self._parse_gate(lines):  # H2's memory gate (toolwatch/live/memgate.py)
             return self._transform_taken_gated(pending, extra_q, lines)
 
     def _transform_taken_gated(self, pending: dict[str, list[RawBatch]],

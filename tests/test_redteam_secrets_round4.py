@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tests.test_redteam_secrets import ingest_and_check_absent
 from tests.test_redteam_secrets_round3 import disguised_names
-from toolwatch.secrets import _CUT_HEAD_WORDS, SecretHasher, key_skeleton, normalize_key
+from toolwatch.secrets import _CUT_HEAD_WORDS, SecretHasher, normalize_key
 
 KEY = "ab" * 32
 TS = "2026-11-02T10:00:00Z"
@@ -81,8 +81,6 @@ def test_lookalike_name_in_prose_is_hashed(name: str, template: str) -> None:
 def test_disguised_names_in_prose_never_keep_the_value(
     name: str, secret: str, ascii_only: bool, template: str
 ) -> None:
-    if "authoriz" in key_skeleton(name).lower():  # no prose name in ASCII either
-        return
     line = json.dumps({"ts": TS, "tool": "t", "args": {"m": template.format(n=name, S=secret)}},
                       ensure_ascii=ascii_only).encode()
     red, h = HASHER.redact_line(line)
@@ -218,3 +216,16 @@ def test_hunt_separators_and_xml(text: str) -> None:
 ])
 def test_xml_and_cjk_without_a_secret_stay(text: str) -> None:
     assert HASHER.scrub_str(text) == text
+
+
+@pytest.mark.parametrize("tag", ["cr\u0435\u0501e\uff4e\uff54\uff49als\u2060",
+                                 "\u03f2\u0280\u0301\u03b5\ufe0fde\u0578t\u03b9\ufeffal\u017f",
+                                 "p\\u0061\\u0073\\u0073\u051d\\u200d\uff44", "wsse:P\u0430ssword"])
+def test_xml_element_with_a_lookalike_name(tag: str) -> None:
+    """Found by the generated end-to-end hunt: an XML tag name written with look-alike
+    letters, invisible characters or JSON escapes kept its text."""
+    text = f'{{"ts": "{TS}", "tool": "t", "args": {{"a": "<{tag}>{S}</{tag}>"}}}}'.encode()
+    red, h = HASHER.redact_line(text)
+    assert S.encode() not in red and h is not None
+    assert S.encode() not in HASHER.scrub_text(b"\xff" + text)  # quarantined form
+    assert _picked(text)

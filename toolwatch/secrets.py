@@ -258,7 +258,7 @@ _STRINGS_GATE_B = (b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic")
 #: (``user:pass@host`` with no scheme), in a raw line.
 _PROSE_USERINFO_PATTERN = (
     r"(?i:(?:^|[^a-z0-9])(?:tokens?|keys?|passwords?|passwd|passphrase|passcode|pwd|pin|otp"
-    r"|secrets?|credentials?|apikey)[ \t\n\r\f\v:=])"
+    r"|secrets?|credentials?|apikey|authorization)[ \t\n\r\f\v:=])"
     r"|[^ \t\n\r\f\v\"'<>@:/]:[^ \t\n\r\f\v\"'<>@/]*@"
 )
 #: Commands that take a password as a short flag (``mysql -pS``, ``sshpass -p S``,
@@ -285,7 +285,7 @@ _PROSE_USERINFO_PATTERN = (
     + "|" + _ARGV_FLAG_PATTERN
     # an XML element's text (<password>S</password>); a Latin letter next to a non-ASCII
     # character (a look-alike separator: "password：S")
-    + r"|(?i:<[a-z_][\w.\-:]*(?:\s[^<>]*)?>[^<\s]|[a-z][^\x00-\x7f])"
+    + r"|(?i:<[^<>\s\"]{1,200}(?:\s[^<>]*)?>[^<\s]|[a-z][^\x00-\x7f])"
 )
 # RE2 when there (one linear DFA pass; ``re`` tries the alternation at every byte)
 _PROSE_USERINFO_B_RE: Any = (
@@ -391,9 +391,11 @@ _CLI_FLAG_RES: tuple[tuple[tuple[str, ...], re.Pattern[str]], ...] = (
 
 
 #: Commands whose ``-p`` is a password only in their ``login`` subcommand.
-#: An XML element's opening tag and its text (``<password>S</password>``, SOAP's
-#: ``<wsse:Password Type="…">S</wsse:Password>``; the closing tag may be cut off).
-_XML_RE = re.compile(r"<([A-Za-z_][\w.\-:]{0,63}+)(?:\s[^<>]{0,1024}+)?>([^<]++)")
+#: ``"-p", "V"`` in JSON text (escaped quotes too): an argv list's password flag and its
+#: value, for text that does not parse (the structured rule needs the list).
+_ARGV_FLAG_TEXT_RE = re.compile(
+    r'\\*"-[pP]\\*"\s*+,\s*+\\*"((?:[^"\\]|\\u[0-9a-fA-F]{4}|\\[^"\\u])++)'
+)
 #: A ``-p`` value that is a port mapping (``80``, ``8080:80``, ``127.0.0.1:8080:80``,
 #: ``127.0.0.1::80``, ``[::1]:53:53/udp``, ``8000-8010:80-90``), not a password.
 _PORT_SPEC_RE = re.compile(
@@ -450,7 +452,7 @@ _NOT_USERS = frozenset({"mailto", "sip", "sips", "tel", "xmpp", "im", "pres", "n
 _PROSE_VALUE = r"[^\s'\"`,;<>()\[\]{}]"
 _PROSE_RE = re.compile(
     r"(?i)(?<![a-z0-9])(tokens?|keys?|passwords?|passwd|passphrase|passcode|pwd|pin|otp"
-    r"|secrets?|credentials?|apikey)(?![a-z0-9])"
+    r"|secrets?|credentials?|apikey|authorization)(?![a-z0-9])"
     # after ":" / "=": any value; after a space: 6+ characters holding a digit and a
     # letter (tested here, so ordinary prose yields no match to look at in Python)
     rf"(?:(\s?+:\s*+|\s*+=\s*+)['\"]?({_PROSE_VALUE}++)"
@@ -459,7 +461,9 @@ _PROSE_RE = re.compile(
     rf"({_PROSE_VALUE}++))"
 )
 #: Literals one of which (lower-cased) a text must hold for :data:`_PROSE_RE` to match.
-_PROSE_LITERALS = ("token", "key", "pass", "pwd", "pin", "otp", "secret", "credential")
+_PROSE_LITERALS = (
+    "token", "key", "pass", "pwd", "pin", "otp", "secret", "credential", "authorization"
+)
 _PREV_WORD_RE = re.compile(r"([A-Za-z]{1,32})[ _\-]\Z")
 #: Names that are vocabulary, not values: ``["password", "token"]`` is a list of field
 #: names, not a name and its value.
@@ -506,7 +510,7 @@ _PROSE_FOLD: dict[int, int | None] = {}
 _PROSE_NAMES = (
     "token", "tokens", "key", "keys", "password", "passwords", "passwd", "passphrase",
     "passcode", "pwd", "pin", "otp", "secret", "secrets", "credential", "credentials",
-    "apikey",
+    "apikey", "authorization",
 )
 
 
@@ -677,6 +681,13 @@ _NAME_CH = (
     r"\u249c-\u24e9\U0001f130-\U0001f189]"  # (circled, parenthesized, squared letters)
 )
 _KV_RE = re.compile(rf"(?<!{_NAME_CH})({_NAME_CH}++)(=|\s?:\s*|\s+=\s*)")
+#: An XML element's opening tag and its text (``<password>S</password>``, SOAP's
+#: ``<wsse:Password Type="…">S</wsse:Password>``; the closing tag may be cut off).
+#: (The name: any script's name characters, invisible ones and JSON ``\u`` escapes
+#: included, so a look-alike name written escaped in text that does not parse counts.)
+_XML_RE = re.compile(
+    rf"<((?:{_NAME_CH}|:|\\u[0-9a-fA-F]{{4}}){{1,128}}+)(?:\s[^<>]{{0,1024}}+)?>([^<]++)"
+)
 #: :data:`_KV_RE` for ASCII text (an ASCII class is a bitmap test in ``re``; the Unicode
 #: one is ~1.5x slower per byte on long texts).
 _KV_RE_ASCII = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]++)(=|\s?:\s*|\s+=\s*)")
@@ -1457,6 +1468,8 @@ class SecretHasher:
                 out = self._scan_json_text(out, found, _depth)
         if "<" in out and ">" in out:
             out = self._scan_xml(out, found)
+        if '-p' in out or '-P' in out:
+            out = self._scan_argv_text(out, found)
         if _may_name_in_prose(out):
             out = self._scan_prose(out, found)
         if not out.isascii() and _lookalike_prose(out):
@@ -1680,13 +1693,32 @@ class SecretHasher:
         pieces.append(text[last:])
         return "".join(pieces)
 
+    def _scan_argv_text(self, text: str, found: list[str]) -> str:
+        """``"-p", "V"`` in JSON text that does not parse: ``V`` is hashed unless it is a
+        port mapping, a path or a flag (the rule of :meth:`_scrub_flag_argv`)."""
+        pieces: list[str] = []
+        last = 0
+        for m in _ARGV_FLAG_TEXT_RE.finditer(text):
+            v = _loose_unescape(m.group(1))
+            if (v.startswith("-") or _PORT_SPEC_RE.fullmatch(v) or v.startswith(_PATH_STARTS)
+                    or is_digest(v)):
+                continue
+            pieces.append(text[last : m.start(1)])
+            pieces.append(self._hash_match(v, found))  # (the value as parsed: ingest's digest)
+            last = m.end(1)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
+
     def _scan_xml(self, text: str, found: list[str]) -> str:
         """Hash the text of XML elements with a secret name (``<password>S</password>``,
         ``<wsse:Password …>S</wsse:Password>``, ``<ApiKey>S`` cut before its end tag)."""
         pieces: list[str] = []
         last = 0
         for m in _XML_RE.finditer(text):
-            if not self.is_secret_key(m.group(1)):
+            name = m.group(1)
+            if not self.is_secret_key(_loose_unescape(name) if "\\" in name else name):
                 continue
             body = m.group(2)
             lead = len(body) - len(body.lstrip())

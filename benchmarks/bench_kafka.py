@@ -13,6 +13,8 @@ topic is read, each time by a fresh consumer group, by:
     d   `toolwatch kafka` with detection
     c-ahead, d-ahead  c, d with the transform on a thread of its own while the next polls
         are decoded (``KafkaSource.transform_ahead``, off by default)
+    c-t2, d-t2  c, d with the parsers' DuckDB connections at 2 threads (one statement
+        split over both cores; the default is 1 per parser): not a setting, measured here
     tail    `toolwatch tail` (with detection) of the same events written to a file
     tail-nd `toolwatch tail` without detection
 
@@ -172,20 +174,32 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
 
 # --------------------------------------------------------------------------- c, d
 def toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
-                    detect: bool, ahead: bool | None = None) -> dict[str, Any]:
+                    detect: bool, ahead: bool | None = None,
+                    parse_threads: int | None = None) -> dict[str, Any]:
     """`toolwatch kafka` (the CLI's loop, in-process) until the store covers ``total``.
 
     ``ahead``: set ``KafkaSource.transform_ahead`` for this run (None: the default).
+    ``parse_threads``: DuckDB threads of every parser's connection (None: as built).
     """
+    from toolwatch.ingest.parse import ParserPool
     from toolwatch.ingest.sources.kafka import KafkaSource
 
     default_ahead = getattr(KafkaSource, "transform_ahead", False)
     if ahead is not None:
         KafkaSource.transform_ahead = ahead  # type: ignore[attr-defined]
+    init = ParserPool.__init__
+    if parse_threads is not None:
+        def threaded_init(self: Any, *args: Any, **kw: Any) -> None:
+            init(self, *args, **kw)
+            for p in self._parsers:
+                p._con.execute(f"SET threads = {int(parse_threads)}")
+
+        ParserPool.__init__ = threaded_init  # type: ignore[method-assign]
     try:
         return _toolwatch_kafka(bootstrap, topic, total, work, detect=detect)
     finally:
         KafkaSource.transform_ahead = default_ahead  # type: ignore[attr-defined]
+        ParserPool.__init__ = init  # type: ignore[method-assign]
 
 
 def _toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
@@ -297,6 +311,9 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
                 r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=False)
             elif m == "d":
                 r = toolwatch_kafka(broker.bootstrap, topic, total, work, detect=True)
+            elif m in ("c-t2", "d-t2"):
+                r = toolwatch_kafka(broker.bootstrap, topic, total, work,
+                                    detect=m == "d-t2", parse_threads=2)
             elif m in ("c-ahead", "d-ahead"):
                 r = toolwatch_kafka(broker.bootstrap, topic, total, work,
                                     detect=m == "d-ahead", ahead=True)
@@ -327,6 +344,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
               "c": "toolwatch kafka, no detection",
               "d": "toolwatch kafka, detection",
               "c-ahead": "toolwatch kafka, no detection, transform ahead",
+              "c-t2": "toolwatch kafka, no detection, DuckDB 2 threads",
+              "d-t2": "toolwatch kafka, detection, DuckDB 2 threads",
               "d-ahead": "toolwatch kafka, detection, transform ahead",
               "tail": "toolwatch tail (file), detection",
               "tail-nd": "toolwatch tail (file), no detection"}

@@ -122,12 +122,20 @@ def _fold(rows: list[dict[str, Any]], config: DetectorsConfig) -> tuple[list[dic
                     or r["score"] <= top["score"] - config.fold_margin):
                 _absorb(top, r)
                 dropped.add(id(r))
-    # Forest alerts on sessions an entity alert already lists.
+    # Forest alerts on sessions an entity alert already lists. A session can be listed by
+    # several (overlapping hopping windows, its caller's and its address's): it is
+    # counted in the first of a fixed order, not of the rows' order (which follows a
+    # polars group-by and changed from one run to the next). The order is
+    # _dedupe_windows' (widest evidence span, then highest score, then earliest window),
+    # so the host is never a window that de-duplication drops afterwards.
     covered: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["window_start"] is not None and id(r) not in dropped:
-            for sid in r.get("session_ids") or []:
-                covered.setdefault(sid, r)
+    hosts = sorted(
+        (r for r in rows if r["window_start"] is not None and id(r) not in dropped),
+        key=lambda r: (-(r["last_t"] - r["first_t"]), -r["score"], r["window_start"],
+                       r["entity_type"], r["entity_id"], r["category"]))
+    for r in hosts:
+        for sid in r.get("session_ids") or []:
+            covered.setdefault(sid, r)
     for r in rows:
         if r["category"] == "anomaly" and r["window_start"] is None and id(r) not in dropped:
             host = covered.get(r["session_id"])

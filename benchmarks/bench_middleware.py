@@ -100,14 +100,54 @@ def _import_s(code: str, runs: int) -> float:
     return best
 
 
+def log_records(repeat: int) -> None:
+    """Per-record cost of the middleware's log filter (best of ``repeat`` x 500 records)."""
+    import logging
+
+    from toolwatch.mcp_middleware import ToolwatchMiddleware, _RecordScrubber
+
+    mw = ToolwatchMiddleware("bench", stream=_Null(), session_id="s")
+    mw._scanner()  # (as after the first tools/call)
+    flt = _RecordScrubber(mw)
+
+    def record(msg: str, exc: bool) -> logging.LogRecord:
+        info = None
+        if exc:
+            try:
+                raise ValueError(msg)
+            except ValueError:
+                info = sys.exc_info()
+        return logging.LogRecord("mcp", logging.ERROR, __file__, 1, msg, None, info)
+
+    for name, msg, exc in [
+        ("plain message", "Processing request of type CallToolRequest", False),
+        ("traceback, no secret", "document doc-99 not found", True),
+        ("traceback, password=S", "document password=Zr8tKq2Lw5Pn9Vx3Bc6H not found", True),
+    ]:
+        best = float("inf")
+        for _ in range(repeat):
+            recs = [record(msg, exc) for _ in range(500)]
+            t = time.perf_counter()
+            for r in recs:
+                flt.filter(r)
+            best = min(best, (time.perf_counter() - t) / 500)
+        print(f"{name:28s} {best * 1e6:8.1f} us/record", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", default="9557045^", help="git revision of the old middleware")
     ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds (best of)")
     ap.add_argument("--calls", type=int, default=2000, help="calls per shape per round")
     ap.add_argument("--imports", type=int, default=7, help="interpreter starts (best of)")
+    ap.add_argument("--log-records", action="store_true",
+                    help="only time the log-record scrubber (the SDK's traceback of a "
+                    "tool's exception) per record: plain, traceback, traceback with a secret")
     a = ap.parse_args()
     os.environ.setdefault("TOOLWATCH_HMAC_KEY", "5a" * 32)
+    if a.log_records:
+        log_records(a.repeat)
+        return
 
     from toolwatch.mcp_middleware import ToolwatchMiddleware
 

@@ -8,7 +8,8 @@ the size (``--scale`` multiplies the long lines to check).
 
 Run: ``.venv/bin/python benchmarks/bench_secrets.py [--repeat 5] [--scale 1] [--old REV]``
 (``--old REV``: the same cases with ``toolwatch/secrets.py`` of git revision ``REV`` too,
-interleaved in one run, and the new/old ratio.)
+interleaved in one run, and the new/old ratio. ``--old REV --compare FILE...``: per log
+file, the lines ingest's prefilter picks and the lines whose redaction differs.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -112,16 +114,58 @@ def old_hasher(rev: str) -> SecretHasher:
     return mod.SecretHasher(b"k" * 32)
 
 
+def _prefilter(h: SecretHasher) -> Any:
+    """Ingest's batch prefilter: the candidate pattern, Latin-1, case-insensitive RE2."""
+    import re2
+
+    o = re2.Options()
+    o.case_sensitive = False
+    o.encoding = re2.Options.Encoding.LATIN1
+    o.max_mem = 64 << 20
+    return re2.compile(h.candidate_pattern.encode(), o)
+
+
+def compare(old: SecretHasher, new: SecretHasher, files: list[str]) -> None:
+    """Per file: lines picked by each prefilter, and lines whose redaction differs."""
+    import gzip
+
+    po, pn = _prefilter(old), _prefilter(new)
+    for f in files:
+        opener: Any = gzip.open if f.endswith(".gz") else open
+        with opener(f, "rb") as fh:
+            lines = [ln.rstrip(b"\n") for ln in fh]
+        picked_old = picked_new = differ = 0
+        example = None
+        for ln in lines:
+            a, b = po.search(ln) is not None, pn.search(ln) is not None
+            picked_old += a
+            picked_new += b
+            if (a or b) and old.redact_line(ln)[0] != new.redact_line(ln)[0]:
+                differ += 1
+                example = example or ln[:200]
+        print(f"{f}: {len(lines):,d} lines, picked old {picked_old:,d} new {picked_new:,d}, "
+              f"redaction differs on {differ:,d}" + (f" (e.g. {example!r})" if example else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--scale", type=int, default=1, help="multiply the long lines' size")
     ap.add_argument("--old", metavar="REV", help="also time secrets.py of git revision REV, "
                     "interleaved (same run), and print new/old")
+    ap.add_argument("--compare", nargs="+", metavar="FILE",
+                    help="with --old: instead of timing, count per log file (.gz too) the "
+                    "lines ingest's prefilter picks and the lines whose redaction differs "
+                    "between REV and now (a new rule's false-positive cost)")
     args = ap.parse_args()
     hashers = {"new": SecretHasher(b"k" * 32)}
     if args.old:
         hashers["old"] = old_hasher(args.old)
+    if args.compare:
+        if not args.old:
+            ap.error("--compare needs --old REV")
+        compare(hashers["old"], hashers["new"], args.compare)
+        return
     cols = "".join(f" {w + ' ns/B':>11s}" for w in hashers)
     print(f"{'case':36s} {'bytes':>10s}{cols} {'ms':>9s}" + ("  new/old" if args.old else ""))
     for name, line in cases(args.scale).items():

@@ -229,3 +229,13 @@ def test_xml_element_with_a_lookalike_name(tag: str) -> None:
     assert S.encode() not in red and h is not None
     assert S.encode() not in HASHER.scrub_text(b"\xff" + text)  # quarantined form
     assert _picked(text)
+
+
+def test_cut_xml_with_a_lookalike_name_reaches_the_exact_path() -> None:
+    """Found by the end-to-end hunt: the line cut inside the closing tag is quarantined,
+    and the batch prefilter did not pick it (no closing quote after the look-alike name),
+    so its raw text was stored unscrubbed."""
+    tag = "\u1d00\u0441c\u03b5\u200b\u017f\uff53_\u0442\uff4fk\u200d\u03b5\u0578"
+    line = f'{{"ts": "{TS}", "args": {{"a": "<{tag}>{S}</{tag[:3]}'.encode()
+    assert _picked(line)
+    assert S.encode() not in HASHER.scrub_text(line)

@@ -969,6 +969,9 @@ class SecretHasher:
             _lookalike_names_pattern(True),  # a name wholly in look-alikes: "токен S"
             _CUT_HEAD_RE2,  # a line cut inside a secret name: 'ssword=S', 'word": "S"'
             _ARGV_FLAG_PATTERN,  # ["-u", "root", "-p", S] (the command elsewhere)
+            # an XML tag named with non-ASCII characters (a look-alike "<pаssword>S"; ASCII
+            # names are matched by the name patterns above), cut before any closing quote
+            r'<[^<>\s"]*[^\x00-\x7f][^<>\s"]*(?:\s[^<>]*)?>[^<\s]',
         ]
         self._text_pattern = "|".join(parts)
         # The long-text gate (:meth:`_may_name_secret`) reads one string, whose start is

@@ -267,3 +267,50 @@ def test_pipelined_fetch_stores_every_message_once(kafka_broker, tmp_path: Path)
     assert src._prefetch is not None
     assert src.counters.extra["prefetches"] >= 1
     assert src.counters.processed == 3000
+
+
+def test_a_flush_of_several_partitions_never_imports_pandas(tmp_path: Path) -> None:
+    """The joined parse of several Kafka partitions stays pandas-free.
+
+    Shifting each partition's ``ord`` back with ``pc.subtract(col, pa.scalar(start))``
+    imported pandas on the first flush (``pa.scalar`` asks pyarrow's pandas shim): ~0.2 s
+    of the poll thread per ``toolwatch kafka`` process. A fresh interpreter runs one
+    LivePipeline flush of three partitions (every kind of line) and reports whether
+    pandas was imported.
+    """
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(root / "tests")!r})
+import numpy as np, pyarrow as pa
+from pathlib import Path
+from test_kafka_transform import KINDS, line_of, config_for
+from toolwatch.ingest import arrays
+from toolwatch.ingest.records import RawBatch
+from toolwatch.live import LivePipeline
+from toolwatch.store import Store
+
+data = Path({str(tmp_path / "store")!r})
+lp = LivePipeline(config_for(data), Store(data), kind="kafka")
+try:
+    for k in range(3):
+        lines = [line_of(kind, i + 10 * k, f"v{{i}}") for i, kind in enumerate(KINDS * 2)]
+        lp.add(RawBatch(source=f"kafka:t/{{k}}", source_fp=f"kafka:t:{{k}}",
+                        lines=arrays.strings(lines, pa.large_binary()),
+                        offsets=np.arange(len(lines), dtype=np.int64), line_nos=None,
+                        end_offset=len(lines)))
+    job = lp._transform_pending()
+    print(json.dumps({{"events": job.events.num_rows, "pandas": "pandas" in sys.modules}}))
+finally:
+    lp._stop_worker()
+    lp.pipe.close()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=root, check=True, timeout=120)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["events"] > 0  # the flush really parsed and stored events
+    assert res["pandas"] is False

@@ -13,10 +13,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from toolwatch import schema
 from toolwatch.config import Config
+from toolwatch.ingest import arrays
 from toolwatch.ingest.records import RawBatch, join_streams
 from toolwatch.live.commit import CommitMixin, FlushResult, _concat, _Job
 from toolwatch.live.config import LiveConfig
@@ -479,8 +479,11 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             n = len(part)
             tbl = parsed.slice(start, n)
             if ord_at >= 0:  # positions within the stream's own batch, as if parsed alone
-                tbl = tbl.set_column(ord_at, "ord", pc.subtract(tbl.column(ord_at),
-                                                               pa.scalar(start, pa.int64())))
+                # numpy, not pc.subtract(col, start): that goes through pa.scalar, whose
+                # first call imports pandas (~0.2 s of the poll thread per process; see
+                # toolwatch.ingest.arrays). "ord" is int64 without nulls.
+                tbl = tbl.set_column(ord_at, "ord", arrays.from_numpy(
+                    arrays.to_numpy(tbl.column(ord_at)) - np.int64(start)))
             outs.append(self.pipe.transform(part, tbl))
             start += n
         return outs

@@ -239,3 +239,12 @@ def test_cut_xml_with_a_lookalike_name_reaches_the_exact_path() -> None:
     line = f'{{"ts": "{TS}", "args": {{"a": "<{tag}>{S}</{tag[:3]}'.encode()
     assert _picked(line)
     assert S.encode() not in HASHER.scrub_text(line)
+
+
+def test_long_text_with_a_lone_surrogate_never_raises() -> None:
+    """Found by round 3's never-raise test: the RE2 look-alike gates on long texts were
+    given ``str`` (re2 encodes it strictly) and a lone surrogate from a percent-decoded
+    text raised."""
+    text = "%80\udc80 " * 200 + f" the p\u0430ssword is {S} " + "\udc80"
+    out = HASHER.scrub_str(text)
+    assert S not in out

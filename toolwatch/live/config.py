@@ -159,12 +159,12 @@ class LiveConfig:
     )
     memory_gate_mib: int = doc(
         "The memory gate: while the process's RSS is at or above this many MiB, the heavy "
-        "phases (the reader's parse of the next micro-batch; the commit thread's "
-        "detection and compaction) take turns instead of running at once, "
-        "and the one that ends returns freed memory to the OS before the next starts "
-        "(toolwatch.live.memgate). Below it they overlap (catch-up speed). Measured at "
-        "10k events/s (docs/performance.md, Live memory): the RSS peaks were two of these "
-        "phases at once. 0: off.",
+        "phases (the reader's parse of a backlog-sized micro-batch, over 1.5 x "
+        "flush_events lines; the commit thread's detection and compaction) take turns "
+        "instead of running at once, and the one that ends returns freed memory to the OS "
+        "before the next starts (toolwatch.live.memgate). Below it they overlap (catch-up "
+        "speed). Measured at 10k events/s (docs/performance.md, Live memory): the RSS "
+        "peaks were two of these phases at once. 0: off (no releases either).",
         460,
     )
     out_of_order_tolerance_s: float = doc(

@@ -270,24 +270,6 @@ def _line_offsets(lines: pa.LargeBinaryArray) -> np.ndarray:
     ]
 
 
-def _rtrim_newlines(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``pc.utf8_rtrim(col, characters="\\r\\n")``: ``col`` itself when no line ends in one.
-
-    Kafka messages rarely end in a newline, yet the trim copied every line's text once
-    more on the poll thread (~0.2 us per message). Deciding reads one byte per line.
-    """
-    for c in col.chunks:
-        if c.null_count:  # the offsets of a null entry mean nothing: let Arrow decide
-            return pc.utf8_rtrim(col, characters="\r\n")
-        off = _line_offsets(c)
-        ends = off[1:][np.diff(off) > 0] - 1
-        if len(ends):
-            last = np.frombuffer(c.buffers()[2], dtype=np.uint8)[ends]
-            if bool(((last == NEWLINE) | (last == 0x0D)).any()):
-                return pc.utf8_rtrim(col, characters="\r\n")
-    return col
-
-
 def _fps(batch: RawBatch, n: int) -> pa.Array:
     """Each line's stream fingerprint (several streams parsed in one go: ``batch.fps``)."""
     return batch.fps if batch.fps is not None else arrays.repeat(batch.source_fp, n)
@@ -363,17 +345,7 @@ class _BufferScan:
         nl = sum(int(np.count_nonzero(raw[i : i + step] == NEWLINE))
                  for i in range(0, len(raw), step))
         if nl == 0:
-            # Each line's bytes shifted by its index, a newline in each gap: one boolean
-            # mask and two assignments (np.insert does the same plus sorting and
-            # checking its indices: ~1.4x the time).
-            starts = off - base + np.arange(n + 1)
-            out = np.empty(len(raw) + n, dtype=np.uint8)
-            gaps = starts[1:] - 1
-            keep = np.ones(len(out), dtype=bool)
-            keep[gaps] = False
-            out[keep] = raw
-            out[gaps] = NEWLINE
-            return out, starts
+            return np.insert(raw, off[1:] - base, NEWLINE), off - base + np.arange(n + 1)
         lengths = np.diff(off)
         if nl == n and bool((lengths > 0).all()) and bool(
             (raw[off[1:] - base - 1] == NEWLINE).all()
@@ -1079,7 +1051,7 @@ FROM res
         # with input line i, so the output is put back in input order when DuckDB did not
         # keep it (a parallel plan may not; that once stored raw lines with other events).
         out = in_input_order(out, tbl.num_rows)
-        raw = _rtrim_newlines(tbl.column("line"))
+        raw = pc.utf8_rtrim(tbl.column("line"), characters="\r\n")
         # Original size in bytes (an over-long line's raw is only a prefix).
         nbytes = (
             np.diff(_line_offsets(batch.lines)) if batch.sizes is None

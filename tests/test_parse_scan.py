@@ -66,27 +66,3 @@ def test_inner_newline_falls_back_to_arrow() -> None:
     """A Kafka message holding a newline cannot be a buffer segment: Arrow scans it."""
     lines = arrays.strings([b'{"a":1}', b'{"pass\nword":"x"}'], pa.large_binary())
     assert _BufferScan.segments(lines) is None
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    values=st.lists(st.binary(max_size=12).map(lambda b: b.replace(b"\n", b"")), min_size=0,
-                    max_size=30),
-    cut=st.integers(0, 5),
-)
-def test_segments_of_messages_is_np_insert(values: list[bytes], cut: int) -> None:
-    """Kafka messages (no newline) get one appended each: the same bytes and starts as
-    the ``np.insert`` the mask-and-assign replaced, for sliced arrays and empty lines."""
-    import numpy as np
-
-    lines = arrays.strings(values + [b"x"] * cut, pa.large_binary()).slice(cut)
-    if len(lines) == 0:
-        return
-    seg = _BufferScan.segments(lines)
-    assert seg is not None
-    off = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset:][: len(lines) + 1]
-    raw = np.frombuffer(lines.buffers()[2] or b"", dtype=np.uint8)[int(off[0]):int(off[-1])]
-    want = np.insert(raw, off[1:] - off[0], 10)
-    assert seg[0].tobytes() == want.tobytes()
-    assert seg[1].tolist() == (off - off[0] + np.arange(len(lines) + 1)).tolist()
-    assert b"".join(v + b"\n" for v in lines.to_pylist()) == seg[0].tobytes()

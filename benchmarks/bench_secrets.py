@@ -134,17 +134,19 @@ def compare(old: SecretHasher, new: SecretHasher, files: list[str]) -> None:
         opener: Any = gzip.open if f.endswith(".gz") else open
         with opener(f, "rb") as fh:
             lines = [ln.rstrip(b"\n") for ln in fh]
-        picked_old = picked_new = differ = 0
+        picked_old = picked_new = only_one = differ = 0
         example = None
         for ln in lines:
             a, b = po.search(ln) is not None, pn.search(ln) is not None
             picked_old += a
             picked_new += b
+            only_one += a != b  # same counts could hide different lines
             if (a or b) and old.redact_line(ln)[0] != new.redact_line(ln)[0]:
                 differ += 1
                 example = example or ln[:200]
         print(f"{f}: {len(lines):,d} lines, picked old {picked_old:,d} new {picked_new:,d}, "
-              f"redaction differs on {differ:,d}" + (f" (e.g. {example!r})" if example else ""))
+              f"picked by only one {only_one:,d}, redaction differs on {differ:,d}"
+              + (f" (e.g. {example!r})" if example else ""))
 
 
 def main() -> None:

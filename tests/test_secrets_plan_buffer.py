@@ -5,6 +5,7 @@ code it replaced), on generated hostile lines and on the demo logs."""
 from __future__ import annotations
 
 import gzip
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -67,3 +68,17 @@ def test_lines_it_cannot_take_go_to_arrow() -> None:
     assert HASHER.plan(with_newline) == arrow_plan(with_newline)
     assert _plan_buffer(pa.array(["password=x"], pa.string())) is None
     assert _plan_buffer(pa.array([b"x", None], pa.binary())) is None
+
+
+def test_first_use_from_parse_worker_threads() -> None:
+    """Parse workers (threads) may call plan first at the same time: none may run with
+    some of the patterns compiled (a missing bit would skip a redaction pass)."""
+    import toolwatch.secrets as secrets
+
+    lines = pa.array([b'{"u":"https://a:b@h/x","k":"sk-' + b"x" * 30 + b'"}'] * 50, pa.binary())
+    want = arrow_plan(lines)
+    for _ in range(5):
+        secrets._PLAN_RX = ()
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda _: _plan_buffer(lines), range(8)))
+        assert all(g == want for g in got)

@@ -306,7 +306,9 @@ _PLAN_SHAPE_BITS = (1 << len(_TOKEN_SHAPES)) - 1
 PLAN_STRINGS = 1 << len(_TOKEN_SHAPES)
 
 
-_PLAN_RX: list[Any] = []  # _PLAN_PATTERNS compiled for _plan_buffer (on first use)
+#: _PLAN_PATTERNS compiled for _plan_buffer (on first use; bound whole, never filled in
+#: place: a parse worker thread must never see some of them)
+_PLAN_RX: tuple[Any, ...] = ()
 
 
 def _plan_buffer(lines: pa.Array) -> list[int] | None:
@@ -329,21 +331,24 @@ def _plan_buffer(lines: pa.Array) -> list[int] | None:
     items = lines.to_pylist()
     if any(b"\n" in x for x in items):
         return None
-    if not _PLAN_RX:
+    global _PLAN_RX
+    compiled = _PLAN_RX
+    if len(compiled) != len(_PLAN_PATTERNS):
         opts = _re2.Options()
         opts.encoding = _re2.Options.Encoding.LATIN1
         opts.never_nl = True
         opts.max_mem = 64 << 20
         opts.log_errors = False
-        _PLAN_RX.extend(_re2.compile(f"(?m:{p})".encode(), opts)._regexp
-                        for p in _PLAN_PATTERNS)
+        compiled = _PLAN_RX = tuple(
+            _re2.compile(f"(?m:{p})".encode(), opts)._regexp for p in _PLAN_PATTERNS
+        )
     data = b"\n".join(items) + b"\n"
     starts = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum([len(x) + 1 for x in items], out=starts[1:])
     mask = [0] * len(items)
     anchor = _re2._re2.RE2.Anchor.UNANCHORED
     end = len(data)
-    for bit, rx in enumerate(_PLAN_RX):
+    for bit, rx in enumerate(compiled):
         pos = 0
         while pos < end:
             at = rx.Match(anchor, data, pos, end)[0][0]

@@ -19,7 +19,10 @@ history, window add/expire, store write, compaction merge) are wrapped to mark w
 running; a fast sampler reads RSS every 0.1 s, and at exit ``$PROBE_OUT.phases`` gets, per
 phase, how often it ran and the highest RSS and rise seen while it ran, the 15 highest
 samples with the phases running then, and ``/proc/self/smaps`` by mapping (file pages vs
-anonymous) plus glibc/Arrow figures taken at the highest RSS seen after 20 s.
+anonymous) plus glibc/Arrow figures taken at the highest RSS seen after 20 s
+(``$PROBE_PEAK_AFTER``); each top sample also carries the anonymous RSS at that moment
+(``/proc/self/smaps_rollup``). ``win_select`` marks the window's selection of touched
+events. The memory gate's own counters are in the live status (``memory_gate_*``).
 """
 
 from __future__ import annotations

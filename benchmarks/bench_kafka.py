@@ -18,6 +18,8 @@ topic is read, each time by a fresh consumer group, by:
     tail    `toolwatch tail` (with detection) of the same events written to a file
     tail-nd `toolwatch tail` without detection
 
+toolwatch's modes (c, d and their variants, tail, tail-nd) each run in a child process,
+as a consumer would, and print its peak RSS; ``--inproc`` runs them in this process.
 Rates count from the first message received (the ~2 s group join is excluded and
 printed apart) to the store commit that covers the last message (a/b: the last
 message read). Usage::
@@ -59,17 +61,50 @@ sys.path.insert(len(sys.path) if "--child" in sys.argv else 0, str(ROOT))
 sys.path.insert(1, str(ROOT / "benchmarks"))
 os.environ.setdefault("TOOLWATCH_HMAC_KEY", "00" * 32)
 
+if "--child" in sys.argv:
+    # A toolwatch mode's process gets the allocator settings the console entry point
+    # gives `toolwatch kafka` / `tail` (before polars and pyarrow load), so its RSS is a
+    # consumer's.
+    try:
+        from toolwatch.spool import tune_memory
+    except ImportError:  # an --old tree from before the settings
+        pass
+    else:
+        tune_memory(["kafka"])
+
 from toolwatch.config import Config  # noqa: E402
 
 GROUP_OPTS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500,
               "max_poll_interval_ms": 120_000}
 
 
+#: ``--live KEY=VALUE`` settings, applied to every toolwatch mode (children included).
+LIVE_OVERRIDES: dict[str, Any] = {}
+
+
 def _config(data_dir: Path, **live: Any) -> Config:
     cfg = Config()
     cfg.store.data_dir = str(data_dir)
-    cfg.live = {"compact_interval_s": 0, **live}
+    cfg.live = {"compact_interval_s": 0, **live, **LIVE_OVERRIDES}
     return cfg
+
+
+def _live_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as live settings (numbers and booleans parsed)."""
+    out: dict[str, Any] = {}
+    for kv in pairs:
+        k, _, v = kv.partition("=")
+        low = v.lower()
+        val: Any = (low == "true") if low in ("true", "false") else v
+        if val is v:
+            for conv in (int, float):
+                try:
+                    val = conv(v)
+                    break
+                except ValueError:
+                    pass
+        out[k.strip()] = val
+    return out
 
 
 def bench_lines(work: Path, events: int) -> tuple[Path, list[bytes]]:
@@ -296,8 +331,11 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             cpu0 = time.process_time()
             bcpu0 = sum(bproc.cpu_times()[:2])
             child_cpu = None
-            if m.endswith("@old") or (a.old and m in OLD_MODES):
-                # With --old both trees run in a child process: same conditions.
+            if m.endswith("@old") or (m in CHILD_MODES and (a.old or not a.inproc)):
+                # toolwatch's modes run in a child process of their own, as a consumer
+                # does: its RSS is its own (this process holds the produced lines, ~0.3
+                # KB each, which pushed the in-process runs over live.memory_gate_mib
+                # and made them take turns), and --old compares both trees alike.
                 r = run_old(a.old if m.endswith("@old") else None, m.removesuffix("@old"),
                             broker.bootstrap, topic, total, path, work)
                 child_cpu = r.pop("cpu_s")
@@ -331,9 +369,11 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
             r["cpu_us_per_msg"] = round(cpu / total * 1e6, 1)
             r["broker_cpu_us_per_msg"] = round(
                 (sum(bproc.cpu_times()[:2]) - bcpu0) / total * 1e6, 1)
+            rss = f"  peak RSS {r['max_rss_mib']:.0f} MiB" if r.get("max_rss_mib") else ""
             print(f"  {m:12s} {total / r['seconds']:>10,.0f} msg/s   {r['seconds']:6.2f}s "
                   f"(+join {r['join_s']:.1f}s)  cpu {r['cpu_us_per_msg']} us/msg, broker "
-                  f"{r['broker_cpu_us_per_msg']} us/msg  stored {r.get('events')}", flush=True)
+                  f"{r['broker_cpu_us_per_msg']} us/msg  stored {r.get('events')}{rss}",
+                  flush=True)
             runs.setdefault(m, []).append(r)
         for m in modes:  # best of the rounds (the machine is shared)
             res[m] = max(runs[m], key=lambda r: r["events_per_s"])
@@ -372,6 +412,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
 
 #: Modes that ``--old`` also runs with the other checkout's code.
 OLD_MODES = ("c", "d", "tail", "tail-nd")
+#: Modes run in a child process (unless ``--inproc``).
+CHILD_MODES = ("c", "d", "c-t2", "d-t2", "c-ahead", "d-ahead", "tail", "tail-nd")
 
 
 def run_old(tree: str | None, mode: str, bootstrap: str, topic: str, total: int,
@@ -386,6 +428,7 @@ def run_old(tree: str | None, mode: str, bootstrap: str, topic: str, total: int,
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--bootstrap",
            bootstrap, "--topic", topic, "--total", str(total), "--file", str(path),
            "--work", str(work / ("old" if tree else "new"))]
+    cmd += [x for k, v in LIVE_OVERRIDES.items() for x in ("--live", f"{k}={v}")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
                          timeout=1000)
     if out.returncode != 0:
@@ -399,14 +442,21 @@ def child(a: argparse.Namespace) -> int:
 
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
+    import resource
+
     import toolwatch.detectors.pipeline  # as the parent: imports not timed
 
     cpu0 = time.process_time()
-    if a.child in ("c", "d"):
-        r = toolwatch_kafka(a.bootstrap, a.topic, a.total, work, detect=a.child == "d")
+    m = a.child
+    if m.startswith("tail"):
+        r = tail(Path(a.file), work, detect=m == "tail")
     else:
-        r = tail(Path(a.file), work, detect=a.child == "tail")
+        r = toolwatch_kafka(a.bootstrap, a.topic, a.total, work, detect=m.startswith("d"),
+                            ahead=True if m.endswith("-ahead") else None,
+                            parse_threads=2 if m.endswith("-t2") else None)
     r["cpu_s"] = time.process_time() - cpu0
+    # The child's kernel high-water mark (KiB on Linux): what the consumer needed.
+    r["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     r["tree"] = str(Path(toolwatch.__file__).resolve().parents[1])
     print(json.dumps(r, default=str))
     return 0
@@ -427,12 +477,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--old", default=None,
                    help="another checkout: modes c, d, tail, tail-nd also run with its code")
+    p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
+                   help="a [live] setting for every toolwatch mode, e.g. memory_gate_mib=0")
+    p.add_argument("--inproc", action="store_true",
+                   help="run toolwatch's modes in this process (default: a child each)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--bootstrap", default=None, help=argparse.SUPPRESS)
     p.add_argument("--topic", default=None, help=argparse.SUPPRESS)
     p.add_argument("--total", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--file", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    LIVE_OVERRIDES.update(_live_overrides(a.live))
     if a.child:
         return child(a)
     res = scale(a) if a.part == "scale" else one_run(a)

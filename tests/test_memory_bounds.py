@@ -112,6 +112,38 @@ def test_tune_memory_sets_jemalloc_before_polars_and_keeps_user_settings() -> No
     assert out.stdout.strip() == "dirty_decay_ms:5000"
 
 
+def test_tune_memory_is_not_switched_off_by_a_parent_that_imported_polars() -> None:
+    """``import polars`` writes its own default into ``_RJEM_MALLOC_CONF``; a live process
+    started by such a parent (a Python supervisor, a benchmark harness) inherits it. That
+    is not a user's setting: the live tuning still applies (it did not, and the
+    benchmarks' live processes ran with polars' allocator defaults: ~100 MiB more)."""
+    import polars  # noqa: F401  (sets the variable in this process, as in any such parent)
+
+    from toolwatch.spool import JEMALLOC_CONF, POLARS_JEMALLOC_DEFAULT
+
+    inherited = os.environ.get("_RJEM_MALLOC_CONF", "")
+    assert POLARS_JEMALLOC_DEFAULT in inherited
+    code = (
+        "import os\nfrom toolwatch.spool import tune_memory\n"
+        "tune_memory(['kafka'])\nprint(os.environ['_RJEM_MALLOC_CONF'])\n"
+        "import polars\nprint(os.environ['_RJEM_MALLOC_CONF'])\n"
+    )
+    for value in (inherited, f"{POLARS_JEMALLOC_DEFAULT},{POLARS_JEMALLOC_DEFAULT}"):
+        env = dict(os.environ, _RJEM_MALLOC_CONF=value)
+        env.pop("TOOLWATCH_MEMORY_TUNING", None)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, check=True).stdout.split()
+        assert out[0] == JEMALLOC_CONF
+        # polars prepends its default; ours come after it, so they are the ones in force
+        assert out[1].endswith(JEMALLOC_CONF)
+    # a user's own option beside polars' default is still the user's
+    env = dict(os.environ, _RJEM_MALLOC_CONF=f"{POLARS_JEMALLOC_DEFAULT},narenas:4")
+    env.pop("TOOLWATCH_MEMORY_TUNING", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True).stdout.split()
+    assert out[0] == f"{POLARS_JEMALLOC_DEFAULT},narenas:4"
+
+
 @pytest.mark.slow
 def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The demo logs through tail with one unbounded pass per flush and with passes of a

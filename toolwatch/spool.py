@@ -910,6 +910,19 @@ def release_memory() -> None:
             pa.default_memory_pool().release_unused()
 
 
+#: What ``import polars`` writes into ``_RJEM_MALLOC_CONF`` (its own default, prepended to
+#: any value there). A child process of a Python program that imported polars (a
+#: supervisor, a notebook, a test or benchmark harness) inherits it: it is polars'
+#: setting, not the user's, and must not switch the live tuning off.
+POLARS_JEMALLOC_DEFAULT = "dirty_decay_ms:500,muzzy_decay_ms:1000"
+
+
+def _user_jemalloc_conf(value: str) -> bool:
+    """Whether ``_RJEM_MALLOC_CONF`` holds anything beyond polars' own default(s)."""
+    rest = value.replace(POLARS_JEMALLOC_DEFAULT, "")
+    return any(part.strip() for part in rest.split(","))
+
+
 def tune_memory(argv: list[str]) -> bool:
     """Allocator settings for a live process; must run before polars/pyarrow are imported.
 
@@ -924,8 +937,10 @@ def tune_memory(argv: list[str]) -> bool:
     (``malloc_trim``) and Arrow's unused pool memory every :data:`TRIM_INTERVAL_S`.
 
     Settings a user made win: an existing ``_RJEM_MALLOC_CONF`` or ``MALLOC_ARENA_MAX``
-    is left alone; ``TOOLWATCH_MEMORY_TUNING=0`` turns all of it off. Other commands
-    (``analyze``, ``ingest`` of files) are batch jobs and keep the allocators' defaults.
+    is left alone (but not the value ``import polars`` leaves in the environment of a
+    parent process, :data:`POLARS_JEMALLOC_DEFAULT`, which every child inherits);
+    ``TOOLWATCH_MEMORY_TUNING=0`` turns all of it off. Other commands (``analyze``,
+    ``ingest`` of files) are batch jobs and keep the allocators' defaults.
 
     Returns
     -------
@@ -937,7 +952,8 @@ def tune_memory(argv: list[str]) -> bool:
     cmd = argv[0]
     if cmd not in LIVE_COMMANDS and not (cmd == "ingest" and "--follow" in argv):
         return False
-    os.environ.setdefault("_RJEM_MALLOC_CONF", JEMALLOC_CONF)
+    if not _user_jemalloc_conf(os.environ.get("_RJEM_MALLOC_CONF", "")):
+        os.environ["_RJEM_MALLOC_CONF"] = JEMALLOC_CONF
     try:
         import ctypes
 

@@ -436,14 +436,24 @@ def run_old(tree: str | None, mode: str, bootstrap: str, topic: str, total: int,
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _vm_hwm_mib() -> float | None:
+    """This process's peak RSS (``VmHWM``) in MiB; None where /proc has none."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def child(a: argparse.Namespace) -> int:
     """One mode in this process (``--old``'s child); prints its result as JSON."""
     import toolwatch
 
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    import resource
-
     import toolwatch.detectors.pipeline  # as the parent: imports not timed
 
     cpu0 = time.process_time()
@@ -455,8 +465,10 @@ def child(a: argparse.Namespace) -> int:
                             ahead=True if m.endswith("-ahead") else None,
                             parse_threads=2 if m.endswith("-t2") else None)
     r["cpu_s"] = time.process_time() - cpu0
-    # The child's kernel high-water mark (KiB on Linux): what the consumer needed.
-    r["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    # The child's kernel high-water mark (VmHWM): what the consumer needed. Not
+    # getrusage's ru_maxrss, which Linux keeps across execve (the harness's own RSS at
+    # the fork would show through).
+    r["max_rss_mib"] = _vm_hwm_mib()
     r["tree"] = str(Path(toolwatch.__file__).resolve().parents[1])
     print(json.dumps(r, default=str))
     return 0

@@ -802,14 +802,17 @@ def _configured_data_dir(config: str | None) -> str | None:
 LIVE_COMMANDS = frozenset({"tail", "collect", "kafka", "run"})
 
 #: jemalloc options of polars' allocator in a live process: freed pages go back to the OS
-#: at once (dirty and muzzy decay 0; jemalloc's default keeps them ~10 s, then ~10 s
-#: more), a background thread does the purging, so an idle process shrinks too, and one
+#: after 250 ms (jemalloc's default keeps them ~10 s, polars' own default 0.5 s + 1 s
+#: muzzy), a background thread does the purging, so an idle process shrinks too, and one
 #: arena instead of 4 per core (polars' worker threads, the reader and the commit thread
 #: each filled an arena of their own with the same micro-batch-sized blocks). Without it a
-#: live process keeps the high-water mark of the last detection passes. Measured at
-#: 10k events/s in real time (docs/performance.md "Live memory"): steady median -40 MiB,
-#: peak -80 MiB against ``dirty_decay_ms:1000`` with the default arenas, same throughput.
-JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:0,muzzy_decay_ms:0,narenas:1"
+#: live process keeps the high-water mark of the last detection passes. Decay 0 (return
+#: at once) measured the least memory but costs ~25% throughput (every micro-batch's
+#: buffers page-fault back in); 250 ms keeps a micro-batch's worth for the next one.
+#: The hour of log time at 10k events/s as a backlog (docs/performance.md "Live memory",
+#: session 7): decay 250 peak 483 / VmHWM 494 MiB at 85.6k events/s; decay 0 447 / 470
+#: at 66.3k; polars' defaults (untuned) 525 / 531 at ~78k.
+JEMALLOC_CONF = "background_thread:true,dirty_decay_ms:250,muzzy_decay_ms:0,narenas:1"
 
 #: glibc malloc arenas in a live process (default: 8 per core). Arrow buffers that DuckDB
 #: exports (every parsed micro-batch) are glibc-allocated on the parser threads; each

@@ -80,6 +80,8 @@ GROUP_OPTS = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500,
 
 #: ``--live KEY=VALUE`` settings, applied to every toolwatch mode (children included).
 LIVE_OVERRIDES: dict[str, Any] = {}
+#: ``--consumer KEY=VALUE`` kafka-python settings for `toolwatch kafka` (c, d and variants).
+CONSUMER_OVERRIDES: dict[str, Any] = {}
 
 
 def _config(data_dir: Path, **live: Any) -> Config:
@@ -258,7 +260,8 @@ def _toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
 
     t_sub = time.perf_counter()
     lp = consume_kafka(cfg, bootstrap_servers=bootstrap, topics=[topic],
-                       group_id=f"tw-{time.time_ns()}", consumer_options=dict(GROUP_OPTS),
+                       group_id=f"tw-{time.time_ns()}",
+                       consumer_options={**GROUP_OPTS, **CONSUMER_OVERRIDES},
                        stop=stop, sinks=None, live=LiveConfig.from_config(cfg),
                        max_seconds=900, on_flush=on_flush,
                        on_start=lambda src: box.__setitem__("src", src))
@@ -429,6 +432,7 @@ def run_old(tree: str | None, mode: str, bootstrap: str, topic: str, total: int,
            bootstrap, "--topic", topic, "--total", str(total), "--file", str(path),
            "--work", str(work / ("old" if tree else "new"))]
     cmd += [x for k, v in LIVE_OVERRIDES.items() for x in ("--live", f"{k}={v}")]
+    cmd += [x for k, v in CONSUMER_OVERRIDES.items() for x in ("--consumer", f"{k}={v}")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
                          timeout=1000)
     if out.returncode != 0:
@@ -491,6 +495,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="another checkout: modes c, d, tail, tail-nd also run with its code")
     p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
                    help="a [live] setting for every toolwatch mode, e.g. memory_gate_mib=0")
+    p.add_argument("--consumer", action="append", default=[], metavar="KEY=VALUE",
+                   help="a kafka-python setting for toolwatch kafka, e.g. fetch_max_bytes=8388608")
     p.add_argument("--inproc", action="store_true",
                    help="run toolwatch's modes in this process (default: a child each)")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -500,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--file", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     LIVE_OVERRIDES.update(_live_overrides(a.live))
+    CONSUMER_OVERRIDES.update(_live_overrides(a.consumer))
     if a.child:
         return child(a)
     res = scale(a) if a.part == "scale" else one_run(a)

@@ -37,6 +37,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TOOLWATCH_HMAC_KEY", "00" * 32)
 
+if len(sys.argv) > 1 and sys.argv[1] in ("throughput", "latency", "kafka"):
+    # These parts run the live pipeline in this process: give it the allocator settings
+    # the console entry point gives `toolwatch tail` / `kafka` (before polars loads), so
+    # the figures are a user's process's. (rss starts the real entry point.)
+    from toolwatch.spool import tune_memory
+
+    tune_memory([sys.argv[1] if sys.argv[1] == "kafka" else "tail"])
+
 import orjson  # noqa: E402
 import psutil  # noqa: E402
 

@@ -23,18 +23,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_redteam_secrets import ingest_and_check_absent
-from tests.test_redteam_secrets_round3 import disguised_names
-from toolwatch.secrets import _CUT_HEAD_WORDS, SecretHasher, normalize_key
 
-KEY = "ab" * 32
-TS = "2026-11-02T10:00:00Z"
-HASHER = SecretHasher(bytes.fromhex(KEY))
-S = "Q9xW7vK3mP8rT2yZ"
-
-secret_text = st.text(
-    alphabet="ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz0123456789",
-    min_size=8, max_size=30,
-).map(lambda s: "Q9" + s + "z7")
+# The key, clock, hasher, fixed secret and generated secrets of round 3.
+from tests.test_redteam_secrets_round3 import (
+    HASHER,
+    TS,
+    S,
+    disguised_names,
+    secret_text,
+)
+from toolwatch.secrets import _CUT_HEAD_WORDS, normalize_key
 
 
 def _picked(line: bytes) -> bool:

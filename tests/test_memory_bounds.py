@@ -18,6 +18,18 @@ from hypothesis import strategies as st
 from toolwatch.live.window import DetectionWindow, _own_strings
 from toolwatch.spool import LIVE_COMMANDS, tune_memory
 
+try:
+    from tests.test_live import Feeder, nf
+    from tests.test_live_support import config_for, enum_detector, stored_count, wait_for
+except ImportError:  # tests/ itself on sys.path
+    from test_live import Feeder, nf  # type: ignore[no-redef]
+    from test_live_support import (  # type: ignore[no-redef]
+        config_for,
+        enum_detector,
+        stored_count,
+        wait_for,
+    )
+
 
 def _frame(n: int) -> pl.DataFrame:
     t0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -323,18 +335,6 @@ def test_max_queued_events_bounds_the_commit_queue(tmp_path) -> None:  # type: i
     from toolwatch.live import LiveConfig, LivePipeline
     from toolwatch.live.commit import queue_bound
     from toolwatch.store import Store
-
-    try:
-        from tests.test_live import Feeder, nf
-        from tests.test_live_support import config_for, enum_detector, stored_count, wait_for
-    except ImportError:  # tests/ itself on sys.path
-        from test_live import Feeder, nf  # type: ignore[no-redef]
-        from test_live_support import (  # type: ignore[no-redef]
-            config_for,
-            enum_detector,
-            stored_count,
-            wait_for,
-        )
 
     assert queue_bound(LiveConfig()) == 10_000
     assert queue_bound(LiveConfig(max_queued_events=0)) == 4 * LiveConfig().flush_events
@@ -785,18 +785,6 @@ def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) 
     from toolwatch.errors import ConfigError
     from toolwatch.live import LiveConfig, LivePipeline
     from toolwatch.store import Store
-
-    try:
-        from tests.test_live import Feeder, nf
-        from tests.test_live_support import config_for, enum_detector, stored_count, wait_for
-    except ImportError:  # tests/ itself on sys.path
-        from test_live import Feeder, nf  # type: ignore[no-redef]
-        from test_live_support import (  # type: ignore[no-redef]
-            config_for,
-            enum_detector,
-            stored_count,
-            wait_for,
-        )
 
     bad = Config()
     bad.live = {"memory_gate_mib": -1}

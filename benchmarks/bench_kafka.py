@@ -91,24 +91,6 @@ def _config(data_dir: Path, **live: Any) -> Config:
     return cfg
 
 
-def _live_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as live settings (numbers and booleans parsed)."""
-    out: dict[str, Any] = {}
-    for kv in pairs:
-        k, _, v = kv.partition("=")
-        low = v.lower()
-        val: Any = (low == "true") if low in ("true", "false") else v
-        if val is v:
-            for conv in (int, float):
-                try:
-                    val = conv(v)
-                    break
-                except ValueError:
-                    pass
-        out[k.strip()] = val
-    return out
-
-
 def bench_lines(work: Path, events: int) -> tuple[Path, list[bytes]]:
     """The generator's bench file (cached) and its lines without newlines."""
     path = work / f"bench-{events}.jsonl"
@@ -431,8 +413,8 @@ def run_old(tree: str | None, mode: str, bootstrap: str, topic: str, total: int,
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--bootstrap",
            bootstrap, "--topic", topic, "--total", str(total), "--file", str(path),
            "--work", str(work / ("old" if tree else "new"))]
-    cmd += [x for k, v in LIVE_OVERRIDES.items() for x in ("--live", f"{k}={v}")]
-    cmd += [x for k, v in CONSUMER_OVERRIDES.items() for x in ("--consumer", f"{k}={v}")]
+    for flag, pairs in (("--live", LIVE_OVERRIDES), ("--consumer", CONSUMER_OVERRIDES)):
+        cmd += [x for k, v in pairs.items() for x in (flag, f"{k}={json.dumps(v)}")]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False,
                          timeout=1000)
     if out.returncode != 0:
@@ -494,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--old", default=None,
                    help="another checkout: modes c, d, tail, tail-nd also run with its code")
     p.add_argument("--live", action="append", default=[], metavar="KEY=VALUE",
-                   help="a [live] setting for every toolwatch mode, e.g. memory_gate_mib=0")
+                   help="a [live] setting (KEY=JSON) for every toolwatch mode, e.g. "
+                        "memory_gate_mib=0")
     p.add_argument("--consumer", action="append", default=[], metavar="KEY=VALUE",
                    help="a kafka-python setting for toolwatch kafka, e.g. fetch_max_bytes=8388608")
     p.add_argument("--inproc", action="store_true",
@@ -505,8 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--total", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--file", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    LIVE_OVERRIDES.update(_live_overrides(a.live))
-    CONSUMER_OVERRIDES.update(_live_overrides(a.consumer))
+    from bench_live import _overrides  # type: ignore[import-not-found]  # KEY=JSON pairs
+
+    LIVE_OVERRIDES.update(_overrides(a.live))
+    CONSUMER_OVERRIDES.update(_overrides(a.consumer))
     if a.child:
         return child(a)
     res = scale(a) if a.part == "scale" else one_run(a)

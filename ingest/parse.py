@@ -89,9 +89,11 @@ RARE_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 #: Batches up to this many lines are scanned by :class:`_BufferScan` (patterns compiled
-#: once); larger ones by Arrow, whose ~8 ms of compiling per batch is amortized there
-#: and whose per-line matching measured ~15% cheaper (benchmarks/bench_parse.py).
-BUFFER_SCAN_MAX_LINES = 32_768
+#: once), i.e. all of them. Arrow's scan (``_scan_arrow``) compiles the ~30 kB pattern
+#: twice per batch (~9 ms each) and measured slower per line too, at 40k-line batches
+#: 1.36 against 0.95 us/line (benchmarks/bench_parse.py, eighth session); it remains the
+#: path for batches the buffer scan cannot take (a line with an inner newline).
+BUFFER_SCAN_MAX_LINES = 1 << 62
 
 #: A JSON escaped backslash, a surrogate pair escape, or a lone surrogate escape.
 _SURROGATE = re.compile(
@@ -516,6 +518,10 @@ class Parser:
                     paths.append(json_path(n))
                     refs[canon].append(f"p[{len(paths)}]")  # DuckDB lists are 1-based
 
+        # ``coalesce`` of each multi-alias field, computed once per row in CTE ``c`` (as
+        # an expression repeated in a CASE it ran up to three times per row).
+        present_cols: list[str] = []
+
         def first(canon: str) -> str:
             # The first alias present and not empty. Nearly always the first one present
             # is not empty: ``coalesce`` of the plain fields decides, and the per-alias
@@ -526,9 +532,10 @@ class Parser:
                 return "CAST(NULL AS VARCHAR)"
             if len(r) == 1:
                 return f"nullif({r[0]}, '')"
-            present = f"coalesce({', '.join(r)})"
+            present = f"_c{len(present_cols)}"
+            present_cols.append(f"coalesce({', '.join(r)}) AS {present}")
             exact = f"coalesce({', '.join(f'nullif({x}, {chr(39) * 2})' for x in r)})"
-            return f"CASE WHEN {present} <> '' THEN {present} WHEN {present} = '' THEN {exact} END"
+            return f"CASE WHEN {present} = '' THEN {exact} ELSE {present} END"
 
         structure = _sql_str(orjson.dumps(dict.fromkeys(struct_keys, "VARCHAR")).decode())
         nested = (
@@ -542,20 +549,8 @@ class Parser:
             f"CASE WHEN contains({r}, '\"jsonrpc\"') THEN {r} END" for r in refs["rpc_wrapped"]
         )
         wrapped_expr = f"coalesce({wrapped})" if wrapped else "CAST(NULL AS VARCHAR)"
-        return f"""
-WITH b AS (
-  SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp,
-         CASE WHEN pre_reason IS NULL THEN json_valid(line) END AS valid,
-         left(ltrim(line), 1) = '{{' AS is_obj
-  FROM batch
-), e AS (
-  -- The guard is on the input, not around the call: a CASE around it copies the ~90
-  -- field struct for the rows it selects (~5% of the statement's CPU).
-  SELECT *, json_transform(CASE WHEN valid AND is_obj THEN line END, {structure}) AS s{nested}
-  FROM b
-), f AS (
-  SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp, valid, is_obj,
-    {first("ts")} AS ts_s,
+        # Built before the statement: ``first`` fills ``present_cols`` for CTE ``c``.
+        f_items = f"""    {first("ts")} AS ts_s,
     {first("session_id")} AS session_id,
     {first("caller_id")} AS caller_id,
     {first("client_ip")} AS client_ip,
@@ -576,13 +571,32 @@ WITH b AS (
     {first("auth_failures")} AS auth_failures_s,
     CASE WHEN {first("jsonrpc")} IS NOT NULL THEN line
          ELSE {wrapped_expr} END AS rpc
+"""
+        present_sql = ", ".join(present_cols) or "NULL AS _c"
+        return f"""
+WITH b AS (
+  SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp,
+         CASE WHEN pre_reason IS NULL THEN json_valid(line) END AS valid,
+         left(ltrim(line), 1) = '{{' AS is_obj
+  FROM batch
+), e AS (
+  -- The guard is on the input, not around the call: a CASE around it copies the ~90
+  -- field struct for the rows it selects (~5% of the statement's CPU).
+  SELECT *, json_transform(CASE WHEN valid AND is_obj THEN line END, {structure}) AS s{nested}
+  FROM b
+), c AS (
+  SELECT *, {present_sql}
   FROM e
+), f AS (
+  SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp, valid, is_obj,
+{f_items}  FROM c
 ), r AS (
   SELECT *,
     CASE WHEN rpc IS NOT NULL THEN json_extract_string(rpc, ['$.method', '$.id', '$.params.name',
       '$.params.arguments', '$.result', '$.error', '$.result.isError', '$.error.message',
       '$.error.code', '$.result.content[0].text']) END AS rp,
-    coalesce(tw_epoch(try_cast(ts_s AS DOUBLE)), try_cast(ts_s AS TIMESTAMPTZ)) AS ts_parsed,
+    -- Once per row: tw_epoch is written out with its argument up to six times.
+    try_cast(ts_s AS DOUBLE) AS ts_num,
     try_cast(bytes_s AS DOUBLE) AS bytes_d,
     try_cast(rows_s AS DOUBLE) AS rows_d,
     try_cast(duration_s AS DOUBLE) AS duration_d,
@@ -595,6 +609,7 @@ WITH b AS (
   SELECT *,
     CASE WHEN rpc IS NULL THEN args_s ELSE rp[4] END AS args_j,
     CASE WHEN rpc IS NULL THEN tool ELSE rp[3] END AS tool_n,
+    coalesce(tw_epoch(ts_num), try_cast(ts_s AS TIMESTAMPTZ)) AS ts_parsed,
     rp[1] AS rpc_method,
     coalesce(rp[5], rp[6]) AS rpc_out,
     {intervals.derived_columns()}
@@ -616,7 +631,7 @@ WITH b AS (
       -- wall clock read without its offset tells how far. Only text times with a zone
       -- other than the usual UTC spellings pay for the second parse.
       WHEN NOT suffix(ts_s, 'Z') AND NOT suffix(ts_s, '+00:00')
-           AND try_cast(ts_s AS DOUBLE) IS NULL
+           AND ts_num IS NULL
            AND abs(epoch(try_cast(ts_s AS TIMESTAMP)) - epoch(ts_parsed)) > {MAX_TZ_OFFSET_S}
         THEN 'bad_timestamp'
       WHEN rpc IS NOT NULL THEN NULL
@@ -748,8 +763,6 @@ FROM res
             # deep); a byte order mark. Every repaired line goes too (its bytes were not
             # what the regex saw). The extra alternatives cost nothing measurable: RE2
             # runs one DFA pass either way.
-            # Large batches (batch ingest's 16 MiB chunks) amortize Arrow's per-call
-            # compile, and its per-line matching is a little cheaper per byte there.
             seg = (self._scan.segments(lines)
                    if self._scan is not None and n <= BUFFER_SCAN_MAX_LINES else None)
             if seg is not None:
@@ -816,10 +829,17 @@ FROM res
         scan = self._scan
         if self._scan_all is self._scan_pattern:  # no rare names to look for
             return set(scan.lines("need", data, starts)), frozenset(RARE_GROUPS)
+        if self._skip_pruning:
+            # A recent batch had many rare names: as in _scan_arrow, parse with every
+            # field for a while (one pass of the smaller pattern instead of two).
+            self._skip_pruning -= 1
+            return set(scan.lines("need", data, starts)), frozenset(RARE_GROUPS)
         hits = scan.lines("all", data, starts)
         if len(hits) * 8 > len(starts) - 1:
             # Many lines name rare fields (a JSON-RPC transcript, summaries): testing
-            # each hit again costs more than one more pass; parse with every field.
+            # each hit again costs more than one more pass; parse with every field,
+            # and look for rare names again 16 batches later.
+            self._skip_pruning = 16
             return set(scan.lines("need", data, starts)), frozenset(RARE_GROUPS)
         bounds = [(int(starts[i]), int(starts[i + 1])) for i in hits]
         need = {i for i, (a, b) in zip(hits, bounds, strict=True) if scan.at("need", data, a, b)}

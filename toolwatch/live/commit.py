@@ -16,7 +16,7 @@ from toolwatch import schema
 from toolwatch.live.config import LiveConfig
 from toolwatch.live.memgate import MemoryGate, release_memory
 from toolwatch.live.window import _US
-from toolwatch.store import LIVE_ROW_GROUP_ROWS, Checkpoint
+from toolwatch.store import LIVE_PAGE_BYTES, LIVE_ROW_GROUP_ROWS, Checkpoint
 
 log = logging.getLogger("toolwatch.live")
 
@@ -250,10 +250,11 @@ class CommitMixin:
             or res.checkpoints
             or (alerts_tbl is not None)
         ):
-            # Not gated: in row groups of LIVE_ROW_GROUP_ROWS a write adds ~9 MiB, and
-            # the commit thread waiting for the reader's parse costs catch-up speed.
+            # Not gated: in pages of LIVE_PAGE_BYTES a write adds ~5-9 MiB, and the
+            # commit thread waiting for the reader's parse costs catch-up speed.
             res.batch_id = self.store.write_batch(tables, res.checkpoints,
-                                                  row_group_rows=LIVE_ROW_GROUP_ROWS)
+                                                  row_group_rows=LIVE_ROW_GROUP_ROWS,
+                                                  page_bytes=LIVE_PAGE_BYTES)
         res.events = events.num_rows
         res.alerts = new_alerts
 

@@ -14,8 +14,8 @@ phase runs, and the phase that ends first hands freed heap pages back to the OS
 threads overlap as before (catch-up speed); near it they take turns (memory). Waiting
 phases are served in arrival order, so neither thread starves the other; a thread that
 already holds the gate passes at once (nested phases). The store write of a micro-batch
-is not gated: in small row groups it adds ~9 MiB, and making the commit thread wait for
-the reader costs catch-up speed.
+is not gated: in small pages (``store.LIVE_PAGE_BYTES``) it adds ~5-9 MiB, and making
+the commit thread wait for the reader costs catch-up speed.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ Usage::
 
     python benchmarks/bench_ingest.py [--events 1000000] [--repeat 3]
     python benchmarks/bench_ingest.py --old /tmp/base --skip-large   # A/B, interleaved
+    python benchmarks/bench_ingest.py --old /tmp/base --new /tmp/mine --skip-large
 
 With ``--old TREE`` (a checkout: ``git worktree add /tmp/base REV``) each round also runs
 ``toolwatch ingest`` with that tree's code (``benchmarks/run_tree.py``), interleaved with
@@ -113,7 +114,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-large", action="store_true", help="skip the 3x memory check")
     ap.add_argument("--old", default=None, help="another checkout to A/B against (interleaved)")
+    ap.add_argument("--new", default=None,
+                    help="run the 'new' side from this checkout too (run_tree.py), not from "
+                         "the working tree: A/B of one change while others edit the tree")
     args = ap.parse_args()
+    run_tree = str(Path(__file__).with_name("run_tree.py"))
+    new_cmd = [PY, run_tree, args.new] if args.new else [TOOLWATCH]
 
     work = Path(tempfile.mkdtemp(prefix="tw-bench-"))
     env = {**os.environ, "XDG_CONFIG_HOME": str(work / "cfg")}
@@ -128,14 +134,13 @@ def main() -> None:
         old: list[tuple[float, int, float]] = []
         for _ in range(args.repeat):
             if args.old:
-                run_tree = str(Path(__file__).with_name("run_tree.py"))
                 old.append(run_measured(
                     [PY, run_tree, args.old, "ingest", str(small), "-d", str(work / "store"),
                      "--no-progress", "--json"], env))
                 shutil.rmtree(work / "store", ignore_errors=True)
             w, r, c = run_measured(
                 [
-                    TOOLWATCH,
+                    *new_cmd,
                     "ingest",
                     str(small),
                     "-d",

@@ -231,8 +231,12 @@ class BulkExtractionDetector(Detector):
             ], how="vertical_relaxed").group_by("caller_id").agg(pl.col("habit_score").max())
         self.entity_baselines_: dict[str, Baseline] = {}
         self.entity_habits_: dict[str, pl.DataFrame] = {}
+        self._windows_cache = None
         if self.settings.entity and history.sessions.height:
-            win, _ = _entity_windows(history.sessions, cfg)
+            win, ee = _entity_windows(history.sessions, cfg)
+            # A live backlog pass (and analyze without history) fits on the very sessions
+            # it then scores: score() reuses these windows when no session is set aside.
+            self._windows_cache = (history.sessions, win, ee)
             for code, (etype, _) in enumerate(ENTITY_TYPES):
                 part = win.filter(pl.col("et") == code)
                 bl = Baseline(_VOL, ["et", "eh"], **mk).fit(_for_baseline(part))
@@ -375,6 +379,7 @@ class BulkExtractionDetector(Detector):
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
         ])
+        wc, self._windows_cache = getattr(self, "_windows_cache", None), None
         if not self.settings.entity or not self.entity_baselines_:
             return out
         # Sessions explained on their own — flagged, or normal only for their caller — are
@@ -388,7 +393,13 @@ class BulkExtractionDetector(Detector):
             engine="in-memory")
         if residual.height == 0:
             return out
-        win, ee = _entity_windows(residual, self.config)
+        if wc is not None and wc[0] is features.sessions \
+                and residual.height == features.sessions.height:
+            # Nothing set aside: the residual is every session in order, the frame fit()
+            # summed (same columns, same rows), so its windows are these.
+            win, ee = wc[1], wc[2]
+        else:
+            win, ee = _entity_windows(residual, self.config)
         win = win.filter(pl.col("n_sessions") >= self.config.entity_min_sessions)
         parts = []
         for code, (etype, _) in enumerate(ENTITY_TYPES):

@@ -237,7 +237,10 @@ def _history_rest(history: pl.DataFrame, batch: FeatureSet) -> pl.DataFrame | No
         # The stand-in id prepare_events gives an event logged without a session.
         stand = [pl.col(c) for c in ("caller_id", "client_ip") if c in history.columns]
         sid = pl.coalesce(sid, pl.lit("nosession:") + pl.coalesce(*stand, pl.lit("?")))
-    known = batch.events["session_id"].unique()
+    # The batch's sessions with events, one row each (session_features groups the
+    # prepared events by session): the distinct session ids of batch.events without
+    # another pass over every event's string (~2 ms of an 80k-event pass).
+    known = batch.sessions.filter(pl.col("basis") != "summary")["session_id"]
     keep = history.select((~sid.is_in(known.implode())).alias("k"))["k"]
     if int(keep.sum()) * 2 > history.height:
         return None

@@ -238,3 +238,79 @@ def test_folding_does_not_depend_on_row_order(order: Any) -> None:
 
 
 _FOLD_DECIDED = _decided(_traffic(0).events(), _traffic(0).summaries())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), attack=st.booleans(), cut=st.floats(0.2, 1.0))
+def test_bulk_windows_reused_from_the_fit_give_the_same_scores(
+    seed: int, attack: bool, cut: float
+) -> None:
+    """A pass fitted on the very sessions it scores (live catch-up, analyze without
+    history) sums the entity windows once: the scores equal those of summing them again.
+
+    With a sweep and a bulk extraction in the traffic, their sessions are set aside
+    (flagged) and the windows are summed again without them; ordinary traffic sets
+    nothing aside and fit()'s windows are reused.
+    """
+    from toolwatch.detectors import bulk as bulk_mod
+
+    tr = Traffic(seed=seed)
+    tr.background(days=2, users=30, per_day=3)
+    if attack:
+        tr.scraping("sweep", T0 + timedelta(days=1, hours=1))
+        tr.bulk_extraction("dump", T0 + timedelta(days=1, hours=3))
+    ev = tr.events().sort("ts")
+    fs = FeatureSet.build(ev.tail(max(1, int(ev.height * cut))), tr.summaries(), CFG)
+    calls = {"n": 0}
+    real = bulk_mod._entity_windows
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        return real(*a, **k)
+
+    det = bulk_mod.BulkExtractionDetector(CFG)
+    bulk_mod._entity_windows = counted  # type: ignore[assignment]
+    try:
+        det.fit(fs)
+        got = det.score(fs)
+        sums = calls["n"]
+        det.fit(fs)
+        det._windows_cache = None  # the old way: always summed again from the residual
+        want = det.score(fs)
+    finally:
+        bulk_mod._entity_windows = real  # type: ignore[assignment]
+    key = ["entity_type", "entity_id", "window_start"]
+    assert got.columns == want.columns
+    assert got.sort(key).to_dicts() == want.sort(key).to_dicts()
+    assert sums in (1, 2)  # fit()'s windows, and the residual's only if it differs
+
+
+@pytest.mark.parametrize("attack", [False, True])
+def test_bulk_windows_summed_again_only_when_sessions_are_set_aside(attack: bool) -> None:
+    """Ordinary traffic: fit()'s windows are reused (one sum). A sweep and a dump are
+    flagged: the windows are summed again without them (two sums)."""
+    from toolwatch.detectors import bulk as bulk_mod
+
+    tr = Traffic(seed=3)
+    tr.background(days=2, users=30, per_day=3)
+    if attack:
+        tr.scraping("sweep", T0 + timedelta(days=1, hours=1))
+        tr.bulk_extraction("dump", T0 + timedelta(days=1, hours=3))
+    fs = FeatureSet.build(tr.events(), tr.summaries(), CFG)
+    calls = {"n": 0}
+    real = bulk_mod._entity_windows
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        return real(*a, **k)
+
+    det = bulk_mod.BulkExtractionDetector(CFG)
+    bulk_mod._entity_windows = counted  # type: ignore[assignment]
+    try:
+        det.fit(fs)
+        got = det.score(fs)
+    finally:
+        bulk_mod._entity_windows = real  # type: ignore[assignment]
+    assert det.entity_baselines_
+    assert calls["n"] == (2 if attack else 1)
+    assert (got.filter(pl.col("score") >= det.threshold).height >= 1) == attack

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.live.window import DetectionWindow, _own_strings
+from toolwatch.live.window import DetectionWindow, _own_strings, _strings_with_buffers
 from toolwatch.spool import LIVE_COMMANDS, tune_memory
 
 try:
@@ -58,6 +58,34 @@ def test_own_strings_releases_the_batch_buffers() -> None:
     gc.collect()
     assert pa.total_allocated_bytes() - base < pinned / 20
     assert own.height == 200
+
+
+def test_own_strings_skips_only_columns_that_pin_nothing() -> None:
+    """Strings of up to 12 bytes live in their views: such a column holds no buffer, so it
+    is not copied, and a frame of them pins none of its Arrow source either."""
+    gc.collect()
+    base = pa.total_allocated_bytes()
+    n = 200_000
+    tbl = pa.table({
+        "event_id": pa.array([f"fp:{i:012d}-padding-padding" for i in range(n)]),
+        "status": pa.array(["ok", "error", "denied", None][i % 4] for i in range(n)),
+        "tool": pa.array([f"tool-{i % 1000}" if i % 3 else "a-much-longer-tool-name"
+                          for i in range(n)]),
+        "k": pa.array(range(n)),
+    })
+    df = pl.from_arrow(tbl)
+    assert isinstance(df, pl.DataFrame)
+    del tbl
+    kept = df.filter(pl.col("k") % 100 == 0)
+    del df
+    assert _strings_with_buffers(kept) == ["event_id", "tool"]
+    own = _own_strings(kept)
+    assert own.equals(kept)
+    del kept
+    gc.collect()
+    assert pa.total_allocated_bytes() - base < 200_000  # the 2,000 rows' ints, not 200k rows
+    assert _strings_with_buffers(own.filter(pl.col("tool").str.len_bytes() <= 12)
+                                 .select("status").with_columns(pl.col("status") + "")) == []
 
 
 @given(st.lists(st.one_of(st.none(), st.text(max_size=40)), max_size=60))

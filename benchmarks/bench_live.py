@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -181,9 +182,10 @@ def throughput(work: Path, events: int, detect: bool,
     data = work / f"store-tp-{int(detect)}"
     shutil.rmtree(data, ignore_errors=True)
     cfg = _config(data, detect=detect, **(live or {}))
-    t = time.perf_counter()
-    lp = tail_files(cfg, [str(src)], idle_exit_s=0.5)
-    secs = time.perf_counter() - t - 0.5
+    with _commit_thread_cpu() as cpu:
+        t = time.perf_counter()
+        lp = tail_files(cfg, [str(src)], idle_exit_s=0.5)
+        secs = time.perf_counter() - t - 0.5
     st = lp.status
     res = {
         "events": st.events_stored,
@@ -197,11 +199,66 @@ def throughput(work: Path, events: int, detect: bool,
         "detect_split_passes": st.extra.get("detect_split_passes", 0),
         "detect_capped": st.extra.get("detect_capped", 0),
         "live": live or {},
+        "commit_thread_cpu_s": {k: round(v, 2) for k, v in cpu.items()},
     }
     print(f"  tail throughput (detect={detect}): {res['events_per_s']:,} events/s "
           f"({st.events_stored:,} events in {secs:.1f}s, {st.flushes} flushes, "
           f"{st.alerts_new} alerts)")
+    print("  commit thread CPU-s: " + ", ".join(
+        f"{k} {v:.2f}" for k, v in res["commit_thread_cpu_s"].items()))
     return res
+
+
+@contextlib.contextmanager
+def _commit_thread_cpu() -> Iterator[dict[str, float]]:
+    """CPU seconds of the commit thread (``toolwatch-commit``), whole and by phase.
+
+    Wraps the phases' methods for the duration (thread CPU time, so work polars hands to
+    its own pool is not counted): ``total``, ``detect`` (the detection call, window
+    included), ``window_add`` (expiry included), ``window_expire``, ``store_write``.
+    """
+    from toolwatch import store as store_mod
+    from toolwatch.live import commit as commit_mod
+    from toolwatch.live import detection as detection_mod
+    from toolwatch.live import window as window_mod
+
+    acc: dict[str, float] = {"total": 0.0}
+    saved: list[tuple[type, str, Any]] = []
+
+    def wrap(cls: type, name: str, key: str) -> None:
+        orig = getattr(cls, name)
+        acc[key] = 0.0
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t0 = time.thread_time()
+            try:
+                return orig(*a, **k)
+            finally:
+                if threading.current_thread().name == "toolwatch-commit":
+                    acc[key] += time.thread_time() - t0
+
+        saved.append((cls, name, orig))
+        setattr(cls, name, timed)
+
+    wrap(detection_mod.DetectMixin, "_detect", "detect")
+    wrap(window_mod.DetectionWindow, "add", "window_add")
+    wrap(window_mod.DetectionWindow, "expire", "window_expire")
+    wrap(store_mod.Store, "write_batch", "store_write")
+    work = commit_mod.CommitMixin._work
+
+    def counted(self: Any) -> None:
+        try:
+            work(self)
+        finally:
+            acc["total"] += time.thread_time()
+
+    saved.append((commit_mod.CommitMixin, "_work", work))
+    commit_mod.CommitMixin._work = counted  # type: ignore[method-assign]
+    try:
+        yield acc
+    finally:
+        for cls, name, orig in saved:
+            setattr(cls, name, orig)
 
 
 class _LatencySink(Sink):

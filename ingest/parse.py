@@ -272,6 +272,29 @@ def _line_offsets(lines: pa.LargeBinaryArray) -> np.ndarray:
     ]
 
 
+def _ends_in_newline(text: pa.Array) -> bool:
+    """Whether any value of the string array ``text`` ends in ``\r`` or ``\n`` (or it
+    holds a null: the caller then takes the general path)."""
+    if text.null_count:
+        return True
+    off = np.frombuffer(text.buffers()[1], dtype=np.int64)[
+        text.offset : text.offset + len(text) + 1
+    ]
+    ends = off[1:][np.diff(off) > 0]
+    if not len(ends) or text.buffers()[2] is None:
+        return False
+    last = np.frombuffer(text.buffers()[2], dtype=np.uint8)[ends - 1]
+    return bool(((last == NEWLINE) | (last == 13)).any())
+
+
+def strip_line_ends(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``text`` without trailing ``\r``/``\n`` (``utf8_rtrim``), copied only when some
+    line has one: Kafka messages carry none, and the copy cost 0.04-0.16 us per line."""
+    if any(_ends_in_newline(c) for c in text.chunks):
+        return pc.utf8_rtrim(text, characters="\r\n")
+    return text
+
+
 def _fps(batch: RawBatch, n: int) -> pa.Array:
     """Each line's stream fingerprint (several streams parsed in one go: ``batch.fps``)."""
     return batch.fps if batch.fps is not None else arrays.repeat(batch.source_fp, n)
@@ -1097,7 +1120,7 @@ FROM res
         # with input line i, so the output is put back in input order when DuckDB did not
         # keep it (a parallel plan may not; that once stored raw lines with other events).
         out = in_input_order(out, tbl.num_rows)
-        raw = pc.utf8_rtrim(tbl.column("line"), characters="\r\n")
+        raw = strip_line_ends(tbl.column("line"))
         # Original size in bytes (an over-long line's raw is only a prefix).
         nbytes = (
             np.diff(_line_offsets(batch.lines)) if batch.sizes is None

@@ -186,3 +186,28 @@ def test_generated_lines_reach_every_kind(parsers) -> None:
              settings=settings(max_examples=500, database=None, deadline=None))
     finally:
         print(sorted(kinds))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    texts=st.lists(
+        st.tuples(st.text(max_size=12), st.sampled_from(["", "\n", "\r\n", "\r", "\n\r\n", "x"])),
+        max_size=12,
+    ),
+    cut=st.integers(0, 3),
+    chunks=st.integers(1, 3),
+)
+def test_strip_line_ends_equals_utf8_rtrim(texts, cut, chunks) -> None:
+    """The raw column skips the copy when no line ends in a newline (Kafka messages):
+    same values as ``utf8_rtrim`` either way, sliced and chunked arrays included."""
+    import pyarrow.compute as pc
+
+    values = [a + b for a, b in texts]
+    arr = arrays.strings(values, pa.large_string()).slice(min(cut, len(values)))
+    step = max(1, len(arr) // chunks)
+    parts = [arr.slice(i, step) for i in range(0, len(arr), step)] or [arr]
+    col = pa.chunked_array(parts, pa.large_string())
+    got = parse_mod.strip_line_ends(col)
+    assert got.equals(pc.utf8_rtrim(col, characters="\r\n"))
+    if not any(v.endswith(("\r", "\n")) for v in arr.to_pylist()):
+        assert got is col  # no copy

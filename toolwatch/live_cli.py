@@ -404,8 +404,11 @@ def consume_kafka(
     ``on_flush`` runs after each store commit; ``on_start`` gets the
     :class:`~toolwatch.ingest.sources.kafka.KafkaSource` once it exists (benchmarks, tests).
     """
-    from toolwatch.ingest.sources.kafka import KafkaSource
+    from toolwatch.ingest.sources.kafka import KafkaSource, tune_fetch_malloc
 
+    # The fetch answers' buffers get pages of their own, returned when freed (a consumer
+    # with detection held ~40 MiB more than `tail` otherwise; docs/kafka-notes.md, 17).
+    tune_fetch_malloc()
     stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,
                 detector=detector, live=live, verbose=verbose)

@@ -54,6 +54,7 @@ Message key
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
@@ -742,6 +743,47 @@ def prefetcher(consumer: KafkaConsumer) -> Any:
     fetcher = getattr(consumer, "_fetcher", None)
     send = getattr(fetcher, "send_fetches", None)
     return send if callable(send) and hasattr(fetcher, "fetch_records") else None
+
+
+#: glibc ``mallopt`` parameter number of ``M_MMAP_THRESHOLD``.
+_M_MMAP_THRESHOLD = -3
+#: Allocations of at least this many bytes get pages of their own (:func:`tune_fetch_malloc`).
+FETCH_MMAP_THRESHOLD = 256 << 10
+
+
+def tune_fetch_malloc(threshold: int = FETCH_MMAP_THRESHOLD) -> bool:
+    """Give a consumer's multi-megabyte fetch buffers pages of their own (glibc only).
+
+    Every poll of a backlog goes through several buffers of a whole fetch answer (~5 MiB
+    of messages): kafka-python's receive buffer and the decoded records field, a copy of
+    each record batch, the joined values. They are Python ``bytes``/``bytearray``, i.e.
+    glibc ``malloc``. glibc's *dynamic* mmap threshold rises to the size of the largest
+    mmapped block freed (up to 32 MiB), so after the first poll these buffers are carved
+    from the heap instead, and their freed pages stay resident until the next
+    ``malloc_trim`` (``toolwatch.spool``: every 5 s). Sampled every 50 ms, a consumer with
+    detection held 30-60 MiB of such free heap at its peaks (``tail`` of the same events:
+    15-30). A fixed threshold keeps them mmapped: freeing one returns its pages at once
+    (docs/kafka-notes.md, item 17).
+
+    Skipped when ``MALLOC_MMAP_THRESHOLD_`` is set (the user's choice), when
+    ``TOOLWATCH_MEMORY_TUNING=0``, and where the C library is not glibc. Process-wide: call
+    it from the process that consumes (``toolwatch kafka``), not from a library user's.
+
+    Returns
+    -------
+    bool
+        Whether the threshold was set.
+    """
+    if (os.environ.get("TOOLWATCH_MEMORY_TUNING", "1") == "0"
+            or "MALLOC_MMAP_THRESHOLD_" in os.environ):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):  # not glibc
+        return False
 
 
 def _default_flush_events() -> int:

@@ -146,6 +146,11 @@ class DetectMixin:
         ev, su = self.window.select(touched, newest=cap * passes if cap > 0 else None)
         if ev.height == 0 and su.height == 0:
             return None
+        # What detection read (its cost follows these): comparing configurations by speed
+        # alone hides how much of a backlog each one left undetected.
+        extra = self.status.extra
+        extra["detect_runs"] = extra.get("detect_runs", 0) + 1
+        extra["detect_events"] = extra.get("detect_events", 0) + ev.height
         if self.window.select_capped:
             self.status.extra["detect_capped"] = self.status.extra.get("detect_capped", 0) + 1
         # A detection a backlog gathered (or a size-triggered one, or the one that runs

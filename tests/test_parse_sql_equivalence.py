@@ -211,3 +211,21 @@ def test_strip_line_ends_equals_utf8_rtrim(texts, cut, chunks) -> None:
     assert got.equals(pc.utf8_rtrim(col, characters="\r\n"))
     if not any(v.endswith(("\r", "\n")) for v in arr.to_pylist()):
         assert got is col  # no copy
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lines=st.lists(_line(), min_size=1, max_size=30), newline=st.booleans())
+def test_direct_arrow_result_equals_the_public_path(parsers, lines, newline,
+                                                    monkeypatch_module) -> None:
+    """The parse statement's rows fetched by DuckDB's runner (``_execute_arrow``) are
+    those of ``con.sql(...).to_arrow_table()``."""
+    assert parse_mod._submit_works(parsers[0]._con)
+    new, _ = parsers
+    batch = _batch(lines, newline)
+    got = new.parse(batch)
+    monkeypatch_module.setattr(parse_mod, "_SUBMIT_OK", False)
+    try:
+        want = new.parse(batch)
+    finally:
+        monkeypatch_module.undo()
+    _same(got, want)

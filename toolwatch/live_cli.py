@@ -406,12 +406,15 @@ def consume_kafka(
     """
     from toolwatch.ingest.sources.kafka import KafkaSource, tune_fetch_malloc
 
-    # The fetch answers' buffers get pages of their own, returned when freed (a consumer
-    # with detection held ~40 MiB more than `tail` otherwise; docs/kafka-notes.md, 17).
-    tune_fetch_malloc()
     stop = stop if stop is not None else StopFlag()
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,
                 detector=detector, live=live, verbose=verbose)
+    if r.live.detect:
+        # The fetch answers' buffers get pages of their own, returned when freed: with
+        # detection the consumer peaked ~30 MiB lower (docs/kafka-notes.md, item 17).
+        # Without, it stays ~170 MiB below the bound and the page faults (~3% of its
+        # CPU) buy nothing.
+        tune_fetch_malloc()
     if on_flush is not None:
         r.lp.on_commit.append(on_flush)
     try:

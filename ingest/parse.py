@@ -89,11 +89,14 @@ RARE_GROUPS: dict[str, tuple[str, ...]] = {
 
 
 #: Batches up to this many lines are scanned by :class:`_BufferScan` (patterns compiled
-#: once), i.e. all of them. Arrow's scan (``_scan_arrow``) compiles the ~30 kB pattern
-#: twice per batch (~9 ms each) and measured slower per line too, at 40k-line batches
-#: 1.36 against 0.95 us/line (benchmarks/bench_parse.py, eighth session); it remains the
-#: path for batches the buffer scan cannot take (a line with an inner newline).
-BUFFER_SCAN_MAX_LINES = 1 << 62
+#: once); larger ones by Arrow, whose ~9 ms of compiling per call is amortized there.
+#: Single-threaded, the buffer scan is cheaper at any size (40k lines: 0.95 against
+#: 1.36 us/line), but it makes one RE2 call per hit line and each call releases and
+#: re-takes the GIL: with another thread busy in Python, each re-take waits up to the
+#: 5 ms switch interval (a spinning thread beside it: 4 x 40k lines scanned twice took
+#: 24.6 s instead of 0.3 s), and ``toolwatch kafka``'s 40-80k-line backlog batches ran at
+#: 0.85x with it (bench_kafka c, eighth session). Arrow's scan is one call.
+BUFFER_SCAN_MAX_LINES = 32_768
 
 #: A JSON escaped backslash, a surrogate pair escape, or a lone surrogate escape.
 _SURROGATE = re.compile(

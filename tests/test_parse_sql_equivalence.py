@@ -3,9 +3,9 @@
 * SQL: each alias ``coalesce`` and the timestamp's ``try_cast`` computed once per row
   (CTE ``c``, column ``ts_num``) against the statement that repeated them
   (``Parser._build_sql(reference=True)``).
-* Scan: the compile-once RE2 buffer scan, now used for every batch size, against Arrow's
-  per-line scan (``BUFFER_SCAN_MAX_LINES = 0`` forces it), over whole ``Parser.parse``
-  outputs: same redaction, same flags, same rows.
+* Scan: the compile-once RE2 buffer scan (re-testing hit lines in one small buffer)
+  against Arrow's per-line scan (``BUFFER_SCAN_MAX_LINES = 0`` forces it), over whole
+  ``Parser.parse`` outputs: same redaction, same flags, same rows.
 
 Lines are generated hostile: every alias spelling, empty and wrong-typed values, numeric
 and ISO times with odd zones, huge numbers, secrets, deep nesting, BOMs, lone surrogates,

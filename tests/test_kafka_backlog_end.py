@@ -159,6 +159,38 @@ def test_last_poll_of_a_backlog_is_flushed_and_detected_together(
     assert f'"distinct_not_found":{max(n, tail_a, tail_b)}' in ev
 
 
+@settings(max_examples=8, deadline=None)
+@given(first=st.integers(1, 4), last=st.integers(1, 49))
+def test_a_backlog_whose_last_poll_was_full_is_flushed_at_the_empty_poll(
+    tmp_path_factory: pytest.TempPathFactory, first: int, last: int
+) -> None:
+    """A Kafka backlog can end on a whole fetch answer: that poll still says "behind",
+    its remainder below flush_events waits, and only the empty poll after it shows the
+    end. Those lines are flushed at that empty poll (with the detection the backlog left
+    waiting), not one flush interval later (here an hour: before, they waited until the
+    run's final flush, so the poll after the empty one still found them waiting)."""
+    tmp_path = tmp_path_factory.mktemp("full-end")
+    polls: list[tuple[list[Item], bool]] = [
+        ([StreamsStarted(("p0",))], True)]
+    n = 0
+    for _ in range(first):
+        polls.append(([_batch("p0", n, 60)], True))
+        n += 60
+    # A whole fetch answer of two partitions (still behind): p0's part reaches
+    # flush_events and is flushed inside the poll, p1's `last` lines wait.
+    polls.append(([_batch("p0", n, 60), _batch("p1", 0, last)], True))
+    total = n + 60 + last
+    _lp, src, calls, data = _run(
+        tmp_path, polls, flush_events=50, flush_interval_s=3600.0,
+        backlog_detect_interval_s=0.0, backlog_detect_events=100_000)
+    # Poll len(polls) is the first empty one; it leaves `last` lines behind it that the
+    # end-of-backlog rule flushes before the next poll starts.
+    assert src.pending_at_poll[len(polls)] == last
+    assert src.pending_at_poll[len(polls) + 1] == 0
+    assert stored_count(data) == total
+    assert calls == [total]  # one detection over the whole backlog
+
+
 def test_a_poll_in_real_time_flushes_at_flush_events_without_a_backlog(tmp_path: Path) -> None:
     """Not behind and nothing waiting from a backlog: the usual rules (a micro-batch is
     flushed by size, below it by the interval, here only at the end of the run)."""

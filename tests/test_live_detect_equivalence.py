@@ -4,6 +4,8 @@ forest explanations computed only for the alerts that show them."""
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -240,6 +242,25 @@ def test_folding_does_not_depend_on_row_order(order: Any) -> None:
 _FOLD_DECIDED = _decided(_traffic(0).events(), _traffic(0).summaries())
 
 
+@contextmanager
+def _counted_window_sums() -> Iterator[dict[str, int]]:
+    """Count bulk's entity-window sums while the block runs (``calls["n"]``)."""
+    from toolwatch.detectors import bulk as bulk_mod
+
+    calls = {"n": 0}
+    real = bulk_mod._entity_windows
+
+    def counted(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        return real(*a, **k)
+
+    bulk_mod._entity_windows = counted  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        bulk_mod._entity_windows = real  # type: ignore[assignment]
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), attack=st.booleans(), cut=st.floats(0.2, 1.0))
 def test_bulk_windows_reused_from_the_fit_give_the_same_scores(
@@ -261,24 +282,14 @@ def test_bulk_windows_reused_from_the_fit_give_the_same_scores(
         tr.bulk_extraction("dump", T0 + timedelta(days=1, hours=3))
     ev = tr.events().sort("ts")
     fs = FeatureSet.build(ev.tail(max(1, int(ev.height * cut))), tr.summaries(), CFG)
-    calls = {"n": 0}
-    real = bulk_mod._entity_windows
-
-    def counted(*a: Any, **k: Any) -> Any:
-        calls["n"] += 1
-        return real(*a, **k)
-
     det = bulk_mod.BulkExtractionDetector(CFG)
-    bulk_mod._entity_windows = counted  # type: ignore[assignment]
-    try:
+    with _counted_window_sums() as calls:
         det.fit(fs)
         got = det.score(fs)
         sums = calls["n"]
         det.fit(fs)
         det._windows_cache = None  # the old way: always summed again from the residual
         want = det.score(fs)
-    finally:
-        bulk_mod._entity_windows = real  # type: ignore[assignment]
     key = ["entity_type", "entity_id", "window_start"]
     assert got.columns == want.columns
     assert got.sort(key).to_dicts() == want.sort(key).to_dicts()
@@ -297,20 +308,10 @@ def test_bulk_windows_summed_again_only_when_sessions_are_set_aside(attack: bool
         tr.scraping("sweep", T0 + timedelta(days=1, hours=1))
         tr.bulk_extraction("dump", T0 + timedelta(days=1, hours=3))
     fs = FeatureSet.build(tr.events(), tr.summaries(), CFG)
-    calls = {"n": 0}
-    real = bulk_mod._entity_windows
-
-    def counted(*a: Any, **k: Any) -> Any:
-        calls["n"] += 1
-        return real(*a, **k)
-
     det = bulk_mod.BulkExtractionDetector(CFG)
-    bulk_mod._entity_windows = counted  # type: ignore[assignment]
-    try:
+    with _counted_window_sums() as calls:
         det.fit(fs)
         got = det.score(fs)
-    finally:
-        bulk_mod._entity_windows = real  # type: ignore[assignment]
     assert det.entity_baselines_
     assert calls["n"] == (2 if attack else 1)
     assert (got.filter(pl.col("score") >= det.threshold).height >= 1) == attack

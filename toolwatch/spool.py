@@ -976,6 +976,8 @@ def tune_memory(argv: list[str]) -> bool:
                     duck_done = True
                     tune_duckdb_allocator()
                 trim(0)
+                if "toolwatch.codepages" in sys.modules:  # a live pipeline enables it
+                    sys.modules["toolwatch.codepages"].CODE_PAGES.drop()
                 pa = sys.modules.get("pyarrow")
                 if pa is not None:
                     pa.default_memory_pool().release_unused()

@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow as pa
 
 from toolwatch import schema
+from toolwatch.codepages import CODE_PAGES
 from toolwatch.live.config import LiveConfig
 from toolwatch.live.memgate import MemoryGate, release_memory
 from toolwatch.live.window import _US
@@ -83,7 +84,8 @@ class CommitMixin:
             with _GATE_LOCK:
                 gate = self.__dict__.get("_memory_gate")
                 if gate is None:
-                    gate = MemoryGate(self.live.memory_gate_mib, release=release_memory)
+                    gate = MemoryGate(self.live.memory_gate_mib, release=release_memory,
+                                      on_start=CODE_PAGES.drop)
                     self.__dict__["_memory_gate"] = gate
         return gate
 
@@ -284,6 +286,12 @@ class CommitMixin:
                 k: round(v, 3) for k, v in gs.wait_s_by_phase.items()}
             st.extra["memory_gate_releases"] = gs.releases
             st.extra["memory_gate_release_s"] = round(gs.release_s, 3)
+        if CODE_PAGES.enabled:
+            cs = CODE_PAGES.stats
+            st.extra["code_drops"] = cs.drops
+            st.extra["code_drop_s"] = round(cs.seconds, 3)
+            st.extra["code_drop_mappings"] = cs.mappings
+            st.extra["code_drop_skipped"] = cs.skipped
         if self.window.newest_us is not None:
             st.watermark = datetime.fromtimestamp(self.window.newest_us / _US, UTC).isoformat()
             st.lag["log_time_s"] = round(time.time() - self.window.newest_us / _US, 3)

@@ -68,6 +68,11 @@ class MemoryGate:
     release
         Called by a phase that ends while another waits, before the waiter starts
         (returns freed allocator memory to the OS). None: nothing.
+    on_start
+        Called (outside the gate's lock) as each heavy phase starts, whatever the RSS:
+        the live pipeline unmaps cold library code there (:mod:`toolwatch.codepages`),
+        so a phase's peak counts the code it runs, not all code touched since start.
+        None: nothing.
     """
 
     def __init__(
@@ -76,10 +81,12 @@ class MemoryGate:
         *,
         rss: Callable[[], float | None] = rss_mib,
         release: Callable[[], None] | None = None,
+        on_start: Callable[[], object] | None = None,
     ):
         self.high_mib = high_mib
         self._rss = rss
         self._release = release
+        self._on_start = on_start
         self._cv = threading.Condition()
         #: Running phases: thread id -> (phase name, nesting depth).
         self._running: dict[int, list[object]] = {}
@@ -113,6 +120,8 @@ class MemoryGate:
             else:
                 nested = False
                 self._enter(me, phase)
+        if not nested and self._on_start is not None:
+            self._on_start()
         try:
             yield
         finally:

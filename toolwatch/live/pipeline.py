@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from toolwatch import schema
+from toolwatch.codepages import CODE_PAGES
 from toolwatch.config import Config
 from toolwatch.ingest import arrays
 from toolwatch.ingest.records import RawBatch, join_streams
@@ -89,6 +90,9 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
     ):
         self.config = config
         self.live = live or LiveConfig.from_config(config)
+        # The process's code-page dropper: the memory gate's phases and the periodic
+        # trimmer call it (toolwatch/codepages.py).
+        CODE_PAGES.enabled = self.live.drop_code_pages
         self.store = store
         self.pipe = Pipeline(config, store)
         self.sinks = sinks

@@ -191,6 +191,62 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
             "seconds": t_end - t_first, "join_s": t_first - t_sub}
 
 
+
+# --------------------------------------------------------------------------- details
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, by name (Linux /proc; else {}).
+
+    Python threads are named by ``threading`` (``toolwatch-commit``, kafka-python's IO
+    thread as ``kafka-io``); native ones (DuckDB, polars, Arrow pools) by their kernel
+    ``comm``, so the threads of one pool add up under one name.
+    """
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                stat = fh.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        name = names.get(int(tid)) or f"native:{comm.rstrip('0123456789-_ ')}"
+        if name.startswith("kafka-io-"):  # kafka-python's IO thread (named after the client)
+            name = "kafka-io"
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def live_details(lp: Any, at_end: dict[str, float] | None,
+                 at_start: dict[str, float]) -> dict[str, Any]:
+    """What a toolwatch mode did besides its rate: flushes, detections, gate, threads.
+
+    ``at_start``/``at_end``: :func:`thread_cpu` before the run and at the store commit
+    that covered the last message (the threads' CPU in between).
+    """
+    st = lp.status
+    ex = st.extra
+    keep = ("detect_runs", "detect_events", "memory_gate_waits", "memory_gate_wait_s",
+            "memory_gate_overlaps", "memory_gate_wait_s_by_phase", "memory_gate_releases",
+            "memory_gate_release_s")
+    out: dict[str, Any] = {"flushes": st.flushes, "alerts_new": st.alerts_new,
+                           "alerts_updated": st.alerts_updated,
+                           **{k: ex[k] for k in keep if k in ex}}
+    if st.flushes:
+        out["events_per_flush"] = round(st.events_stored / st.flushes)
+    if at_end:
+        cpu = {k: v - at_start.get(k, 0.0) for k, v in at_end.items()}
+        out["thread_cpu_s"] = {k: round(v, 2) for k, v in
+                               sorted(cpu.items(), key=lambda kv: -kv[1]) if v >= 0.01}
+    return out
+
 # --------------------------------------------------------------------------- c, d
 def toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
                     detect: bool, ahead: bool | None = None,
@@ -238,8 +294,10 @@ def _toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
             covered[cp.source_fp] = max(covered.get(cp.source_fp, 0), cp.end_offset)
         if sum(covered.values()) >= total and "t_end" not in box:
             box["t_end"] = time.perf_counter()
+            box["threads"] = thread_cpu()
             stop.set()
 
+    cpu0 = thread_cpu()
     t_sub = time.perf_counter()
     lp = consume_kafka(cfg, bootstrap_servers=bootstrap, topics=[topic],
                        group_id=f"tw-{time.time_ns()}",
@@ -254,7 +312,7 @@ def _toolwatch_kafka(bootstrap: str, topic: str, total: int, work: Path, *,
     return {"messages": src.counters.processed, "events": st.events_stored,
             "alerts": st.alerts_new if hasattr(st, "alerts_new") else None,
             "seconds": t_end - t_first, "join_s": t_first - t_sub,
-            "kafka": src.counters.as_dict()}
+            "kafka": src.counters.as_dict(), **live_details(lp, box.get("threads"), cpu0)}
 
 
 # --------------------------------------------------------------------------- tail
@@ -273,13 +331,16 @@ def tail(path: Path, work: Path, *, detect: bool) -> dict[str, Any]:
     def on_flush(res: Any) -> None:
         if any(cp.end_offset >= size for cp in res.checkpoints) and "t_end" not in box:
             box["t_end"] = time.perf_counter()
+            box["threads"] = thread_cpu()
             stop.set()
 
+    cpu0 = thread_cpu()
     t0 = time.perf_counter()
     lp = tail_files(cfg, [str(path)], stop=stop, live=LiveConfig.from_config(cfg),
                     max_seconds=900, on_flush=on_flush)
     t_end = box.get("t_end", time.perf_counter())
-    return {"events": lp.status.events_stored, "seconds": t_end - t0, "join_s": 0.0}
+    return {"events": lp.status.events_stored, "seconds": t_end - t0, "join_s": 0.0,
+            **live_details(lp, box.get("threads"), cpu0)}
 
 
 # --------------------------------------------------------------------------- main
@@ -359,6 +420,8 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
                   f"(+join {r['join_s']:.1f}s)  cpu {r['cpu_us_per_msg']} us/msg, broker "
                   f"{r['broker_cpu_us_per_msg']} us/msg  stored {r.get('events')}{rss}",
                   flush=True)
+            if "flushes" in r:
+                print("               " + details_line(r, total), flush=True)
             runs.setdefault(m, []).append(r)
         for m in modes:  # best of the rounds (the machine is shared)
             res[m] = max(runs[m], key=lambda r: r["events_per_s"])
@@ -393,6 +456,19 @@ def one_run(a: argparse.Namespace) -> dict[str, Any]:
     if tail_r and a.old:
         print("  (x tail of an [--old] row: against the old tree's tail of the same run)")
     return res
+
+
+def details_line(r: dict[str, Any], total: int) -> str:
+    """One line of a toolwatch mode's details (see :func:`live_details`)."""
+    thr = " ".join(f"{k.removeprefix('toolwatch-')}={v / total * 1e6:.1f}"
+                   for k, v in (r.get("thread_cpu_s") or {}).items()
+                   if v / total * 1e6 >= 0.1)
+    return (f"flushes {r['flushes']} (~{r.get('events_per_flush', 0):,}/flush), detect "
+            f"{r.get('detect_runs', 0)} runs / {r.get('detect_events', 0):,} ev, alerts "
+            f"{r['alerts_new']} new / {r['alerts_updated']} upd, gate waits "
+            f"{r.get('memory_gate_waits', 0)} ({r.get('memory_gate_wait_s', 0)} s "
+            f"{r.get('memory_gate_wait_s_by_phase', {})}), overlaps "
+            f"{r.get('memory_gate_overlaps', 0)}; thread CPU us/msg: {thr}")
 
 
 #: Modes that ``--old`` also runs with the other checkout's code.

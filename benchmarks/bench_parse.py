@@ -23,6 +23,13 @@ Usage::
     python benchmarks/bench_parse.py [--events 160000] [--sizes 1000,10000,80000] \
         [--repeat 5] [--old /tmp/old]
     python benchmarks/bench_parse.py --streams 4,2500 --repeat 8   # one parse per flush
+    python benchmarks/bench_parse.py --scan --sizes 10000,40000     # scan engines, GIL
+
+``--scan`` compares the secret/rare-name scan of ``Parser._prepare`` by engine: the RE2
+buffer scan (one call per hit line), Arrow's ``match_substring_regex`` (one call per
+pattern, compiled per call) and a DuckDB prepared statement (one call per batch), alone
+and beside a thread spinning in Python (the commit thread's GIL contention). Figures are
+the scanning thread's CPU and wall us/line, and the GIL releases (RE2 calls) per batch.
 """
 
 from __future__ import annotations
@@ -180,6 +187,150 @@ def streams(path: Path, n_streams: int, per: int, rounds: int) -> dict[str, list
     return out
 
 
+def _ascii_only(pattern: str) -> str:
+    """``pattern`` with every negated class and ``.`` limited to ASCII: the same matches
+    on ASCII text, and a UTF-8 program small enough for RE2's default 8 MiB (DuckDB's)."""
+    non_ascii, out, i, in_cls = r"\x{80}-\x{10FFFF}", [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+        elif in_cls:
+            if pattern.startswith("[:", i):
+                j = pattern.index(":]", i) + 2
+                out.append(pattern[i:j])
+                i = j
+                continue
+            in_cls = c != "]"
+            out.append(c)
+            i += 1
+        elif c == "[":
+            in_cls = True
+            neg = pattern.startswith("[^", i)
+            out.append("[^" + non_ascii if neg else "[")
+            i += 2 if neg else 1
+            if pattern.startswith("]", i):
+                out.append("]")
+                i += 1
+        else:
+            out.append(r"[^\n" + non_ascii + "]" if c == "." else c)
+            i += 1
+    return "".join(out)
+
+
+def scan_engines(path: Path, sizes: list[int], rounds: int) -> None:
+    """Print CPU/wall us per line of each scan engine, alone and beside a busy thread."""
+    import threading
+
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+    from toolwatch.ingest import parse as P
+    from toolwatch.ingest.records import split_lines
+
+    from toolwatch.config import IngestConfig
+    from toolwatch.secrets import SecretHasher
+
+    p = P.Parser(IngestConfig(), SecretHasher(b"k" * 32, [], []), threads=1)
+    lines, _, _ = split_lines(path.read_bytes())
+    calls = [0]
+    rx_match = {k: rx.Match for k, rx in p._scan._rx.items()}
+
+    class Counting:  # counts RE2 calls (each releases and re-takes the GIL)
+        def __init__(self, k: str) -> None:
+            self.k = k
+
+        def Match(self, *a: object) -> object:
+            calls[0] += 1
+            return rx_match[self.k](*a)
+
+    p._scan._rx = {k: Counting(k) for k in rx_match}
+    con = duckdb.connect(config={"threads": 1})
+
+    def lit(x: str) -> str:
+        return "'" + x.replace("'", "''") + "'"
+
+    groups = {g: q for g, q in p._group_patterns.items() if q}
+    text_t = pa.table({"ord": pa.array([], pa.int64()), "line": pa.array([], pa.large_string())})
+    holder = P._CurrentBatch()
+    holder.table = text_t
+    tw_scan_batch = holder  # noqa: F841 - found by DuckDB's replacement scan
+    odd = r"[^\x01-\x09\x0b-\x7f]"  # non-ASCII, NUL, inner newline: rescanned in Latin-1
+    cols = ", ".join(f"regexp_matches(l, {lit(_ascii_only(q))}, 'i') AS {g}"
+                     for g, q in groups.items())
+    con.execute(
+        f"PREPARE tw_scan AS SELECT ord, regexp_matches(l, {lit(odd)}) AS odd, "
+        f"regexp_matches(l, {lit(_ascii_only(p._scan_pattern))}, 'i') AS need, {cols}, "
+        f"regexp_matches(l, '\\\\u', 'i') AS esc FROM (SELECT ord, CASE WHEN "
+        f"suffix(line, chr(10)) THEN line[:-2] ELSE line END AS l FROM tw_scan_batch) "
+        f"WHERE regexp_matches(l, {lit(_ascii_only(p._scan_all) + '|' + odd)}, 'i')")
+
+    def duck(sl: pa.Array) -> object:
+        off = P._line_offsets(sl)
+        bad = {i: b"" for i in P._non_ascii_lines(sl, off)
+               if not _valid(sl[i].as_py())}
+        holder.table = pa.table({"ord": pa.array(np.arange(len(sl))),
+                                 "line": P._splice_text(sl, off, bad)})
+        return P._execute_arrow(con, "EXECUTE tw_scan")
+
+    def buffer(sl: pa.Array) -> object:
+        p._skip_pruning = 0
+        return p._scan_hits(*P._BufferScan.segments(sl))
+
+    def short(sl: pa.Array) -> object:  # the buffer scan with shortened GIL waits
+        with P._short_gil_waits():
+            return buffer(sl)
+
+    def arrow(sl: pa.Array) -> object:
+        p._skip_pruning = 0
+        return p._scan_arrow(sl, len(sl))
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    print(f"scan engines, us/line of the scanning thread (best of {rounds}), "
+          f"load average {os.getloadavg()[0]:.2f}")
+    for size in sizes:
+        for busy in (False, True):
+            if busy:
+                stop.clear()
+                spinner = threading.Thread(target=spin, daemon=True)
+                spinner.start()
+            best: dict[str, tuple[float, float, float]] = {}
+            for _ in range(rounds):
+                for name, f in (("buffer", buffer), ("short", short), ("arrow", arrow),
+                                ("duckdb", duck)):
+                    n, calls[0] = 0, 0
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    for s in range(0, min(len(lines), 4 * size), size):
+                        f(lines.slice(s, size))
+                        n += min(size, len(lines) - s)
+                    r = ((time.thread_time() - c0) / n * 1e6,
+                         (time.perf_counter() - w0) / n * 1e6, calls[0] / (n / size))
+                    best[name] = min(best.get(name, r), r)
+            if busy:
+                stop.set()
+                spinner.join()
+            for name, (cpu, wall, k) in best.items():
+                print(f"  {size:>7,} {'busy' if busy else 'alone':5s} {name:7s} "
+                      f"CPU {cpu:6.2f} wall {wall:6.2f} RE2 calls/batch {k:6.0f}")
+    con.close()
+    p.close()
+
+
+def _valid(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _child(tree: Path, path: Path, sizes: list[int], work: Path) -> dict[str, dict[str, float]]:
     """:func:`measure` of ``tree`` in a fresh interpreter."""
     root = overlay(tree, work / f"overlay-{abs(hash(str(tree)))}")
@@ -203,9 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", default=None, metavar="N,LINES",
                     help="instead: one live flush over N streams of LINES lines each, "
                          "one parse for all vs one per stream (e.g. 4,2500)")
+    ap.add_argument("--scan", action="store_true",
+                    help="instead: the scan engines' CPU and wall per line, GIL included")
     a = ap.parse_args(argv)
     sizes = [int(s) for s in a.sizes.split(",")]
     path = bench_file(a.events)
+    if a.scan:
+        scan_engines(path, sizes, a.repeat)
+        return 0
     if a.streams:
         ns, per = (int(x) for x in a.streams.split(","))
         r = streams(path, ns, per, a.repeat)

@@ -16,9 +16,12 @@ its schema inference misses keys that first appear late in a file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 import re
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -97,6 +100,46 @@ RARE_GROUPS: dict[str, tuple[str, ...]] = {
 #: 24.6 s instead of 0.3 s), and ``toolwatch kafka``'s 40-80k-line backlog batches ran at
 #: 0.85x with it (bench_kafka c, eighth session). Arrow's scan is one call.
 BUFFER_SCAN_MAX_LINES = 32_768
+
+#: The interpreter's GIL switch interval while a buffer scan runs (seconds; CPython's
+#: default is 0.005). Each RE2 call releases the GIL; when another thread busy in Python
+#: took it meanwhile, the scanning thread gets it back only when that thread's interval
+#: expires, so a scan of k hit lines could wait k times 5 ms (see :func:`_short_gil_waits`).
+SCAN_SWITCH_INTERVAL_S = 2e-5
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_saved = 0.0
+_switch_set: float | None = None  # what getswitchinterval() read after our change
+
+
+@contextlib.contextmanager
+def _short_gil_waits() -> Iterator[None]:
+    """Shorten the GIL switch interval to :data:`SCAN_SWITCH_INTERVAL_S` for the block.
+
+    No native scan is one call per batch with its pattern compiled once (DuckDB compiles
+    ``regexp_matches`` at every execution, Arrow at every call; docs/performance.md,
+    "Parse scan (ninth session)"), so the buffer scan's one RE2 call per hit line stays,
+    and the wait after each is cut instead. Nested and concurrent blocks (parse workers)
+    share one change; the saved interval comes back when the last one leaves, unless
+    someone else set another meanwhile.
+    """
+    global _switch_users, _switch_saved, _switch_set
+    with _switch_lock:
+        if _switch_users == 0:
+            _switch_saved, _switch_set = sys.getswitchinterval(), None
+            if _switch_saved > SCAN_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(SCAN_SWITCH_INTERVAL_S)
+                _switch_set = sys.getswitchinterval()
+        _switch_users += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_users -= 1
+            if _switch_users == 0 and _switch_set is not None and (
+                sys.getswitchinterval() == _switch_set
+            ):
+                sys.setswitchinterval(_switch_saved)
 
 #: A JSON escaped backslash, a surrogate pair escape, or a lone surrogate escape.
 _SURROGATE = re.compile(
@@ -847,7 +890,8 @@ FROM res
             seg = (self._scan.segments(lines)
                    if self._scan is not None and n <= BUFFER_SCAN_MAX_LINES else None)
             if seg is not None:
-                idx, self._groups = self._scan_hits(*seg)
+                with _short_gil_waits():
+                    idx, self._groups = self._scan_hits(*seg)
             else:
                 idx = self._scan_arrow(lines, n)
             todo: list[tuple[int, bytes]] = []

@@ -6,6 +6,10 @@ reach DuckDB and the store unredacted."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -67,3 +71,66 @@ def test_inner_newline_falls_back_to_arrow() -> None:
     """A Kafka message holding a newline cannot be a buffer segment: Arrow scans it."""
     lines = arrays.strings([b'{"a":1}', b'{"pass\nword":"x"}'], pa.large_binary())
     assert _BufferScan.segments(lines) is None
+
+
+def test_scan_runs_with_short_gil_waits_and_restores_the_interval(parser: Parser) -> None:
+    """The buffer scan makes one RE2 call per hit line, each releasing the GIL: it runs
+    with the switch interval shortened (a busy thread gives the GIL back within 20 us,
+    not 5 ms), and the interpreter's interval is back afterwards."""
+    from toolwatch.ingest import parse as parse_mod
+    from toolwatch.ingest.records import RawBatch
+
+    seen: list[float] = []
+    scan_hits = parser._scan_hits
+
+    def spy(*a):
+        seen.append(sys.getswitchinterval())
+        return scan_hits(*a)
+
+    before = sys.getswitchinterval()
+    lines = _lines([[0], [1], [0, 3]], newline=True)
+    parser._scan_hits = spy  # type: ignore[method-assign]
+    try:
+        parser._prepare(RawBatch("t", "fp", lines, np.arange(3), np.arange(1, 4), 0))
+    finally:
+        del parser._scan_hits
+    assert seen and seen[0] <= parse_mod.SCAN_SWITCH_INTERVAL_S * 1.01
+    assert sys.getswitchinterval() == before
+
+
+def test_short_gil_waits_nested_concurrent_and_foreign_changes() -> None:
+    """Overlapping blocks (two parse workers) share one change, undone by the last to
+    leave; an interval someone else set meanwhile is kept; a shorter one is untouched."""
+    from toolwatch.ingest.parse import SCAN_SWITCH_INTERVAL_S, _short_gil_waits
+
+    short = SCAN_SWITCH_INTERVAL_S * 1.01
+    before = sys.getswitchinterval()
+    try:
+        inside, release = threading.Event(), threading.Event()
+
+        def worker() -> None:
+            with _short_gil_waits():
+                inside.set()
+                release.wait(10)
+
+        t = threading.Thread(target=worker)
+        with _short_gil_waits():
+            t.start()
+            assert inside.wait(10)
+            with _short_gil_waits():
+                assert sys.getswitchinterval() <= short
+        assert sys.getswitchinterval() <= short  # the worker is still scanning
+        release.set()
+        t.join()
+        assert sys.getswitchinterval() == before
+
+        with _short_gil_waits():
+            sys.setswitchinterval(0.002)  # someone else's choice: kept
+        assert sys.getswitchinterval() == pytest.approx(0.002)
+
+        sys.setswitchinterval(1e-5)  # already shorter: left alone
+        with _short_gil_waits():
+            assert sys.getswitchinterval() == pytest.approx(1e-5)
+        assert sys.getswitchinterval() == pytest.approx(1e-5)
+    finally:
+        sys.setswitchinterval(before)

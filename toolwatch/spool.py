@@ -887,6 +887,48 @@ def tune_duckdb_allocator(decay_ms: int = DUCKDB_DECAY_MS) -> bool:
     return bool(ok)
 
 
+#: In a live process with detection, allocations of at least this many bytes get pages of
+#: their own (:func:`fix_mmap_threshold`).
+MMAP_THRESHOLD = 256 << 10
+
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
+def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
+    """Give large heap blocks pages of their own, returned to the OS when freed (glibc).
+
+    glibc serves blocks above its mmap threshold with ``mmap`` and unmaps them on
+    ``free``; the threshold is *dynamic*, rising to the size of the largest mmapped block
+    freed (up to 32 MiB). A live process frees multi-MiB buffers every micro-batch (numpy
+    arrays and Python buffers of a detection pass, a fetch answer's bytes), so after the
+    first ones the threshold sits high, these blocks are carved from the heap, and their
+    pages stay resident after ``free`` until the next ``malloc_trim``. The probe of a
+    1-hour backlog found the highest RSS samples inside a detection pass with 59 MiB of
+    glibc heap free but resident. A fixed threshold keeps such blocks mmapped (1M-event
+    backlog, interleaved: p95 RSS 416 vs 459 MiB, the same speed;
+    docs/performance.md, ninth session).
+
+    Skipped when ``MALLOC_MMAP_THRESHOLD_`` is set (the user's choice), when
+    ``TOOLWATCH_MEMORY_TUNING=0``, and where the C library is not glibc. Process-wide:
+    called by the live commands when they detect.
+
+    Returns
+    -------
+    bool
+        Whether the threshold was set.
+    """
+    if (os.environ.get("TOOLWATCH_MEMORY_TUNING", "1") == "0"
+            or "MALLOC_MMAP_THRESHOLD_" in os.environ):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
 _LIBC_TRIM: Any = None
 
 

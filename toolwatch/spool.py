@@ -1031,8 +1031,6 @@ def tune_memory(argv: list[str]) -> bool:
             next_trim = time.monotonic() + TRIM_INTERVAL_S
             with contextlib.suppress(Exception):
                 trim(0)
-                if "toolwatch.codepages" in sys.modules:  # a live pipeline enables it
-                    sys.modules["toolwatch.codepages"].CODE_PAGES.drop()
                 pa = sys.modules.get("pyarrow")
                 if pa is not None:
                     pa.default_memory_pool().release_unused()

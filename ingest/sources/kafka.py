@@ -54,7 +54,6 @@ Message key
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
@@ -746,7 +745,6 @@ def prefetcher(consumer: KafkaConsumer) -> Any:
 
 
 #: glibc ``mallopt`` parameter number of ``M_MMAP_THRESHOLD``.
-_M_MMAP_THRESHOLD = -3
 #: Allocations of at least this many bytes get pages of their own (:func:`tune_fetch_malloc`).
 FETCH_MMAP_THRESHOLD = 256 << 10
 
@@ -774,16 +772,9 @@ def tune_fetch_malloc(threshold: int = FETCH_MMAP_THRESHOLD) -> bool:
     bool
         Whether the threshold was set.
     """
-    if (os.environ.get("TOOLWATCH_MEMORY_TUNING", "1") == "0"
-            or "MALLOC_MMAP_THRESHOLD_" in os.environ):
-        return False
-    try:
-        import ctypes
+    from toolwatch.spool import fix_mmap_threshold
 
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))
-    except (OSError, AttributeError):  # not glibc
-        return False
+    return fix_mmap_threshold(threshold)
 
 
 def _default_flush_events() -> int:

@@ -28,6 +28,7 @@ message read). Usage::
     python benchmarks/bench_kafka.py --events 500000 --partitions 8 --modes a,c,d,tail
     python benchmarks/bench_kafka.py --compression lz4     # producer compression
     python benchmarks/bench_kafka.py scale --events 200000  # 1/2/4 processes, 4/8 parts
+    python benchmarks/bench_kafka.py rss --rate 10000 --seconds 900  # sustained, real time
     git worktree add /tmp/base HEAD~1
     python benchmarks/bench_kafka.py --modes c,d,tail --old /tmp/base --repeat 2
 
@@ -38,6 +39,13 @@ runs are then child processes, so an A/B is measured in one run under the same c
 The ``scale`` part runs N separate ``toolwatch kafka`` processes (one group, one store)
 and checks that every message is stored exactly once, also when a member joins
 mid-load and one is killed with -9.
+
+The ``rss`` part is the consumer beside a production fleet: a producer thread sends
+``--rate`` messages per second of wall time for ``--seconds`` (lines at that rate of log
+time, keyed by their caller id), while one real ``toolwatch kafka`` process, started
+through the console entry point with detection and the default settings, consumes them.
+It prints the consumer's RSS (1 s samples, kernel high-water mark), its lag and that
+every message was stored once.
 """
 
 from __future__ import annotations
@@ -47,9 +55,11 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -539,7 +549,10 @@ def child(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", nargs="?", default="ratios", choices=["ratios", "scale"])
+    p.add_argument("part", nargs="?", default="ratios", choices=["ratios", "scale", "rss"])
+    p.add_argument("--rate", type=int, default=10_000,
+                   help="rss: messages per second of wall time")
+    p.add_argument("--seconds", type=float, default=600.0, help="rss: how long to produce")
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--modes", default="a,a-fast,b,c,d,tail")
@@ -570,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     CONSUMER_OVERRIDES.update(_overrides(a.consumer))
     if a.child:
         return child(a)
-    res = scale(a) if a.part == "scale" else one_run(a)
+    res = {"scale": scale, "rss": sustained_rss}.get(a.part, one_run)(a)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2, default=str))
     return 0
@@ -697,6 +710,116 @@ def scale(a: argparse.Namespace) -> dict[str, Any]:
         print(f"  rebalance run (2 members, +1 at 30%, kill -9 at 60%): {rate:,.0f} msg/s, "
               f"{rows:,} rows stored, {uniq:,} unique ({'OK' if rows == uniq else 'DUPLICATES'})")
     return out
+
+
+def _paced_producer(bootstrap: str, topic: str, src: Path, rate: int, total: int,
+                    sent: list[int], stop: threading.Event) -> threading.Thread:
+    """Send ``total`` lines of ``src`` at ``rate`` per second of wall time (10 sends/s).
+
+    Each line is keyed by its own ``caller_id`` (the recommended producer key); ``sent``
+    holds how many were handed to the producer so far.
+    """
+    import orjson
+    from kafka import KafkaProducer
+
+    def run() -> None:
+        prod = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 20,
+                             max_request_size=8 << 20)
+        step = max(1, rate // 10)
+        t0 = time.monotonic()
+        with open(src, "rb") as fh:
+            while sent[0] < total and not stop.is_set():
+                for line in (fh.readline() for _ in range(min(step, total - sent[0]))):
+                    if not line:
+                        break
+                    key = str(orjson.loads(line).get("caller_id", "")).encode()
+                    prod.send(topic, key=key, value=line.rstrip(b"\n"))
+                    sent[0] += 1
+                ahead = t0 + sent[0] / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+        prod.flush(timeout=120)
+        prod.close()
+
+    th = threading.Thread(target=run, name="paced-producer", daemon=True)
+    th.start()
+    return th
+
+
+def sustained_rss(a: argparse.Namespace) -> dict[str, Any]:
+    """RSS and lag of one real ``toolwatch kafka`` process at ``--rate`` msg/s, real time."""
+    import psutil
+    from bench_live import _print_samples, _steady, _vm_hwm, rate_file  # type: ignore[import-not-found]
+
+    from tests.kafka_broker import KafkaBroker, create_topic
+    from toolwatch.live import read_statuses
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    total = int(a.rate * a.seconds)
+    src = rate_file(work, total, a.rate)
+    data = work / "store-rss"
+    shutil.rmtree(data, ignore_errors=True)
+    cfgf = work / "rss.toml"
+    cfgf.write_text("[live]\n" + "".join(f"{k} = {json.dumps(v)}\n"
+                                          for k, v in LIVE_OVERRIDES.items()))
+    tw = str(Path(sys.executable).with_name("toolwatch"))
+    samples: list[tuple[float, float, int]] = []
+    lags: list[int] = []
+    loads: list[float] = []
+    hwm = 0.0
+    with KafkaBroker() as broker:
+        topic = f"rss-{time.time_ns()}"
+        create_topic(broker.bootstrap, topic, partitions=a.partitions)
+        cmd = [tw, "kafka", "-b", broker.bootstrap, "-t", topic, "-g", "rss", "-d",
+               str(data), "-c", str(cfgf), "--no-stdout"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        ps = psutil.Process(proc.pid)
+        sent = [0]
+        stop = threading.Event()
+        t0 = time.perf_counter()
+        producer = _paced_producer(broker.bootstrap, topic, src, a.rate, total, sent, stop)
+        stored = 0
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                stored = _covered(data, topic)
+                mb = ps.memory_info().rss / 2**20
+                hwm = max(hwm, _vm_hwm(proc.pid))
+                loads.append(os.getloadavg()[0])
+                samples.append((time.perf_counter() - t0, mb, stored))
+                lags.append(max(0, sent[0] - stored))
+                if not producer.is_alive() and stored >= total:
+                    break
+                if time.perf_counter() - t0 > a.seconds + 600:
+                    raise TimeoutError(f"stored {stored:,} of {total:,}")
+        finally:
+            stop.set()
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(120)
+        status = next(iter(read_statuses(data)), {})
+        rows, uniq = _unique_events(data)
+    secs = time.perf_counter() - t0
+    res = {"rate": a.rate, "seconds": round(secs, 1), "sent": sent[0], "stored_rows": rows,
+           "unique": uniq, "exit_code": rc, "partitions": a.partitions,
+           "alerts_new": status.get("alerts_new"), "live": LIVE_OVERRIDES,
+           **_steady(samples, total), "rss_hwm_mib": round(hwm, 1),
+           # stored lags sent by up to a flush interval plus a commit: the median shows
+           # whether the consumer keeps up, the max its worst moment.
+           "lag_median": int(statistics.median(lags)) if lags else None,
+           "lag_max": max(lags) if lags else None,
+           "load_avg_min_median_max": [round(min(loads), 1), round(statistics.median(loads), 1),
+                                       round(max(loads), 1)] if loads else None}
+    print(f"  toolwatch kafka (exit {rc}) at {a.rate:,} msg/s for {a.seconds:.0f}s: sent "
+          f"{sent[0]:,}, stored {rows:,} rows ({uniq:,} unique), alerts "
+          f"{res['alerts_new']} new; lag median {res['lag_median']:,}, max {res['lag_max']:,}")
+    _print_samples(samples)
+    print(f"  RSS peak {res['rss_peak_mib']} MiB; steady (second half) median "
+          f"{res['rss_steady_median_mib']}, p95 {res['rss_steady_p95_mib']}; trend "
+          f"{res['rss_steady_trend_mib_per_m_events']} MiB per million events; VmHWM "
+          f"{res['rss_hwm_mib']} MiB; load average (1 min, min/median/max) "
+          f"{res['load_avg_min_median_max']}")
+    return res
 
 
 if __name__ == "__main__":

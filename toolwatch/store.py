@@ -395,16 +395,28 @@ class Store:
         :attr:`COMPACT_MAX_BYTES` of them each, so memory stays bounded whatever the
         partition's size. Returns the number of merges done.
         """
+        return self.compact_within(dataset, None)[0]
+
+    def compact_within(self, dataset: str, budget_s: float | None) -> tuple[int, bool]:
+        """:meth:`compact`, starting no merge once ``budget_s`` seconds have passed.
+
+        The first merge always runs, so repeated calls always progress. Returns the
+        number of merges done and whether mergeable groups were left for a later call.
+        A live process compacts this way, a few merges per commit: one call over a
+        backlog's hundreds of files held its commit thread (and so its alerts) for
+        ~100 s.
+        """
+        deadline = None if budget_s is None else time.monotonic() + budget_s
         # One compactor per store at a time: two merging the same files would each write
         # a copy of the rows. Another process compacting means this one has nothing to do.
         with open(self.root / "_state" / "compact.lock", "w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                return 0
-            return self._compact_locked(dataset)
+                return 0, False
+            return self._compact_locked(dataset, deadline)
 
-    def _compact_locked(self, dataset: str) -> int:
+    def _compact_locked(self, dataset: str, deadline: float | None) -> tuple[int, bool]:
         key = "alert_id" if dataset == "alerts" else "event_id"
         order = "detected_at" if dataset == "alerts" else "ingested_at"
         # Alerts keep every version (the view picks the latest); events keep one row per id.
@@ -432,9 +444,11 @@ class Store:
             for group in groups:
                 if len(group) < 2:
                     continue
+                if done and deadline is not None and time.monotonic() >= deadline:
+                    return done, True
                 self._merge(dataset, group, part_key, order)
                 done += 1
-        return done
+        return done, False
 
     def _merge(self, dataset: str, group: list[Path], part_key: str, order: str) -> None:
         """Replace ``group`` by one file of its rows, de-duplicated on ``part_key``."""

@@ -332,14 +332,40 @@ class CommitMixin:
         )
 
     def _maybe_compact(self) -> None:
-        iv = self.live.compact_interval_s
-        if iv <= 0 or time.monotonic() - self._last_compact < iv:
-            return
-        self._last_compact = time.monotonic()
-        for ds in ("events", "quarantine", "summaries", "alerts"):
-            try:
-                with self.memory_gate.hold("compact"):
-                    self.store.compact(ds)
-            except Exception as exc:
-                log.warning("compaction of %s failed: %s", ds, exc)
+        """Compact the store's small files, a budget's worth per commit.
 
+        Every ``compact_interval_s`` a round over the datasets starts; each commit does
+        at most ``compact_budget_s`` of its merges and the next commits go on where it
+        stopped, so no commit waits for a whole round.
+        """
+        iv = self.live.compact_interval_s
+        if iv <= 0:
+            return
+        left = self._compact_left
+        if not left:
+            if time.monotonic() - self._last_compact < iv:
+                return
+            self._last_compact = time.monotonic()
+            left.extend(("events", "quarantine", "summaries", "alerts"))
+        t0 = time.monotonic()
+        extra = self.status.extra
+        try:
+            while left:
+                budget = max(0.0, self.live.compact_budget_s - (time.monotonic() - t0))
+                try:
+                    with self.memory_gate.hold("compact"):
+                        merges, more = self.store.compact_within(left[0], budget)
+                except Exception as exc:
+                    log.warning("compaction of %s failed: %s", left[0], exc)
+                    merges, more = 0, False
+                extra["compact_merges"] = extra.get("compact_merges", 0) + merges
+                if more:
+                    return  # the budget is spent: the next commit goes on
+                left.pop(0)
+                if time.monotonic() - t0 >= self.live.compact_budget_s:
+                    return
+        finally:
+            spent = time.monotonic() - t0
+            extra["compact_s"] = round(extra.get("compact_s", 0.0) + spent, 3)
+            extra["compact_max_step_s"] = round(max(extra.get("compact_max_step_s", 0.0),
+                                                    spent), 3)

@@ -201,6 +201,13 @@ class LiveConfig:
     compact_interval_s: float = doc(
         "How often live mode compacts the store's small files (0: never).", 300.0
     )
+    compact_budget_s: float = doc(
+        "Seconds of compaction one commit may do (at least one merge of up to 4 MiB of "
+        "small files); what is left goes on at the next commits, so the commit thread, "
+        "and with it alerts, never stops for a whole compaction (one call over a "
+        "backlog's hundreds of files held it for ~100 s). 0: one merge per commit.",
+        0.25,
+    )
     status_interval_s: float = doc(
         "How often the status file read by `toolwatch status` is rewritten.", 1.0
     )
@@ -247,6 +254,8 @@ class LiveConfig:
                               key="live.backlog_detect_passes")
         if self.memory_gate_mib < 0:
             raise ConfigError("must be 0 (off) or positive", key="live.memory_gate_mib")
+        if self.compact_budget_s < 0:
+            raise ConfigError("must be 0 or positive", key="live.compact_budget_s")
         if self.memory_high_mib < 0:
             raise ConfigError("must be 0 (off) or positive", key="live.memory_high_mib")
         if self.max_queued_events < 0:

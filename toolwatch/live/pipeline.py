@@ -121,6 +121,8 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         self._extra_quarantine: list[pa.Table] = []
         self._first_pending_at: float | None = None
         self._last_compact = time.monotonic()
+        #: Datasets the running compaction round has still to go through (commit.py).
+        self._compact_left: list[str] = []
         self._warmed: set[str] = set()
         self._history_base: pl.DataFrame | None = None
         # Under a backlog (size-triggered flushes that take longer than the interval) the

@@ -413,15 +413,21 @@ def _source(work: Path, events: int, log_rate: int | None) -> Path:
 
 
 def _realtime_writer(src: Path, dst: Path, rate: int, stop: threading.Event,
-                     limit: int | None = None) -> threading.Thread:
+                     limit: int | None = None,
+                     started: list[float] | None = None) -> threading.Thread:
     """Append ``src``'s lines to ``dst`` at ``rate`` lines/s of wall time (10 writes/s).
 
-    ``limit``: stop after that many lines (``src`` may be longer).
+    ``limit``: stop after that many lines (``src`` may be longer). ``started``: the wall
+    clock (``time.time()``) of the first write is appended to it; line ``i`` is written
+    at ``started + (i // (rate // 10)) * (rate // 10) / rate`` while the writer keeps its
+    pace.
     """
 
     def run() -> None:
         step = max(1, rate // 10)
         t0 = time.monotonic()
+        if started is not None:
+            started.append(time.time())
         sent = 0
         with open(src, "rb") as fin, open(dst, "ab") as fout:
             while not stop.is_set():
@@ -504,13 +510,25 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     exe = Path(sys.executable).with_name("toolwatch")
     cmd = [*(launcher or [str(exe)]), "tail", str(follow if realtime else src), "-d",
            str(data), "-c", str(cfg_path), "--no-stdout", "--exit-when-idle", "2"]
+    arrivals: list[tuple[float, dict[str, Any]]] = []
+    started: list[float] = []
+    if realtime:
+        # Alert latency of the real process: when each alert version appears in its
+        # alerts file, against when the newest line of its evidence was written.
+        alerts_path = work / "rss-alerts.jsonl"
+        alerts_path.unlink(missing_ok=True)
+        cmd += ["--alerts-out", str(alerts_path)]
+        watcher = threading.Thread(target=_watch_alerts, args=(alerts_path, arrivals,
+                                                               stop_writer), daemon=True)
+        watcher.start()
     penv = {**os.environ, **(env or {})}
     samples: list[tuple[float, float, int]] = []
     status: dict[str, Any] = {}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=penv, stdout=subprocess.DEVNULL)
     if realtime:
-        writer = _realtime_writer(src, follow, realtime, stop_writer, limit=events)
+        writer = _realtime_writer(src, follow, realtime, stop_writer, limit=events,
+                                  started=started)
     ps = psutil.Process(proc.pid)
     sdir = data / "_state" / "live"
     hwm = 0.0
@@ -537,6 +555,8 @@ def rss(work: Path, events: int, log_rate: int | None = None,
     stop_writer.set()
     if writer is not None:
         writer.join()
+    if realtime:
+        watcher.join(10)
     secs = time.perf_counter() - t0
     for f in sdir.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
@@ -579,7 +599,70 @@ def rss(work: Path, events: int, log_rate: int | None = None,
           f"{res['rss_steady_max_mib']} MiB; trend {res['rss_steady_trend_mib_per_m_events']}"
           f" MiB per million events; VmHWM {res['rss_hwm_mib']} MiB; load average "
           f"(1 min, min/median/max) {res['load_avg_min_median_max']}")
+    extra = status.get("extra", {})
+    if "compact_merges" in extra:
+        print(f"  compaction: {extra['compact_merges']} merges, {extra.get('compact_s')} s in "
+              f"all, longest step of one commit {extra.get('compact_max_step_s')} s")
+    if realtime and started and log_rate == realtime:
+        lat = _alert_latencies(arrivals, started[0], realtime)
+        res["alert_latency"] = lat
+        if lat:
+            print(f"  alert latency (alerts file, real process): p50 {lat['p50_s']}s, p99 "
+                  f"{lat['p99_s']}s, max {lat['max_s']}s over {lat['versions']:,} alert "
+                  f"versions; share over 2 s {lat['over_2s_share']:.2%}")
     return res
+
+
+def _watch_alerts(path: Path, out: list[tuple[float, dict[str, Any]]],
+                  stop: threading.Event) -> None:
+    """Append ``(arrival wall time, alert)`` for each line written to ``path``."""
+    buf = b""
+    pos = 0
+    while not stop.is_set() or buf:
+        time.sleep(0.02)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(pos)
+                chunk = fh.read()
+        except OSError:
+            if stop.is_set():
+                return
+            continue
+        now = time.time()
+        pos += len(chunk)
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                out.append((now, orjson.loads(line)))
+        if stop.is_set() and not chunk:
+            return
+
+
+def _alert_latencies(arrivals: list[tuple[float, dict[str, Any]]], started: float,
+                     rate: int) -> dict[str, Any]:
+    """Latency of each alert version: arrival minus the write time of its ``last_seen``.
+
+    The rate file's line ``i`` has log time ``T0 + i / rate`` (:func:`rate_file`) and was
+    written at ``started + (i // step) * step / rate`` (:func:`_realtime_writer`).
+    """
+    t0 = datetime(2026, 11, 2, tzinfo=UTC).timestamp()
+    step = max(1, rate // 10)
+    lat = []
+    for arrived, a in arrivals:
+        seen = a.get("last_seen")
+        if not seen:
+            continue
+        i = round((datetime.fromisoformat(str(seen).replace("Z", "+00:00")).timestamp() - t0)
+                  * rate)
+        lat.append(arrived - (started + (i // step) * step / rate))
+    if not lat:
+        return {}
+    lat.sort()
+    return {"versions": len(lat), "p50_s": round(statistics.median(lat), 3),
+            "p99_s": round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 3),
+            "max_s": round(lat[-1], 3),
+            "over_2s_share": sum(x > 2.0 for x in lat) / len(lat)}
 
 
 #: Import stages of a live process, in the order ``toolwatch tail`` loads them.

@@ -80,6 +80,32 @@ if TYPE_CHECKING:  # the store (DuckDB) is only handed in
 log = logging.getLogger("toolwatch.kafka")
 
 
+class _SlowIoSteps(logging.Filter):
+    """Counts kafka-python's "Task ... ran for 0.1xs (>0.100s threshold)" warnings instead
+    of printing them.
+
+    kafka-python 3 warns when one step of its IO thread takes over 0.1 s of wall time,
+    as a sign of a coroutine stuck in a loop. In a live process the step was waiting for
+    the GIL while the parse and the detection ran: under load that printed a warning
+    every few seconds, telling an on-call reader that the consumer hangs when it does
+    not. The count is in the source's status (``io_slow_steps``).
+    """
+
+    count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.msg if isinstance(record.msg, str) else ""
+        if record.levelno == logging.WARNING and msg.startswith("Task ") and (
+                "threshold" in msg):
+            _SlowIoSteps.count += 1
+            return False
+        return True
+
+
+_SLOW_IO_STEPS = _SlowIoSteps()
+logging.getLogger("kafka.net.selector").addFilter(_SLOW_IO_STEPS)
+
+
 def partition_fp(topic: str, partition: int) -> str:
     """Stream fingerprint of a Kafka partition."""
     return f"kafka:{topic}:{partition}"
@@ -1018,6 +1044,7 @@ class KafkaSource(LiveSource):
     def status(self) -> dict[str, Any]:
         """``lag`` (with the growth warning) and the assigned partitions."""
         lag = self.lag()
+        self.counters.extra["io_slow_steps"] = _SlowIoSteps.count
         return {
             "lag": self.watch_lag(lag, self.lag_warn_s),
             "sources": {

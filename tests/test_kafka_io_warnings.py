@@ -18,9 +18,10 @@ kafka_src = pytest.importorskip("toolwatch.ingest.sources.kafka")
 
 def _warn_like_kafka_python(logger: logging.Logger, elapsed: float) -> None:
     # the exact call kafka/net/selector.py makes: a preformatted message, no args
-    msg = ("Task %r ran for %.3fs (>%.3fs threshold). It is blocking the event loop -- "
-           "likely a tight sync loop inside a coroutine. Other pollers will time out."
-           % ("<kafka.net.selector.Task object at 0x7f>", elapsed, 0.1))
+    task = "<kafka.net.selector.Task object at 0x7f>"
+    msg = (f"Task {task!r} ran for {elapsed:.3f}s (>{0.1:.3f}s threshold). It is blocking "
+           "the event loop -- likely a tight sync loop inside a coroutine. Other pollers "
+           "will time out.")
     logger.warning(msg)
 
 

@@ -9,6 +9,7 @@ merges (at least one) and the next commits go on where it stopped.
 from __future__ import annotations
 
 import os
+import time
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -153,3 +154,39 @@ def test_negative_compact_budget_is_refused(tmp_path: Path) -> None:
     cfg = config_for(tmp_path / "store", compact_budget_s=-1)
     with pytest.raises(ConfigError, match="compact_budget_s"):
         LiveConfig.from_config(cfg)
+
+
+def test_a_backlog_defers_compaction_up_to_four_intervals(tmp_path: Path) -> None:
+    """Catching up, a round waits (storing and detecting come first; every file is merged
+    once either way); past 4 intervals since the last round it runs even so, and once
+    started it goes on across backlog commits until it is done."""
+    data = tmp_path / "store"
+    calls: list[str] = []
+
+    class Recording(Store):
+        def compact_within(self, dataset: str, budget_s: float | None) -> tuple[int, bool]:
+            calls.append(dataset)
+            return (1, True) if dataset == "events" and calls.count("events") < 3 else (0, False)
+
+    iv = 300.0
+    lp = LivePipeline(config_for(data, compact_interval_s=iv, compact_budget_s=0.0),
+                      Recording(data))
+    now = time.monotonic()
+    try:
+        lp._last_compact = now - 2 * iv  # due, but a backlog is being read
+        lp._maybe_compact(behind=True)
+        assert calls == []
+        lp._maybe_compact(behind=False)  # caught up: the round starts, one merge
+        assert calls == ["events"]
+        lp._maybe_compact(behind=True)  # a backlog again: the round waits
+        assert calls == ["events"]
+
+        lp._last_compact = now - 5 * iv  # behind for 4 intervals: it runs even so
+        for _ in range(5):  # budget 0: a step a commit, on to the end of the round
+            lp._maybe_compact(behind=True)
+        assert calls == ["events", "events", "events", "quarantine", "summaries", "alerts"]
+        assert time.monotonic() - lp._last_compact < 60  # the round ended just now
+        lp._maybe_compact(behind=False)  # the next round waits an interval
+        assert len(calls) == 6
+    finally:
+        lp.close()

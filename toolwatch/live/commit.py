@@ -315,7 +315,7 @@ class CommitMixin:
                 self._flush_events = min(self._flush_events * 2, base * 8)
             elif res.lines < self._flush_events // 2:
                 self._flush_events = max(base, self._flush_events // 2)
-        self._maybe_compact()
+        self._maybe_compact(behind=defer or backlog or any(j.backlog for j in jobs))
         return res
 
     def _empty_job(self) -> _Job:
@@ -331,21 +331,24 @@ class CommitMixin:
             quarantined=dict(c.quarantined),
         )
 
-    def _maybe_compact(self) -> None:
+    def _maybe_compact(self, behind: bool = False) -> None:
         """Compact the store's small files, a budget's worth per commit.
 
-        Every ``compact_interval_s`` a round over the datasets starts; each commit does
-        at most ``compact_budget_s`` of its merges and the next commits go on where it
-        stopped, so no commit waits for a whole round.
+        A round over the datasets starts ``compact_interval_s`` after the last one ended;
+        each commit does at most ``compact_budget_s`` of its merges and the next commits
+        go on where it stopped, so no commit waits for a whole round. ``behind``: the
+        commit is a backlog's; then the round waits (up to 4 intervals since the last one
+        ended, so a reader that never catches up still compacts): catching up, storing
+        and detecting come first, and every file is merged once either way, later.
         """
         iv = self.live.compact_interval_s
         if iv <= 0:
             return
         left = self._compact_left
+        since = time.monotonic() - self._last_compact
+        if (behind and since < 4 * iv) or (not left and since < iv):
+            return
         if not left:
-            if time.monotonic() - self._last_compact < iv:
-                return
-            self._last_compact = time.monotonic()
             left.extend(("events", "quarantine", "summaries", "alerts"))
         t0 = time.monotonic()
         extra = self.status.extra
@@ -362,7 +365,9 @@ class CommitMixin:
                 if more:
                     return  # the budget is spent: the next commit goes on
                 left.pop(0)
-                if time.monotonic() - t0 >= self.live.compact_budget_s:
+                if not left:
+                    self._last_compact = time.monotonic()  # the round is done
+                elif time.monotonic() - t0 >= self.live.compact_budget_s:
                     return
         finally:
             spent = time.monotonic() - t0

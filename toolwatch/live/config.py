@@ -199,7 +199,11 @@ class LiveConfig:
         "Alert ids remembered to tell new/changed alerts from repeats (LRU).", 200_000
     )
     compact_interval_s: float = doc(
-        "How often live mode compacts the store's small files (0: never).", 300.0
+        "Seconds from the end of one compaction round of the store's small files to the "
+        "start of the next (0: never). While a backlog is read a round waits, up to 4 "
+        "times this since the last one ended: catching up comes first, and every file "
+        "is merged once either way.",
+        300.0,
     )
     compact_budget_s: float = doc(
         "Seconds of compaction one commit may do (at least one merge of up to 4 MiB of "

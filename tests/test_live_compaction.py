@@ -9,8 +9,8 @@ merges (at least one) and the next commits go on where it stopped.
 from __future__ import annotations
 
 import os
-import time
 import shutil
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 

@@ -568,15 +568,19 @@ def _fast_partition_records(base: type, chunks: bool = False) -> type:
                 if self.check_crcs and not record.validate_crc():
                     raise CorruptRecordError(
                         f"Record for partition {tp} at offset {record.offset} failed crc check")
-                key, value = record.key, record.value
+                key, value, headers = record.key, record.value, record.headers
                 self.records_read += 1
                 self.bytes_read += record.size_in_bytes
                 self.next_fetch_offset = record.offset + 1
+                # A batch whose magic byte is damaged (not covered by the CRC) is read by
+                # kafka-python as records with headers: their size as kafka-python has it.
+                hsize = sum(len(k.encode("utf-8")) + (0 if v is None else len(v))
+                            for k, v in headers) if headers else -1
                 yield ConsumerRecord(
                     tp.topic, tp.partition, self.leader_epoch, record.offset,
-                    record.timestamp, record.timestamp_type, key, value, record.headers,
+                    record.timestamp, record.timestamp_type, key, value, headers,
                     record.checksum, -1 if key is None else len(key),
-                    -1 if value is None else len(value), -1)
+                    -1 if value is None else len(value), hsize)
 
         def _old_format_chunk(self, tp: Any, batch: Any) -> Any:
             """Message formats v0/v1 (pre-0.11 brokers) as one chunk per wrapper batch."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolwatch.detectors.concurrency_config import ConcurrencyAbuseConfig, RaceConditionConfig
+from toolwatch.detectors.incidents_config import IncidentConfig
 
 from toolwatch.config import doc, from_dict
 from toolwatch.errors import ConfigError
@@ -699,6 +700,10 @@ class DetectorsConfig:
         "Race-condition detector (detectors/concurrency.py).", factory=RaceConditionConfig
     )
     anomaly: AnomalyConfig = doc("Isolation-forest detector.", factory=AnomalyConfig)
+    incidents: IncidentConfig = doc(
+        "Incident roll-up of alerts per actor (detectors/incidents.py, docs/incidents.md).",
+        factory=IncidentConfig,
+    )
     suppress: SuppressConfig = doc("Allowlists.", factory=SuppressConfig)
     tools: ToolsConfig = doc(
         "Tool roles, business keys and idempotency keys (detectors/tools.py).",

@@ -54,6 +54,12 @@ from typing import Any
 import orjson
 import polars as pl
 
+from toolwatch.triage_store import (  # noqa: F401 - incident verdicts, re-exported
+    incident_history,
+    incident_statuses,
+    set_incident_verdict,
+)
+
 #: Verdicts an analyst can record. ``open`` re-opens an alert.
 STATUSES = ("open", "acknowledged", "false_positive", "escalated")
 #: Entity kinds a suppression rule can name.

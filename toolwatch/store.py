@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 DATASETS = ("events", "summaries", "quarantine", "alerts")
 #: Views every reader connection defines; the only names a forensic query may read.
-VIEWS = ("events", "summaries", "quarantine", "alerts", "alerts_raw", "sessions")
+VIEWS = ("events", "summaries", "quarantine", "alerts", "alerts_raw", "sessions", "incidents")
 #: Data file names: the writer's ``part-<batch id>-<n>.parquet`` (no dots, no slashes).
 _DATA_FILE = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")
 #: Date partition directories (``date=YYYY-MM-DD`` or ``date=unknown``).
@@ -120,6 +120,9 @@ class Store:
     #: Rows per row group of a compaction's output (a merge of COMPACT_MAX_BYTES holds
     #: ~100k events): the Parquet writer buffers one row group encoded at a time.
     COMPACT_ROW_GROUP_ROWS = 32_768
+    #: ``[detectors.incidents]`` settings of the ``incidents`` view (None: the defaults).
+    #: A command that loaded a config sets it on its store.
+    incident_config: Any = None
 
     def __init__(self, data_dir: str | Path, *, compact_min_files: int = 16):
         self.root = Path(data_dir)
@@ -557,8 +560,13 @@ class Store:
         _create_derived_views(con)
         return read
 
-    def _query_connection(self, limits: QueryConfig) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
+    def _query_connection(
+        self, limits: QueryConfig, *, incidents: bool = True
+    ) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
         """A locked-down connection for analysts' SQL, and the files its views read.
+
+        ``incidents=False`` leaves the ``incidents`` view out (it is computed from every
+        alert; :meth:`run_query` asks for it only when the SQL names it).
 
         DuckDB may open exactly the data files the views name (``allowed_paths``) and
         nothing else: ``enable_external_access`` is off with no allowed directory,
@@ -586,6 +594,8 @@ class Store:
             con.execute("SET TimeZone = 'UTC'")
             con.execute("SET python_enable_replacements = false")
             snapshot.extend(self._create_views(con))
+            if incidents:
+                self._create_incidents_view(con)
             con.execute(f"SET allowed_paths = {_sql_list(snapshot)}")
             con.execute("SET allowed_directories = []")
             con.execute("SET enable_external_access = false")
@@ -594,6 +604,37 @@ class Store:
             con.close()
             raise
         return con, snapshot
+
+    def _create_incidents_view(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The ``incidents`` view: :func:`toolwatch.detectors.incidents.build_incidents`
+        over this connection's ``alerts`` view, with the triage statuses.
+
+        Computed at read time rather than stored: an incident is a function of the latest
+        alert versions (a new alert can merge two activity windows into one, an update can
+        raise a risk), so reading it from the ``alerts`` view is right for batch
+        ``analyze`` and live ``tail`` stores alike with no state to keep in step. Rolling
+        up a few thousand alerts takes milliseconds.
+        """
+        import sqlite3
+
+        import polars as pl
+
+        from toolwatch.detectors.incidents import build_incidents
+        from toolwatch.triage_store import alert_statuses, incident_statuses
+
+        alerts = pl.from_arrow(con.sql("SELECT * FROM alerts").to_arrow_table())
+        assert isinstance(alerts, pl.DataFrame)
+        try:
+            by_alert, by_incident = alert_statuses(self.root), incident_statuses(self.root)
+        except sqlite3.Error as exc:  # a damaged triage file must not hide the incidents
+            _warn_once(str(self.root / "_triage"), f"triage statuses unreadable ({exc})")
+            by_alert, by_incident = {}, {}
+        inc = build_incidents(
+            alerts, config=self.incident_config, alert_status=by_alert,
+            incident_status=by_incident,
+        )
+        con.register("_incidents", inc.to_arrow())
+        con.execute("CREATE VIEW incidents AS SELECT * FROM _incidents")
 
     def view_columns(self) -> pa.Table:
         """Columns and types of the views analysts may query (view, column, type)."""
@@ -634,7 +675,9 @@ class Store:
         started = time.monotonic()
         for attempt in range(_RETRIES):
             try:
-                con, snapshot = self._query_connection(limits)
+                con, snapshot = self._query_connection(
+                    limits, incidents="incidents" in sql.lower()
+                )
             except duckdb.IOException as exc:
                 # A compaction deleted a listed file before the view bound it: list again.
                 if attempt < _RETRIES - 1:

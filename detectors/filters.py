@@ -96,6 +96,8 @@ def filter_alerts(
     order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
     return (
         out.with_columns(pl.col("severity").replace_strict(order, default=9).alias("_o"))
-        .sort(["_o", "detected_at", "score", "alert_id"], descending=[False, True, True, False])
+        # Most recent by the evidence's log time: detected_at is the same for every alert
+        # of one analyze run (the batch's latest log time).
+        .sort(["_o", "last_seen", "score", "alert_id"], descending=[False, True, True, False])
         .drop("_o")
     )

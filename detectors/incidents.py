@@ -505,13 +505,13 @@ def _actor_action() -> pl.Expr:
     n_callers = pl.col("caller_ids").list.len()
     return (
         pl.when(cut & (pl.col("actor_type") == "caller_id"))
-        .then(pl.format("Revoke caller {}'s token and sessions until this incident is reviewed",
+        .then(pl.format("Revoke caller {}'s token and sessions until reviewed",
                         "actor_id"))
         .when(cut & (pl.col("actor_type") == "client_ip") & (n_callers > 1))
         .then(pl.format("Block address {} until reviewed (it serves {} callers: check it is "
                         "not a shared NAT or proxy first)", "actor_id", n_callers))
         .when(cut & (pl.col("actor_type") == "client_ip"))
-        .then(pl.format("Block address {} until this incident is reviewed", "actor_id"))
+        .then(pl.format("Block address {} until reviewed", "actor_id"))
     )
 
 

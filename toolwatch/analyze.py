@@ -21,7 +21,7 @@ from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
 from toolwatch.ingest_run import IngestResult, ingest_paths
-from toolwatch.output import json_safe, table_cell
+from toolwatch.output import json_safe, safe_text, table_cell
 from toolwatch.store import Store
 
 if TYPE_CHECKING:
@@ -434,8 +434,14 @@ def _frame(tables: list[pa.Table], sch: pa.Schema) -> pl.DataFrame:
     return df.rechunk() if df["ts"].is_sorted() else df.sort("ts")
 
 
-def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
-    """Flagged sessions and entities, most severe first."""
+def print_alerts(
+    alerts: pl.DataFrame, limit: int = 50, data_dir: str | Path | None = None
+) -> None:
+    """Flagged sessions and entities, most severe first.
+
+    ``data_dir``: the store, named in the closing hint so the commands it suggests work
+    as printed (``toolwatch alerts`` alone reads the configured store, not this one).
+    """
     import polars as pl
 
     # Wide enough for one alert per line when piped (rich falls back to 80 columns).
@@ -462,5 +468,11 @@ def print_alerts(alerts: pl.DataFrame, limit: int = 50) -> None:
         t.add_row(*(Text(table_cell(v)) for v in (r["severity"], r["category"], entity, window,
                                                  reason)))
     console.print(t)
+    import shlex
+
+    store = f" -d {shlex.quote(str(data_dir))}" if data_dir is not None else ""
     if alerts.height > limit:
-        console.print(Text(f"… {alerts.height - limit} more: toolwatch alerts"))
+        more = f"… {alerts.height - limit} more: toolwatch alerts{store}"
+        console.print(Text(safe_text(more)), soft_wrap=True)
+    hint = f"the same alerts rolled up per actor: toolwatch incidents{store}"
+    console.print(Text(safe_text(hint)), soft_wrap=True)

@@ -252,7 +252,7 @@ def analyze(
     _skip_teardown()  # the store, alerts and their file are written; threads joined
     if not quiet:
         _print_summary(res.ingest.counters.as_dict(), title=f"ingested into {cfg.data_dir}")
-        print_alerts(res.alerts)
+        print_alerts(res.alerts, data_dir=cfg.data_dir)
     for f in res.ingest.failures:
         err.print(error_text(f), highlight=False)
     if res.ingest.failures:
@@ -336,6 +336,14 @@ def workflows(
 _SEVERITIES = list(SEVERITIES)
 
 
+def _check_statuses(status: list[str] | None, known: tuple[str, ...]) -> None:
+    """Exit 2 on a mistyped ``--status`` (as on a mistyped --severity / --category)."""
+    bad = sorted(set(status or []) - set(known))
+    if bad:
+        raise fail(ValueError(f"unknown --status {', '.join(bad)}: use one of "
+                              f"{', '.join(known)}"), 2)
+
+
 @app.command()
 def alerts(
     config: ConfigOpt = None,
@@ -353,17 +361,30 @@ def alerts(
     until: Annotated[
         str | None, typer.Option(help="Alerts whose window starts at/before this ISO time.")
     ] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(help="Triage status: open|acknowledged|false_positive|escalated. "
+                     "Repeatable."),
+    ] = None,
     limit: Annotated[int, typer.Option(help="Most rows shown.")] = 200,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
 ) -> None:
-    """List stored alerts, most severe and most recent first.
+    """List stored alerts, most severe first, then most recent (by last evidence) first.
 
     Example: toolwatch alerts --category credential_stuffing --severity high --since 2026-11-02
     """
+    from toolwatch.detectors.config import CATEGORIES
     from toolwatch.output import write_rows
+    from toolwatch.triage_store import STATUSES, alert_statuses
 
     if severity is not None and severity not in _SEVERITIES:
         raise fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
+    cats = [c.strip() for v in category or [] for c in v.split(",") if c.strip()]
+    bad = sorted(set(cats) - set(CATEGORIES))
+    if bad:
+        raise fail(ValueError(f"unknown --category {', '.join(bad)}: use one of "
+                              f"{', '.join(CATEGORIES)}"), 2)
+    _check_statuses(status, STATUSES)
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     import polars as pl
@@ -376,14 +397,19 @@ def alerts(
         assert isinstance(stored, pl.DataFrame)
         picked = filter_alerts(
             stored,
-            category=category,
+            category=cats or None,
             severity=severity,
             entity=entity,
             since=since,
             until=until,
+        ).with_columns(
+            pl.col("alert_id").replace_strict(alert_statuses(cfg.data_dir), default="open",
+                                              return_dtype=pl.String).alias("status")
         )
     except ToolwatchError as exc:
         raise fail(exc) from None
+    if status:
+        picked = picked.filter(pl.col("status").is_in(status))
     if fmt == "table":
         # A terminal table holds what triage reads first (one line per alert at ~160
         # columns); csv and json keep every column below.
@@ -393,6 +419,7 @@ def alerts(
         )  # fmt: skip
         compact = picked.head(limit).select(
             "severity",
+            "status",
             "category",
             pl.concat_str("entity_type", pl.lit("="), "entity_id").alias("entity"),
             window.alias("window (UTC)"),
@@ -406,6 +433,7 @@ def alerts(
         picked.head(limit)
         .select(
             "severity",
+            "status",
             "category",
             "score",
             "entity_type",
@@ -422,6 +450,137 @@ def alerts(
         .to_arrow()
     )
     write_rows(tbl, fmt, max_rows=limit)
+
+
+#: Short stage names for the 100-column incident table.
+_STAGE_SHORT = {"discovery": "discovery", "credential_access": "cred access",
+                "collection": "collection", "exfiltration": "exfil", "impact": "impact",
+                "unclassified": "anomaly"}
+
+
+@app.command()
+def incidents(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(help="Triage status: open|acknowledged|false_positive|escalated. "
+                     "Repeatable."),
+    ] = None,
+    severity: Annotated[
+        str | None, typer.Option(help="Minimum severity: low|medium|high|critical.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Most incidents shown.")] = 50,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | json")] = "table",
+) -> None:
+    """Incidents: each actor's alerts as one story — who, stages, risk, what to do.
+
+    One incident per caller (else client address) and activity window, riskiest first;
+    see docs/incidents.md. -f json prints one JSON list with every field.
+
+    Example: toolwatch incidents -d .toolwatch/demo/store --status open --severity high
+    """
+    import polars as pl
+
+    from toolwatch.detectors.config import DetectorsConfig
+    from toolwatch.triage_store import STATUSES
+
+    if severity is not None and severity not in _SEVERITIES:
+        raise fail(ValueError(f"--severity must be one of {', '.join(_SEVERITIES)}"), 2)
+    if fmt not in ("table", "json"):
+        raise fail(ValueError(f"unknown format {fmt!r}: use table or json"), 2)
+    if limit < 0:
+        raise fail(ValueError("--limit must be >= 0"), 2)
+    _check_statuses(status, STATUSES)
+    try:
+        cfg = config_for(config, data_dir)
+        store = _existing_store(cfg.data_dir)
+        store.incident_config = DetectorsConfig.from_dict(cfg.detectors).incidents
+        inc = pl.from_arrow(store.query("SELECT * FROM incidents"))
+        assert isinstance(inc, pl.DataFrame)
+    except ToolwatchError as exc:
+        raise fail(exc) from None
+    total = inc.height
+    if status:
+        inc = inc.filter(pl.col("status").is_in(status))
+    if severity:
+        inc = inc.filter(pl.col("severity").is_in(_SEVERITIES[_SEVERITIES.index(severity):]))
+    matched = inc.height
+    inc = inc.head(limit)
+    if fmt == "json":
+        print(json_dumps([_incident_json(r) for r in inc.iter_rows(named=True)]))
+        return
+    _print_incidents(inc, total=total, matched=matched)
+
+
+def _incident_json(r: dict) -> dict:
+    """One incident for ``-f json``: the actor first, then how bad, then the story."""
+    caller = r["actor_id"] if r["actor_type"] == "caller_id" else (
+        r["caller_ids"][0] if len(r["caller_ids"]) == 1 else None)
+    ip = r["actor_id"] if r["actor_type"] == "client_ip" else (
+        r["client_ips"][0] if len(r["client_ips"]) == 1 else None)
+    return {
+        "incident_id": r["incident_id"],
+        "actor": {"type": r["actor_type"], "id": r["actor_id"], "caller_id": caller,
+                  "client_ip": ip},
+        "risk": r["risk"],
+        "peak_risk": r["peak_risk"],
+        "severity": r["severity"],
+        "status": r["status"],
+        "stages": r["stages"],
+        "categories": r["categories"],
+        "techniques": r["techniques"],
+        "recommended_actions": r["recommended_actions"],
+        "summary": r["summary"],
+        "first_seen": r["first_seen"],
+        "last_seen": r["last_seen"],
+        "n_alerts": r["n_alerts"],
+        "alert_ids": r["alert_ids"],
+        "caller_ids": r["caller_ids"],
+        "client_ips": r["client_ips"],
+        "servers": r["servers"],
+        "linked_incident_ids": r["linked_incident_ids"],
+    }
+
+
+def _print_incidents(inc: object, *, total: int, matched: int) -> None:
+    """The incident queue in at most 100 columns: who, what, how bad, when, what to do.
+
+    Every value from a log (ids, addresses, tools in the actions) goes in as escaped
+    :class:`~rich.text.Text` (:func:`toolwatch.output.table_cell`), never markup.
+    """
+    from rich import box
+    from rich.text import Text
+
+    from toolwatch.output import table_cell
+
+    width = min(100, Console().width) if sys.stdout.isatty() else 100
+    console = Console(width=width, soft_wrap=False)
+    t = Table(box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False, expand=False)
+    t.add_column("who", max_width=22, overflow="fold")
+    t.add_column("stages", max_width=14, overflow="fold")
+    t.add_column("risk", width=8)
+    t.add_column("last seen", width=11)
+    t.add_column("do first", overflow="fold", ratio=1)
+    for r in inc.iter_rows(named=True):  # type: ignore[attr-defined]
+        kind = {"caller_id": "caller", "client_ip": "address"}.get(r["actor_type"], "session")
+        who = f"{kind} {table_cell(r['actor_id'])}"
+        extra = (r["client_ips"] if r["actor_type"] == "caller_id" else r["caller_ids"])
+        if extra:  # the linked address (of a caller) or callers (of an address)
+            who += "\n" + table_cell(extra[0]) + (f" +{len(extra) - 1}" if len(extra) > 1
+                                                  else "")
+        stages = " → ".join(_STAGE_SHORT.get(s, s) for s in r["stages"])
+        risk = f"{r['risk']:.0f} {r['severity']}\n{r['n_alerts']} alert" + (
+            "s" if r["n_alerts"] != 1 else "")
+        seen = f"{r['last_seen']:%m-%d %H:%M}\n{r['status']}"
+        acts = r["recommended_actions"][:2]
+        action = "\n".join(f"• {table_cell(a)[:150]}" for a in acts)
+        t.add_row(Text(who), Text(stages), Text(risk),
+                  Text(seen), Text(action))
+    console.print(t)
+    shown = getattr(inc, "height", 0)
+    console.print(Text(f"{shown} of {matched} incident(s) shown ({total} in the store); "
+                       "-f json for every field"))
 
 
 @app.command()

@@ -344,6 +344,10 @@ def status(
         cfg = config_for(config, data_dir)
     except ToolwatchError as exc:
         raise fail(exc) from None
+    if not cfg.data_dir.is_dir():
+        # A mistyped -d must not read as "nothing running" with exit 0.
+        raise fail(FileNotFoundError(
+            f"no toolwatch store at {cfg.data_dir} (check -d / $TOOLWATCH_DATA_DIR)"))
     from toolwatch.spool import pending_spools
 
     rows = [s for s in live.read_statuses(cfg.data_dir) if all_ or s["alive"]]

@@ -45,7 +45,7 @@ browser:
 # sessions, then the dashboard on the same store.
 analyze-demo: setup
 	rm -rf $(DEMO_DIR)
-	$(BIN)/toolwatch analyze $(DEMO_LOGS) -d $(DEMO_DIR)/store --alerts-out $(DEMO_DIR)/alerts.jsonl
+	$(BIN)/toolwatch analyze $(DEMO_LOGS) -c sample_logs/demo/toolwatch.toml -d $(DEMO_DIR)/store --alerts-out $(DEMO_DIR)/alerts.jsonl
 
 demo: analyze-demo
 	@echo "alerts written to $(DEMO_DIR)/alerts.jsonl"

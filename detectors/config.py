@@ -337,14 +337,29 @@ class ToolLoopConfig:
     )
     streak_hi: int = doc("Repeating streak that is critical.", 80)
     finished_poll_quiet: bool = doc(
-        "A streak that ends in a finished poll is progress, not a loop: the repeats return "
-        "one identical result, then the response changes to one never seen before for that "
-        "call (its size at the last repeat, or its outcome right after) and the session "
-        "then calls another tool on the same business key (get_job_status(job) ×40, done, "
-        "download_result(job)). Such a streak does not count; a loop that never changes, "
-        "or that goes on repeating after the change, still does. False restores the plain "
-        "longest-streak rule.",
+        "A streak shaped like a poll that ends is progress, not a loop: one call repeated "
+        "with gaps that never shrink (a back-off) or stay near-constant (poll_* keys), "
+        "that ends in a response never seen before for that call or in a call of another "
+        "tool on the same business key (get_job_status(job) x12 with growing gaps, then "
+        "download_result(job)). Such a streak does not count; a loop that never ends, "
+        "cycles through several calls or repeats at a machine pace still does. False "
+        "restores the plain longest-streak rule.",
         True,
+    )
+    poll_min_gap_s: float = doc(
+        "Median seconds between the repeats of a streak from which it may be a poll "
+        "(finished_poll_quiet): nobody polls a job many times a second.",
+        0.5,
+    )
+    poll_nondecreasing: float = doc(
+        "Share of a poll's gaps that are at least 0.9x the previous gap (a back-off "
+        "growing to its cap) for the finished-poll rule.",
+        0.8,
+    )
+    poll_max_cv: float = doc(
+        "...or the largest coefficient of variation of its gaps (a fixed polling interval "
+        "with jitter).",
+        0.25,
     )
     reread_quiet: bool = doc(
         "A streak at human pace whose responses keep changing is someone re-reading the "
@@ -426,11 +441,19 @@ class StepSkipConfig:
             WorkflowRule("verb:fulfill", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:fulfil", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:ship", ["verb:charge", "verb:pay", "verb:capture"]),
-            WorkflowRule("verb:approve", ["verb:review"]),
-            WorkflowRule("verb:transfer", ["verb:verify"]),
         ],
     )
     declared_score: float = doc("Score of a skipped declared step.", 0.9)
+    attempts: bool = doc(
+        "Report steps the server refused (outcome error or denied) that had no prerequisite: "
+        "the attempt is the finding (seed 000), at attempt_score.",
+        True,
+    )
+    attempt_score: float = doc(
+        "Score of a refused step without its prerequisite (at most the rule's own score; "
+        "the default is a 'low' alert).",
+        0.6,
+    )
     learn: bool = doc(
         "Also learn workflows from history (toolwatch train; without a trained model, "
         "from the data at hand).",
@@ -463,6 +486,14 @@ class DuplicateExecutionConfig:
         1440,
     )
     executions_hi: int = doc("Distinct executions that make the alert critical.", 4)
+    ignore_args: list[str] = doc(
+        "Arguments that do not change which operation a call is (besides the "
+        "[detectors.tools] idempotency keys): a retry differing only in these is the same "
+        "operation executed again.",
+        factory=lambda: ["requestId", "request_id", "traceId", "trace_id", "correlationId",
+                         "correlation_id", "nonce", "timestamp", "clientTime", "client_time",
+                         "attempt", "retry"],
+    )
 
 
 @dataclass

@@ -32,6 +32,7 @@ prerequisites seen in history) is fitted once and bounded by the buffer horizon.
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -54,6 +55,9 @@ CHAIN_MAX = 20
 _CHAIN_STRUCT = pl.Struct({"t": pl.Int64, "server": pl.String, "tool": pl.String,
                            "bk": pl.String, "status": pl.String})
 _CHAIN = pl.List(_CHAIN_STRUCT)
+
+#: Outcomes of a call the server refused (an attempt that did not take effect).
+REFUSED = ("error", "denied")
 
 #: File name of the learned workflow model, beside the forest in the models directory.
 WORKFLOWS_FILE = "workflows.json"
@@ -302,8 +306,18 @@ class ToolLoopDetector(_SequenceDetector):
         at_last = pl.col("_chg").last() & (n_chg == 1)
         after = (n_chg == 0) & pl.col("_nx_chg").last() & (
             pl.col("ch") == pl.col("_nx_ch").last()).any()
+        gaps = pl.col("t").diff().drop_nulls().cast(pl.Float64)
         return [
             (at_last | after).alias("_fin"),
+            # The poll's shape: gaps that (almost) never shrink — a back-off, or a fixed
+            # interval — and their spread, for _drop_finished_polls.
+            ((pl.col("_chg").cum_sum() > 0).sum().cast(pl.Int64) - 1).clip(0).alias("_after_chg"),
+            (gaps >= gaps.shift(1) * 0.9).drop_nulls().mean().alias("_g_nondec"),
+            (gaps.std() / gaps.mean()).alias("_g_cv"),
+            (gaps.median() / 1e6).alias("_g_med_s"),
+            pl.col("t").last().alias("_l_t"),
+            pl.col("bkh").first().alias("_l_bkh"),
+            pl.col("tool").first().alias("_l_tool"),
             pl.when(at_last).then(pl.col("t").last()).otherwise(pl.col("_nx_t").last())
             .alias("_c_t"),
             pl.when(at_last).then(pl.col("bkh").last()).otherwise(pl.col("_nx_bkh").last())
@@ -312,22 +326,51 @@ class ToolLoopDetector(_SequenceDetector):
             .alias("_c_tool"),
         ]
 
-    @staticmethod
-    def _drop_finished_polls(streaks: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
-        """Streaks minus finished polls: a changed response followed, later in the session,
-        by a call of another tool on the same business key (the next step of the job)."""
-        fin = streaks.filter(pl.col("_fin") & pl.col("_c_bkh").is_not_null()).select(
-            "sh", "_run", "_c_t", "_c_bkh", "_c_tool")
-        if fin.height:
-            nxt = ev.select("sh", pl.col("bkh").alias("_c_bkh"), pl.col("t").alias("_t2"),
-                            pl.col("tool").alias("_tool2")).filter(
-                pl.col("_c_bkh").is_not_null())
-            done = fin.join(nxt.join(fin.select("sh", "_c_bkh").unique(), on=["sh", "_c_bkh"],
-                                     how="semi"), on=["sh", "_c_bkh"]).filter(
-                (pl.col("_t2") >= pl.col("_c_t")) & (pl.col("_tool2") != pl.col("_c_tool"))
+    def _drop_finished_polls(self, streaks: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame:
+        """Streaks minus polls that ended: progress, not a loop.
+
+        A poll *ends* in a response never seen before for its call (``_fin``) or in a call
+        of another tool on the same business key after it (the job's result downloaded).
+        Two ways a streak is such a poll:
+
+        * it ends both ways (changed response, then the next step on that key), at any
+          pace; or
+        * it has a poll's shape and ends either way: a single call (cycle 1) whose gaps
+          never shrink (a back-off growing to its cap: share ``poll_nondecreasing``) or
+          stay near-constant (coefficient of variation ``poll_max_cv``), at least
+          ``poll_min_gap_s`` apart, with no repeats after its response changed.
+
+        A loop that never ends, keeps repeating after its response changed, repeats at a
+        machine pace or cycles through several calls still counts.
+        """
+        s = self.settings
+        shape = (
+            (pl.col("cycle") == 1)
+            & (pl.col("_g_med_s") >= s.poll_min_gap_s)
+            & ((pl.col("_g_nondec") >= s.poll_nondecreasing) | (pl.col("_g_cv") <= s.poll_max_cv))
+            & (pl.col("_after_chg") == 0)
+        ).fill_null(False)
+        cand = streaks.filter(pl.col("_fin") | shape).with_columns(shape.alias("_shape"))
+        step = pl.DataFrame(schema={"sh": pl.UInt64, "_run": pl.UInt32})
+        keyed = cand.with_columns(pl.coalesce("_c_bkh", "_l_bkh").alias("_k_bkh")).filter(
+            pl.col("_k_bkh").is_not_null()).select("sh", "_run", "_l_t", "_k_bkh", "_l_tool")
+        if keyed.height:
+            nxt = ev.select("sh", pl.col("bkh").alias("_k_bkh"), pl.col("t").alias("_t2"),
+                            pl.col("tool").alias("_tool2")).join(
+                keyed.select("sh", "_k_bkh").unique(), on=["sh", "_k_bkh"], how="semi")
+            step = keyed.join(nxt, on=["sh", "_k_bkh"]).filter(
+                (pl.col("_t2") > pl.col("_l_t")) & (pl.col("_tool2") != pl.col("_l_tool"))
             ).select("sh", "_run").unique()
+        cand = cand.join(step.with_columns(pl.lit(True).alias("_next")), on=["sh", "_run"],
+                         how="left").with_columns(pl.col("_next").fill_null(False))
+        done = cand.filter(
+            (pl.col("_fin") & pl.col("_next"))
+            | (pl.col("_shape") & (pl.col("_fin") | pl.col("_next")))
+        ).select("sh", "_run")
+        if done.height:
             streaks = streaks.join(done, on=["sh", "_run"], how="anti")
-        return streaks.drop("_fin", "_c_t", "_c_bkh", "_c_tool")
+        return streaks.drop("_fin", "_c_t", "_c_bkh", "_c_tool", "_after_chg", "_g_nondec",
+                            "_g_cv", "_g_med_s", "_l_t", "_l_bkh", "_l_tool")
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: the streak, its cycle and the tool."""
@@ -566,7 +609,7 @@ class StepSkipDetector(_SequenceDetector):
     summary = "Workflow steps (declared or learned) without their prerequisite."
 
     _extra: ClassVar[list[str]] = ["skipped_step", "skipped_key", "missing", "rule_source",
-                                   "skips", "chain"]
+                                   "skips", "refused", "chain"]
 
     #: Directory of saved models (set by the pipeline); a workflows.json there is used.
     model_dir: Path | None = None
@@ -649,7 +692,8 @@ class StepSkipDetector(_SequenceDetector):
         if not self.is_fitted:
             self.fit(FeatureSet.empty(self.config))
         schema = {"skipped_step": pl.String, "skipped_key": pl.String, "missing": pl.String,
-                  "rule_source": pl.String, "skips": pl.Int64, "chain": _CHAIN}
+                  "rule_source": pl.String, "skips": pl.Int64, "refused": pl.Boolean,
+                  "chain": _CHAIN}
         ev = _seq(features)
         found = _empty_found(schema)
         if self.rules_ and ev.height:
@@ -664,9 +708,13 @@ class StepSkipDetector(_SequenceDetector):
 
     def _find(self, ev: pl.DataFrame, st: pl.DataFrame, pr: pl.DataFrame,
               schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        status = pl.col("status").fill_null("unknown")
+        # A step the server refused is still the attempt seed 000 describes: reported, at
+        # attempt_score (a lower severity), with a reason saying it was refused.
+        tried = status.is_in(list(REFUSED)) if self.settings.attempts else pl.lit(False)
         steps = self._keyed(ev, st).filter(
-            pl.col("bkh").is_not_null() & pl.col("status").fill_null("unknown")
-            .is_in(["ok", "unknown"]))
+            pl.col("bkh").is_not_null() & (status.is_in(["ok", "unknown"]) | tried)
+        ).with_columns(tried.alias("_refused"))
         if steps.height == 0:
             return _empty_found(schema)
         done = self._keyed(ev, pr).filter(pl.col("ok") & pl.col("bkh").is_not_null())
@@ -687,7 +735,11 @@ class StepSkipDetector(_SequenceDetector):
             schema={"rule": pl.Int32, "_score": pl.Float64, "rule_source": pl.String,
                     "missing": pl.String})
         # One skip per (session, step call): the strongest rule it breaks.
-        skips = skips.join(rule_info, on="rule").sort(["sh", "t", "_score"],
+        skips = skips.join(rule_info, on="rule").with_columns(
+            pl.when(pl.col("_refused")).then(
+                pl.min_horizontal(pl.col("_score"), pl.lit(self.settings.attempt_score)))
+            .otherwise(pl.col("_score")).alias("_score"))
+        skips = skips.sort(["sh", "t", "_score"],
                                                        descending=[False, False, True])
         skips = skips.unique(["sh", "i"], keep="first", maintain_order=True)
         # The session's calls on the skipped keys (what happened to that order, in order).
@@ -701,34 +753,65 @@ class StepSkipDetector(_SequenceDetector):
             pl.col("missing").first(),
             pl.col("rule_source").sort_by("_score", descending=True).first(),
             pl.len().cast(pl.Int64).alias("skips"),
+            pl.col("_refused").all().alias("refused"),
         ).join(chains, on="sh", how="left").select("sh", "_s", *schema)
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: which step ran for which key without which prerequisite."""
         src = row.get("rule_source") or "declared"
-        reasons = [
-            f"{row.get('skipped_step')} succeeded for {row.get('skipped_key')} with no earlier "
-            f"successful {row.get('missing')} for that key by this caller ({src} workflow "
-            "rule).",
-        ]
+        if row.get("refused"):
+            reasons = [
+                f"{row.get('skipped_step')} was attempted for {row.get('skipped_key')} with no "
+                f"earlier successful {row.get('missing')} for that key by this caller ({src} "
+                "workflow rule); the server refused it, so this is an attempt, not a "
+                "completed skip.",
+            ]
+        else:
+            reasons = [
+                f"{row.get('skipped_step')} succeeded for {row.get('skipped_key')} with no "
+                f"earlier successful {row.get('missing')} for that key by this caller ({src} "
+                "workflow rule).",
+            ]
         if (row.get("skips") or 0) > 1:
             reasons.append(f"{num(row['skips'])} steps in this session skipped a prerequisite.")
         return reasons, self._evidence(row, {
             "skipped_step": row.get("skipped_step"), "business_key": row.get("skipped_key"),
             "missing_prerequisite": row.get("missing"), "rule_source": src,
-            "skipped_steps": row.get("skips")})
+            "skipped_steps": row.get("skips"), "refused": bool(row.get("refused"))})
 
 
 # ----------------------------------------------------------------- duplicate_execution
+def _without_keys(args: pl.Expr, keys: list[str]) -> pl.Expr:
+    """Argument text without the ``"key": value`` pairs of ``keys`` (any JSON scalar).
+
+    What remains names the effective operation: a retry that differs only in its
+    idempotency key, request id or client timestamp is the same operation.
+    """
+    if not keys:
+        return args
+    alt = "|".join(re.escape(k) for k in keys)
+    scalar = r'"(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null'
+    return args.str.replace_all(rf'"(?:{alt})"\s*:\s*(?:{scalar})\s*,?\s*', "")
+
+
 class DuplicateExecutionDetector(_SequenceDetector):
-    """An irreversible call executed twice or more for one business key."""
+    """The same effective irreversible operation executed twice or more.
+
+    An operation is the tool and its business arguments (the argument text without
+    idempotency keys and the volatile fields of ``ignore_args``): two charges of one order
+    for one amount, two refunds of one payment, one coupon applied twice. Several
+    operations on one account (a treasury run paying different recipients) are the job,
+    not duplicates. An idempotency key reused with *different* arguments is reported too.
+    """
 
     name = "duplicate_execution_rules"
     category = "duplicate_execution"
     config_key = "duplicate_execution"
-    summary = "Irreversible calls repeated for one business key without a shared idempotency key."
+    summary = ("The same irreversible operation (tool and business arguments) executed "
+               "twice without a shared idempotency key.")
 
-    _extra: ClassVar[list[str]] = ["dup_tool", "dup_key", "executions", "idem_keys", "chain"]
+    _extra: ClassVar[list[str]] = ["dup_tool", "dup_key", "executions", "idem_keys",
+                                   "key_reuse", "chain"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session: the session holding the repeated execution."""
@@ -742,28 +825,52 @@ class DuplicateExecutionDetector(_SequenceDetector):
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
         schema = {"dup_tool": pl.String, "dup_key": pl.String, "executions": pl.Int64,
-                  "idem_keys": pl.Int64, "chain": _CHAIN}
-        ev = _seq(features).filter(
-            pl.col("irreversible") & pl.col("ok") & pl.col("bkh").is_not_null())
+                  "idem_keys": pl.Int64, "key_reuse": pl.Boolean, "chain": _CHAIN}
+        ev = _seq(features).filter(pl.col("irreversible") & pl.col("ok"))
         if ev.height < 2:
             return _empty_found(schema)
-        g = ["ck", "tool", "bkh"]
+        # The argument text of these few rows (``_seq`` drops args: long strings).
+        ev = ev.join(annotated(features).select("i", "args"), on="i", how="left")
+        ignore = sorted({*self.config.tools.idempotency_keys, *s.ignore_args})
+        op = _without_keys(pl.col("args").fill_null(""), ignore)
+        # No argument text: the business key is all that names the operation.
+        op = pl.when(op.str.strip_chars("{} ") == "").then(
+            pl.when(pl.col("bk").is_not_null()).then(pl.lit("bk:") + pl.col("bk"))
+        ).otherwise(op)
+        ev = ev.with_columns(op.alias("_op")).filter(pl.col("_op").is_not_null())
+        ev = ev.with_columns(pl.col("_op").hash(SEED).alias("oph")).drop("args", "_op")
+        if ev.height < 2:
+            return _empty_found(schema)
+        g = ["ck", "tool", "oph"]
         ev = ev.sort([*g, "t"])
         # A replay with the same idempotency key is one execution: keep its first call.
-        ev = ev.filter(pl.col("idemh").is_null()
-                       | pl.struct(*g, "idemh").is_first_distinct())
+        first = ev.filter(pl.col("idemh").is_null()
+                          | pl.struct(*g, "idemh").is_first_distinct())
         win = s.window_minutes * 60_000_000
         same = pl.all_horizontal([pl.col(c) == pl.col(c).shift(1) for c in g]).fill_null(False)
         dup = same & ((pl.col("t") - pl.col("t").shift(1)) <= win)
-        ev = ev.with_columns(dup.alias("_dup"), (~dup).cum_sum().alias("_grp"))
-        groups = ev.group_by("_grp").agg(
+        first = first.with_columns(dup.alias("_dup"), (~dup).cum_sum().alias("_grp"))
+        groups = first.group_by("_grp").agg(
             pl.len().cast(pl.Int64).alias("executions"),
             pl.col("idemh").drop_nulls().n_unique().cast(pl.Int64).alias("idem_keys"),
+            pl.lit(False).alias("key_reuse"),
             pl.col("tool").first().alias("dup_tool"),
             pl.col("bk").first().alias("dup_key"),
             pl.col("sh").filter(pl.col("_dup")).unique().alias("_sessions"),
             _chain_expr(),
-        ).filter(pl.col("executions") >= 2)
+        ).filter(pl.col("executions") >= 2).drop("_grp")
+        # One idempotency key carried by different operations of one tool: the key is
+        # not protecting what it claims to (or is reused to slip a second execution by).
+        reuse = ev.filter(pl.col("idemh").is_not_null()).group_by("ck", "tool", "idemh").agg(
+            pl.col("oph").n_unique().cast(pl.Int64).alias("executions"),
+            pl.lit(1, pl.Int64).alias("idem_keys"),
+            pl.lit(True).alias("key_reuse"),
+            pl.col("tool").first().alias("dup_tool"),
+            pl.col("bk").first().alias("dup_key"),
+            pl.col("sh").unique().alias("_sessions"),
+            _chain_expr(),
+        ).filter(pl.col("executions") >= 2).drop("ck", "tool", "idemh")
+        groups = pl.concat([groups, reuse.select(groups.columns)])
         if groups.height == 0:
             return _empty_found(schema)
         per = groups.explode("_sessions").rename({"_sessions": "sh"})
@@ -771,19 +878,28 @@ class DuplicateExecutionDetector(_SequenceDetector):
                 .first().select("sh", pl.lit(0.0).alias("_s"), *schema))
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
-        """Reasons: how often the irreversible call ran for the key, and the idempotency keys."""
+        """Reasons: how often the operation ran, and the idempotency keys."""
         k = row.get("idem_keys") or 0
-        idem = ("no idempotency key" if k == 0 else
-                f"{k} different idempotency keys" if k > 1 else "one idempotency key, reused "
-                "on only some calls")
-        reasons = [
-            f"{row.get('dup_tool')} executed successfully {num(row.get('executions'))} times "
-            f"for {row.get('dup_key')} by one caller within "
-            f"{self.settings.window_minutes // 60} h, with {idem}.",
-        ]
+        key = f" on {row.get('dup_key')}" if row.get("dup_key") else ""
+        if row.get("key_reuse"):
+            reasons = [
+                f"One idempotency key was used for {num(row.get('executions'))} different "
+                f"{row.get('dup_tool')} operations{key} by one caller: a key meant to make a "
+                "retry safe carried another operation.",
+            ]
+        else:
+            idem = ("no idempotency key" if k == 0 else
+                    f"{k} different idempotency keys" if k > 1 else "one idempotency key, "
+                    "reused on only some calls")
+            reasons = [
+                f"{row.get('dup_tool')} executed successfully {num(row.get('executions'))} "
+                f"times with the same business arguments{key} by one caller within "
+                f"{self.settings.window_minutes // 60} h, with {idem}.",
+            ]
         return reasons, self._evidence(row, {
             "tool": row.get("dup_tool"), "business_key": row.get("dup_key"),
-            "executions": row.get("executions"), "distinct_idempotency_keys": k})
+            "executions": row.get("executions"), "distinct_idempotency_keys": k,
+            "idempotency_key_reused": bool(row.get("key_reuse"))})
 
 
 # ------------------------------------------------------------------- cross_server_flow

@@ -64,7 +64,23 @@ def scenario() -> detectors.DetectResult:
     seq.exfil_flow(tr, "exfil-src", T, sid_out="exfil-out")
     seq.crm_round_trip(tr, "crm", T)
     seq.own_small_upload(tr, "upload", T)
-    return run(tr)
+    return run(tr, step_skip={"workflows": POLICY})
+
+
+#: This deployment's declared workflows: the shipped defaults (fulfil / ship after payment)
+#: plus its own "approve after review" rule, which toolwatch does not ship (no seed
+#: states it; docs/detectors.md).
+POLICY = [
+    {"step": "verb:fulfill", "requires": ["verb:charge", "verb:pay", "verb:capture"]},
+    {"step": "verb:approve", "requires": ["verb:review"]},
+]
+
+
+def test_undeclared_approval_rule_is_not_a_default() -> None:
+    """Approving without a review is a finding only where a deployment declares that rule."""
+    tr = base()
+    seq.approval_flow(tr, "approve-skip", T, "inv-9", caller="rubberstamp", review=False)
+    assert "step_skip" not in cats(run(tr), "approve-skip")
 
 
 @pytest.mark.parametrize(("session", "category"), [

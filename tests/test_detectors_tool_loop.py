@@ -66,9 +66,31 @@ def mixed() -> Traffic:
 
 
 def test_finished_poll_is_quiet_and_loops_alert(mixed: Traffic) -> None:
-    assert _loops(mixed) == {"never-changes", "loops-after-change",
-                             "loops-after-change-then-next", "changed-no-next-step",
-                             "next-step-other-key"}
+    """A fixed-interval poll that ends (its response changes, or the job's next step
+    follows on the same key) is quiet; one that goes on repeating after its response
+    changed is a loop, whatever follows."""
+    assert _loops(mixed) == {"loops-after-change", "loops-after-change-then-next"}
+
+
+def test_poll_that_never_ends_alerts(mixed: Traffic) -> None:
+    """No changed response and no next step on the job: a loop, at any shape."""
+    tr = Traffic(seed=4)
+    _poll(tr, "stuck", end=None, follow=None, caller="h")
+    _poll(tr, "stuck-backoff", end=None, follow=None, caller="i", polls=14,
+          gaps=[2.0 * 1.5 ** k for k in range(14)])
+    assert _loops(tr) == {"stuck", "stuck-backoff"}
+
+
+def test_backoff_poll_then_download_is_quiet() -> None:
+    """Start a report, poll its status with gaps growing x1.5 to a cap, then download it:
+    the poll's responses never changed size, the next step on the job ends it."""
+    tr = Traffic(seed=6)
+    gaps = [min(2.0 * 1.5 ** k, 30.0) for k in range(15)]
+    _poll(tr, "report", end=None, follow="download_report", caller="j", polls=15, gaps=gaps)
+    # The same shape at a machine pace (a stuck agent) is a loop.
+    _poll(tr, "fast", end=None, follow="download_report", caller="k", polls=15,
+          gaps=[0.05])
+    assert _loops(tr) == {"fast"}
 
 
 def test_switch_off_restores_the_longest_streak_rule(mixed: Traffic) -> None:
@@ -96,7 +118,8 @@ def test_finished_poll_any_pace_is_quiet(polls: int, gaps: list[float], end: str
     poll that never finishes alerts."""
     tr = Traffic(seed=7)
     _poll(tr, "done", polls=polls, gaps=gaps, end=end, caller="a")
-    _poll(tr, "stuck", polls=polls + 1, gaps=gaps, end=None, caller="b", job="job_2")
+    _poll(tr, "stuck", polls=polls + 1, gaps=gaps, end=None, caller="b", job="job_2",
+          follow=None)
     assert _loops(tr) == {"stuck"}
 
 
@@ -110,7 +133,8 @@ _CALL = st.tuples(st.sampled_from(["get_job_status", "list_jobs"]),
                                                                                     max_size=10))
 def test_switch_only_ever_removes_alerts(prefix: list, reps: int, tail: list) -> None:
     """On arbitrary sessions the finished-poll rule only quiets streaks, never adds one, and a
-    session whose repeated calls never change result alerts exactly as without the rule."""
+    session whose repeated calls never change result and never reach a next step (another
+    tool on the same key) alerts exactly as without the rule."""
     tr = Traffic(seed=11)
     calls = [*prefix, *[("get_job_status", "job_a", 160, "ok")] * reps, *tail]
     for k, (tool, job, nbytes, outcome) in enumerate(calls):
@@ -124,7 +148,10 @@ def test_switch_only_ever_removes_alerts(prefix: list, reps: int, tail: list) ->
     steady = True
     for tool, job, nbytes, outcome in calls:
         steady &= result.setdefault((tool, job), (nbytes, outcome)) == (nbytes, outcome)
-    if steady:
+    tools_per_job: dict[str, set[str]] = {}
+    for tool, job, _, _ in calls:
+        tools_per_job.setdefault(job, set()).add(tool)
+    if steady and all(len(t) == 1 for t in tools_per_job.values()):
         assert on == off
 
 

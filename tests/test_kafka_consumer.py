@@ -90,7 +90,8 @@ def test_consume_store_then_commit_and_produce_alerts(kafka_broker, tmp_path: Pa
     produce(bs, topic, 0, 400, status="not_found")
     data = tmp_path / "store"
     cfg = config_for(data, detect=True)
-    sinks = build_sinks([SinkConfig(type="kafka", topic=alerts_topic)], default_bootstrap=bs)
+    sinks = build_sinks([SinkConfig(type="kafka", topic=alerts_topic, notify="alerts")],
+                        default_bootstrap=bs)
     with LiveThread(consume_kafka, cfg, bootstrap_servers=bs, topics=[topic], group_id=group,
                     consumer_options=GROUP_OPTS, sinks=sinks, detector=enum_detector(5)) as lt:
         wait_for(lambda: stored_events(data).height == 400, timeout=45)

@@ -278,9 +278,11 @@ def test_webhook_retries_with_backoff_and_failing_sinks_never_stop_ingestion(
         cfg = config_for(data, detect=True)
         (tmp_path / "no").write_text("a file where a directory is needed")
         sinks = build_sinks([
-            SinkConfig(type="webhook", url=url, slack=True, retries=3, backoff_s=0.05),
+            # notify="alerts": every alert version (incident messages: tests/test_notify*.py)
+            SinkConfig(type="webhook", url=url, slack=True, retries=3, backoff_s=0.05,
+                       notify="alerts"),
             SinkConfig(type="webhook", url="http://127.0.0.1:9/dead", retries=1,
-                       backoff_s=0.01, timeout_s=0.5),  # nothing listens there
+                       backoff_s=0.01, timeout_s=0.5, notify="alerts"),  # nothing listens
             SinkConfig(type="file", path=str(tmp_path / "no" / "such" / "dir" / "x.jsonl")),
         ])
         lp = LivePipeline(cfg, Store(data), sinks=sinks, detector=enum_detector(5))

@@ -7,9 +7,13 @@ raises into the ingestion loop and never blocks it: network sinks deliver from a
 background thread through a bounded queue (oldest alerts dropped and counted when the
 queue is full).
 
-Every sink receives alerts as JSON objects shaped like ``toolwatch analyze
+A sink with ``notify = "alerts"`` (the default for stdout and file: a local record of
+every version) receives alerts as JSON objects shaped like ``toolwatch analyze
 --alerts-out`` lines (``docs/alert.schema.json``: ``evidence`` is an object, times are
-ISO-8601 UTC). The same ``alert_id`` arriving again is an *update* of that alert.
+ISO-8601 UTC). The same ``alert_id`` arriving again is an *update* of that alert. A sink
+with ``notify = "incidents"`` (the default for webhook and Kafka) is wrapped in a
+:class:`toolwatch.notify.IncidentSink`: it receives one message per incident, grouped and
+rate-limited like Alertmanager, instead of every alert version.
 
 Adding a sink: a :class:`Sink` subclass (``send``; ``requires`` names the
 :class:`~toolwatch.live.config.SinkConfig` fields it needs; ``build`` when its
@@ -30,7 +34,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, ClassVar
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
 import orjson
 import polars as pl
@@ -38,7 +42,11 @@ import polars as pl
 from toolwatch import schema
 from toolwatch.detectors.config import SEVERITY_RANK
 from toolwatch.live.config import SinkConfig
+from toolwatch.notify import IncidentSink, notify_mode, slack_incident_payload
 from toolwatch.output import json_safe, safe_text
+
+if TYPE_CHECKING:
+    from toolwatch.config import Config
 
 log = logging.getLogger("toolwatch.sinks")
 
@@ -277,15 +285,18 @@ class _QueuedSink(Sink):
 
 
 class WebhookSink(_QueuedSink):
-    """POST each alert as JSON (or a Slack message) with retries and backoff."""
+    """POST each alert or incident message as JSON (or a Slack message), with retries and
+    backoff."""
 
     name = "webhook"
     requires = ("url",)
 
     def send(self, row: dict[str, Any]) -> None:
-        body = orjson.dumps(
-            slack_payload(row) if self.config.slack else row, option=_JSON_OPTS, default=str
-        )
+        if self.config.slack:
+            # an incident message (notify = incidents) or an alert version (alerts)
+            incident = row.get("type") == "toolwatch.incident"
+            row = slack_incident_payload(row) if incident else slack_payload(row)
+        body = orjson.dumps(row, option=_JSON_OPTS, default=str)
         req = urllib.request.Request(  # noqa: S310 - URL comes from the operator's config
             self.config.url,
             data=body,
@@ -300,7 +311,11 @@ class WebhookSink(_QueuedSink):
 
 
 class KafkaSink(_QueuedSink):
-    """Produce alerts to a Kafka topic; key = entity id (updates land on one partition)."""
+    """Produce alerts (or incident messages) to a Kafka topic.
+
+    Key: the entity id for alerts, the incident's notification key for incident
+    messages, so the versions or updates of one land on one partition in order.
+    """
 
     name = "kafka"
     requires = ("topic",)
@@ -331,7 +346,11 @@ class KafkaSink(_QueuedSink):
         return self._producer
 
     def send(self, row: dict[str, Any]) -> None:
-        key = f"{row.get('entity_type')}:{row.get('entity_id')}".encode()
+        if row.get("type") == "toolwatch.incident":
+            # one incident's messages on one partition, in order, even if its id changed
+            key = str(row.get("notification_key")).encode()
+        else:
+            key = f"{row.get('entity_type')}:{row.get('entity_id')}".encode()
         fut = self._producer_().send(self.config.topic, key=key, value=alert_json(row)[:-1])
         fut.get(timeout=self.config.timeout_s)
 
@@ -355,19 +374,45 @@ class SinkSet:
         The sinks.
     """
 
-    def __init__(self, sinks: list[Sink]):
+    def __init__(self, sinks: list[Sink | IncidentSink]):
         self.sinks = sinks
 
+    def bind(self, config: Config) -> None:
+        """Give incident sinks the process's ``[detectors.incidents]`` settings (the live
+        pipeline calls it once, before any alert), so their incidents are the store's."""
+        notifiers = [s for s in self.sinks if isinstance(s, IncidentSink)]
+        if not notifiers:
+            return
+        from toolwatch.config import from_dict
+        from toolwatch.detectors.incidents_config import IncidentConfig
+
+        raw = dict((config.detectors or {}).get("incidents") or {})
+        ic = from_dict(IncidentConfig, raw, prefix="detectors.incidents")
+        for s in notifiers:
+            s.bind(ic)
+
     def emit(self, alerts: pl.DataFrame) -> None:
-        """Hand new/changed alerts to every sink (never raises)."""
+        """Hand new/changed alerts to every sink (never raises, never waits on a network).
+
+        Alert sinks get one JSON-ready row per alert version that passes their
+        ``min_severity``; incident sinks get the frame (queued for their notifier).
+        """
         if alerts.height == 0 or not self.sinks:
             return
-        rows = alert_dicts(alerts)
+        rows: list[dict[str, Any]] | None = None
         for s in self.sinks:
             try:
+                if isinstance(s, IncidentSink):
+                    s.submit_frame(alerts)
+                    continue
+                if rows is None:
+                    rows = alert_dicts(alerts)
                 s.submit([r for r in rows if s.wants(r)])
             except Exception as exc:
-                s.failed += len(rows)
+                if isinstance(s, IncidentSink):
+                    s.notifier.counters.errors += 1
+                else:
+                    s.failed += alerts.height
                 log.warning("%s sink failed: %s", s.name, exc)
 
     def counters(self) -> dict[str, dict[str, int]]:
@@ -413,10 +458,13 @@ def build_sinks(
         On a stdout sink where stdout is not allowed.
     """
     ctx = SinkContext(allow_stdout=allow_stdout, default_bootstrap=default_bootstrap)
-    out: list[Sink] = []
+    out: list[Sink | IncidentSink] = []
     for c in configs:
         cls = SINKS.get(c.type)
         if cls is None:  # pragma: no cover - LiveConfig.validate rejects it first
             raise ValueError(f"unknown sink type {c.type!r}")
-        out.append(cls.build(c, ctx))
+        sink = cls.build(c, ctx)
+        # notify = incidents (default for webhook/kafka): one message per incident,
+        # grouped and rate-limited (toolwatch/notify.py) in front of the delivering sink
+        out.append(IncidentSink(sink, c) if notify_mode(c) == "incidents" else sink)
     return SinkSet(out)

@@ -35,7 +35,39 @@ class SinkConfig:
         "kafka: brokers for the alert producer; default: the consumer's brokers.", ""
     )
     min_severity: str = doc(
-        "Only alerts at or above this severity: low, medium, high, critical.", "low"
+        "Only alerts at or above this severity: low, medium, high, critical. With "
+        "notify = incidents: only incidents whose severity (from their risk) reaches it.",
+        "low",
+    )
+    notify: str = doc(
+        "What the sink sends: 'incidents' (one message per incident, grouped and "
+        "rate-limited like Alertmanager: group_wait_s, group_interval_s, "
+        "repeat_interval_s; toolwatch/notify.py) or 'alerts' (every new or updated "
+        "alert version). Empty: incidents for webhook and kafka, alerts for stdout and "
+        "file (a local record of every version).",
+        "",
+    )
+    group_wait_s: float = doc(
+        "notify = incidents: a new incident's first message waits this long, so the "
+        "alerts that come with it (the next stages of one attack) go out in one message.",
+        30.0,
+    )
+    group_interval_s: float = doc(
+        "notify = incidents: after a message, changes to the incident (new alerts, "
+        "categories, stages, a higher risk) are gathered and sent as one update at most "
+        "this often.",
+        300.0,
+    )
+    repeat_interval_s: float = doc(
+        "notify = incidents: an incident still active but unchanged is sent again this "
+        "long after its last message (0: never).",
+        14_400.0,
+    )
+    dashboard_url: str = doc(
+        "notify = incidents: base URL of the dashboard (e.g. http://toolwatch:8501); each "
+        "message links to <dashboard_url>/incidents?incident=<id>. A URL containing "
+        "{incident_id} is used as given with the id filled in. Empty: no link.",
+        "",
     )
 
 
@@ -280,6 +312,12 @@ class LiveConfig:
                 if not getattr(s, req):
                     raise ConfigError(f"{s.type} sink needs a {req}",
                                       key=f"live.sinks[{i}].{req}")
+            if s.notify not in ("", "incidents", "alerts"):
+                raise ConfigError("must be 'incidents', 'alerts' or empty (by sink type)",
+                                  key=f"live.sinks[{i}].notify")
+            for name in ("group_wait_s", "group_interval_s", "repeat_interval_s"):
+                if getattr(s, name) < 0:
+                    raise ConfigError("must be 0 or positive", key=f"live.sinks[{i}].{name}")
             if s.min_severity not in SEVERITY_RANK:
                 raise ConfigError(
                     f"must be one of {', '.join(SEVERITY_RANK)}",

@@ -96,6 +96,8 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         self.store = store
         self.pipe = Pipeline(config, store)
         self.sinks = sinks
+        if sinks is not None and hasattr(sinks, "bind"):
+            sinks.bind(config)  # incident notifications roll up as the store's view does
         retention = self.live.window_minutes
         if detector is None and self.live.detect:
             detector, det_retention = default_detector(config)

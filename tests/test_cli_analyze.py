@@ -107,6 +107,21 @@ def test_train_then_analyze_uses_the_model(analyzed: dict) -> None:
     assert model.exists() and "trained on" in out
     with open(model, "rb") as fh:
         assert fh.read(2) == b"PK"  # a skops zip archive, not a pickle
+    # The noise preview: what the settings would raise on this history, before going live.
+    import re
+
+    m = re.search(r"would raise\s+([\d,]+) alert", out)
+    assert m, out
+    n_all = int(m.group(1).replace(",", ""))
+    assert n_all > 0
+    for part in ("alerts by category", "top callers", "top tools", "credential_stuffing",
+                 "chargePayment"):
+        assert part in out, out
+    crit = cli("train", "-d", str(cli.data_dir), "--min-severity", "critical").stdout
+    n_crit = int(re.search(r"would raise\s+([\d,]+) alert", crit).group(1).replace(",", ""))
+    assert 0 < n_crit < n_all
+    bad = cli("train", "-d", str(cli.data_dir), "--min-severity", "severe", check=False)
+    assert bad.returncode == 2 and "--min-severity" in bad.stderr
 
 
 def test_read_commands_refuse_a_missing_store(tw, tmp_path: Path) -> None:

@@ -267,15 +267,29 @@ def train(
         Path | None,
         typer.Option("--model", help="Output path (default <data_dir>/models/forest.skops)."),
     ] = None,
+    preview: Annotated[
+        bool,
+        typer.Option("--preview/--no-preview",
+                     help="Then run every detector, as configured, over the same history "
+                          "(nothing stored) and print what it would alert on: alerts per "
+                          "day by category, the top callers and tools."),
+    ] = True,
+    min_severity: Annotated[
+        str, typer.Option("--min-severity", help="Count only alerts from this severity.")
+    ] = "low",
 ) -> None:
-    """Fit the isolation forest on the store's history (skops, not pickle).
+    """Fit the isolation forest on the store's history (skops, not pickle), then preview the
+    alerts the current settings would raise on that history.
 
     Example: toolwatch train -d /var/lib/toolwatch
     """
     from toolwatch import detectors
-    from toolwatch.analyze import load_events
+    from toolwatch.analyze import load_events, run_detectors
     from toolwatch.store import Store
 
+    if min_severity not in SEVERITIES:
+        err.print(f"--min-severity must be one of {', '.join(SEVERITIES)}", highlight=False)
+        raise typer.Exit(2)
     try:
         cfg = config_for(config, data_dir)
         events, summaries = load_events(Store(cfg.data_dir), None)
@@ -285,13 +299,43 @@ def train(
         )
     except ToolwatchError as exc:
         raise fail(exc) from None
-    Console().print(
+    out = Console()
+    out.print(
         f"trained on {info['n_train']:,} sessions (scikit-learn {info['sklearn_version']}); "
         f"saved to {info['path']}; {info['workflow_rules']} learned workflow rule(s) saved "
         f"to {info['workflows_path']} (see toolwatch workflows)",
         highlight=False,
         soft_wrap=True,
     )
+    if preview:
+        from toolwatch.noise import preview as noise_preview
+
+        alerts = run_detectors(cfg, events, summaries, model_path=Path(info["path"]))
+        _print_noise(out, noise_preview(alerts, events, min_severity=min_severity))
+
+
+def _print_noise(out: Console, p: object) -> None:
+    """The noise preview of ``toolwatch train`` as three terminal tables."""
+    from rich.text import Text
+
+    from toolwatch.noise import NoisePreview
+    from toolwatch.output import table_cell
+
+    assert isinstance(p, NoisePreview)
+    out.print(f"\nwith the current settings this history ({p.n_days} day(s)) would raise "
+              f"{p.n_alerts:,} alert(s), {p.n_alerts / max(p.n_days, 1):,.1f} a day "
+              "(nothing stored; review before enabling live alerts):", highlight=False)
+    if p.n_alerts == 0:
+        return
+    for title, frame in (("alerts by category", p.per_day),
+                         ("top callers", p.top_callers), ("top tools", p.top_tools)):
+        t = Table(title=title)
+        for c in frame.columns:
+            t.add_column(c, overflow="fold")
+        for row in frame.iter_rows():
+            # Callers, tools and categories are logged values: escaped cells.
+            t.add_row(*(Text(table_cell(v)) for v in row))
+        out.print(t)
 
 
 @app.command()

@@ -57,7 +57,9 @@ def sinks_for(
     if webhook:
         confs.append(SinkConfig(type="webhook", url=webhook, slack=slack))
     if kafka_topic:
-        confs.append(SinkConfig(type="kafka", topic=kafka_topic))
+        # the option says alerts: every version, as documented (a [[live.sinks]] kafka
+        # table sends incident messages unless it says notify = "alerts")
+        confs.append(SinkConfig(type="kafka", topic=kafka_topic, notify="alerts"))
     return build_sinks(confs, allow_stdout=allow_stdout, default_bootstrap=default_bootstrap)
 
 

@@ -26,10 +26,12 @@ AlertsOutOpt = Annotated[
     Path | None, typer.Option("--alerts-out", help="Also append alerts as JSON lines here.")
 ]
 WebhookOpt = Annotated[
-    str | None, typer.Option("--webhook", help="Also POST each alert (JSON) to this URL.")
+    str | None,
+    typer.Option("--webhook", help="Also POST one JSON message per incident to this URL "
+                 "(grouped and rate-limited: docs/live.md, Notifications)."),
 ]
 SlackOpt = Annotated[
-    bool, typer.Option("--slack", help="Send --webhook alerts as Slack {\"text\"} messages.")
+    bool, typer.Option("--slack", help="Send --webhook messages as Slack {\"text\"} messages.")
 ]
 MetricsOpt = Annotated[
     int | None, typer.Option("--metrics-port", help="Serve Prometheus /metrics on this port.")
@@ -267,7 +269,8 @@ def kafka(
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     alerts_topic: Annotated[
-        str | None, typer.Option("--alerts-topic", help="Also produce alerts to this topic.")
+        str | None,
+        typer.Option("--alerts-topic", help="Also produce every alert version to this topic."),
     ] = None,
     alerts_out: AlertsOutOpt = None,
     webhook: WebhookOpt = None,

@@ -317,3 +317,32 @@ def test_incident_sink_thread_delivers_and_close_flushes_pending() -> None:
     assert "credential access" in msg["text"] and "`mallory`" in msg["text"]
     c = ss.counters()["webhook[0]"]
     assert c["sent"] == 1 and c["notifications"] == 1 and c["incidents"] == 1
+
+
+def test_partial_roll_up_matches_a_full_one() -> None:
+    """Between full roll-ups only the touched actors are rolled up; their incidents must
+    be the ones a roll-up of every held alert gives (ids, stages, risk, linked callers)."""
+    from toolwatch.detectors.incidents import build_incidents
+
+    clk = Clock()
+    n = notifier(clk)
+    rows = [alert(cat, 60 * k + c, caller=f"c{c}", ip=f"10.0.0.{c % 4}")
+            for c in range(30) for k, cat in enumerate(KINDS) if (c + k) % 3]
+    # two address-only alerts from an address the callers share
+    rows += [{**alert("enumeration", 5, caller="x"), "alert_id": f"ip-{i}", "caller_id": None,
+              "client_ip": "10.0.0.1", "entity_type": "client_ip",
+              "entity_id": "10.0.0.1", "session_id": None} for i in range(2)]
+    n.add(frame(*rows))  # full
+    clk.at(1)
+    more = [alert("credential_stuffing", 90, caller="c3", ip="10.0.0.3"),
+            {**rows[-1], "alert_id": "ip-2", "first_seen": T0 + timedelta(seconds=200),
+             "last_seen": T0 + timedelta(seconds=230)}]
+    n.add(frame(*more))  # partial
+    clk.at(30)
+    got = {m["incident_id"]: m for m in n.flush()}
+    full = build_incidents(frame(*rows, *more), now=max(r["last_seen"] for r in rows + more))
+    for r in full.filter(pl.col("actor_id").is_in(["c3", "10.0.0.1"])).to_dicts():
+        m = got[r["incident_id"]]
+        assert (m["stages"], m["risk"], m["n_alerts"], m["caller_ids"]) == (
+            r["stages"], r["risk"], r["n_alerts"], r["caller_ids"])
+    assert len(got) == full.height

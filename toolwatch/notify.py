@@ -57,6 +57,9 @@ log = logging.getLogger("toolwatch.notify")
 MAX_HELD_ALERTS = 20_000
 #: Alert frames waiting for the notifier thread, at most (oldest dropped and counted).
 FRAME_QUEUE = 1_000
+#: Seconds between roll-ups of every held alert (closing ended incidents, decaying risk);
+#: in between, only the incidents of the actors a flush's alerts touch are rolled up.
+FULL_EVERY_S = 60.0
 
 
 def notify_mode(config: SinkConfig) -> str:
@@ -145,6 +148,7 @@ class IncidentNotifier:
         self._groups: dict[str, _Group] = {}
         self._alert_group: dict[str, str] = {}
         self._below: set[str] = set()
+        self._last_full = -float("inf")
 
     # ------------------------------------------------------------------ input
     def add(self, alerts: pl.DataFrame) -> None:
@@ -157,8 +161,6 @@ class IncidentNotifier:
         """
         if alerts.height == 0:
             return
-        from toolwatch.detectors.incidents import build_incidents
-
         cols = [c for c in schema.ALERTS.names if c in alerts.columns]
         new = alerts.select(cols)
         held = new if self._alerts is None else pl.concat(
@@ -167,11 +169,26 @@ class IncidentNotifier:
         # Latest version of each alert: versions arrive in order, the last one wins.
         held = held.unique("alert_id", keep="last", maintain_order=True)
         newest = held["last_seen"].max()
+        now = self.clock()
+        if now - self._last_full >= FULL_EVERY_S or held.height > MAX_HELD_ALERTS:
+            # Every incident: closes and forgets the ended ones, refreshes decayed risks.
+            self._last_full = now
+            inc = self._build(held, newest)
+            self._alerts = self._prune(held, inc, newest)
+        else:
+            # Only the incidents of the actors these alerts touch: the roll-up is per
+            # actor, so their ids, stages and risk are the same as over everything, at a
+            # fraction of the cost (10,000 held alerts: ~0.5 s per full roll-up).
+            self._alerts = held
+            inc = self._build(_touched(held, new), newest)
+        self._update(inc, newest)
+
+    def _build(self, alerts: pl.DataFrame, newest: Any) -> pl.DataFrame:
+        from toolwatch.detectors.incidents import build_incidents
+
         # Risk decays to the newest log time this process saw, not the wall clock: a
         # replay of yesterday's logs is as bad as it was.
-        inc = build_incidents(held, now=newest, config=self.incident_config)  # type: ignore[arg-type]
-        self._alerts = self._prune(held, inc, newest)
-        self._update(inc, newest)
+        return build_incidents(alerts, now=newest, config=self.incident_config)  # type: ignore[arg-type]
 
     def _prune(self, held: pl.DataFrame, inc: pl.DataFrame, newest: Any) -> pl.DataFrame:
         """Drop the alerts of closed incidents (no alert for ``gap_hours``), then the
@@ -314,6 +331,21 @@ class IncidentNotifier:
     def pending(self) -> int:
         """Incidents with changes not sent yet."""
         return sum(g.dirty for g in self._groups.values())
+
+
+def _touched(held: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+    """The held alerts of the actors ``new`` touches: same caller, address, session or
+    entity, and, one step further, the callers and addresses those alerts name (so an
+    address incident lists the callers behind it as a full roll-up does)."""
+
+    def near(ref: pl.DataFrame) -> pl.Expr:
+        return pl.any_horizontal(
+            pl.col(c).is_in(ref[c].drop_nulls().unique().implode()).fill_null(False)
+            for c in ("caller_id", "client_ip", "session_id", "entity_id")
+        )
+
+    first = held.filter(near(new))
+    return held.filter(near(first))
 
 
 def _changes(sent: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
@@ -481,21 +513,34 @@ class IncidentSink:
                     self._deliver(n.flush)
                     return
             if item is not None:
-                self._add(item)
+                # every frame waiting now in one roll-up (a backlog's flushes come fast)
+                frames, stop = self._take([item])
+                self._add(frames)
+                if stop:
+                    self._deliver(n.flush)
+                    return
             self._deliver(n.due)
 
-    def _drain(self) -> None:
+    def _take(self, frames: list[pl.DataFrame]) -> tuple[list[pl.DataFrame], bool]:
+        """``frames`` plus every frame queued now; True if close() asked to stop."""
         while True:
             try:
                 item = self._q.get_nowait()
             except queue.Empty:
-                return
-            if item is not None:
-                self._add(item)
+                return frames, False
+            if item is None:
+                return frames, True
+            frames.append(item)
 
-    def _add(self, frame: pl.DataFrame) -> None:
+    def _drain(self) -> None:
+        frames, _ = self._take([])
+        if frames:
+            self._add(frames)
+
+    def _add(self, frames: list[pl.DataFrame]) -> None:
         try:
-            self.notifier.add(frame)
+            self.notifier.add(frames[0] if len(frames) == 1
+                              else pl.concat(frames, how="diagonal_relaxed"))
         except Exception as exc:  # a bad frame must not stop notifications
             self.notifier.counters.errors += 1
             log.warning("%s notifier: %s", self.name, exc)

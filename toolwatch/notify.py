@@ -400,7 +400,9 @@ def slack_incident_payload(msg: dict[str, Any]) -> dict[str, Any]:
     who = _code(msg.get("actor_id"))
     callers = msg.get("caller_ids") or []
     ips = msg.get("client_ips") or []
-    lines = [f"*toolwatch {sev}* {kind}: {_esc(msg.get('actor_type'))} {who}"]
+    actor = {"caller_id": "caller", "client_ip": "address"}.get(
+        str(msg.get("actor_type")), "session")
+    lines = [f"*toolwatch {sev}* {kind}: {actor} {who}"]
     detail = []
     if callers and (msg.get("actor_type") != "caller_id" or len(callers) > 1):
         detail.append("callers " + ", ".join(_code(c) for c in callers[:5]))
@@ -421,7 +423,8 @@ def slack_incident_payload(msg: dict[str, Any]) -> dict[str, Any]:
     if ch:
         what = []
         if ch.get("new_stages"):
-            what.append("new stages " + ", ".join(_esc(s) for s in ch["new_stages"]))
+            what.append("new stages " + ", ".join(_esc(s).replace("_", " ")
+                                                  for s in ch["new_stages"]))
         if ch.get("new_categories"):
             what.append("new categories " + ", ".join(_esc(c) for c in ch["new_categories"]))
         if ch.get("new_alerts"):

@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 import orjson
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolwatch import schema
 from toolwatch.errors import ConfigError
@@ -29,6 +31,7 @@ from toolwatch.notify import (
     notify_mode,
     slack_incident_payload,
 )
+from toolwatch.output import is_unsafe_char
 from toolwatch.sinks import FileSink, WebhookSink, build_sinks
 
 try:
@@ -245,6 +248,27 @@ def test_slack_incident_message_escapes_attacker_strings() -> None:
     outside = text.split("`")[0::2]
     assert not any("evil.example" in part for part in outside), text
     assert "*Action:*" in text and "*Stages:* discovery" in text
+
+
+@settings(max_examples=200, deadline=None)
+@given(who=st.text(max_size=40), ip=st.text(max_size=20), action=st.text(max_size=60))
+def test_slack_incident_text_keeps_any_log_value_inert(who: str, ip: str, action: str) -> None:
+    """Whatever the caller id, address or action text: nothing unsafe on screen, no Slack
+    control sequence but our one link, and each value inside its own code span."""
+    msg = {"type": "toolwatch.incident", "update": True, "severity": "high",
+           "actor_type": "caller_id", "actor_id": who, "caller_ids": [who],
+           "client_ips": [ip], "servers": ["docs-server"], "stages": ["discovery"],
+           "categories": ["enumeration"], "summary": f"caller {who} from {ip}",
+           "risk": 70.0, "n_alerts": 2, "recommended_actions": [action],
+           "changes": {"new_alerts": 1, "new_categories": [], "new_stages": [],
+                       "risk_delta": 0.0, "severity_from": "high"},
+           "incident_id": "inc-0123456789abcdef0123",
+           "dashboard_url": "https://tw.example/incidents?incident=inc-0123456789abcdef0123"}
+    text = slack_incident_payload(msg)["text"]
+    assert not [c for c in text.replace("\n", " ") if is_unsafe_char(c)]
+    assert text.count("<") == 1 and text.count(">") == 1 and text.endswith(">")
+    # 5 values in code spans (caller, address, server, summary, action): 10 backticks
+    assert text.count("`") == 10, text
 
 
 def test_incident_link_forms() -> None:

@@ -405,3 +405,33 @@ def test_kafka_sink_produces_incident_messages_keyed_by_incident(kafka_broker) -
         assert m["update"] is False and m["recommended_actions"]
     (mal,) = [m for _, m in got if m["actor_id"] == "mallory"]
     assert mal["stages"] == ["discovery", "credential_access"]
+
+
+def test_triage_verdicts_silence_or_quiet_an_incident(tmp_path: Path) -> None:
+    """The store's verdicts (written as the dashboard and CLI write them): acknowledged
+    stops repeats but not updates; false_positive stops every message, also at shutdown."""
+    from toolwatch.triage_store import set_incident_verdict
+
+    store = tmp_path / "store"
+    clk = Clock()
+    cfg = SinkConfig(type="webhook", url="http://x", group_wait_s=30, group_interval_s=300,
+                     repeat_interval_s=3600)
+    n = IncidentNotifier(cfg, clock=clk, store_dir=store)
+    n.add(frame(alert("enumeration", 0), alert("enumeration", 0, caller="eve",
+                                                ip="198.51.100.9")))
+    clk.at(30)
+    first = {m["actor_id"]: m for m in n.due()}
+    assert {m["status"] for m in first.values()} == {"open"}
+    set_incident_verdict(store, first["mallory"]["incident_id"], "acknowledged", who="ana")
+    set_incident_verdict(store, first["eve"]["incident_id"], "false_positive", who="ana")
+    clk.at(60)
+    n.add(frame(alert("credential_stuffing", 60),
+                alert("credential_stuffing", 60, caller="eve", ip="198.51.100.9")))
+    clk.at(330)
+    (upd,) = n.due()  # eve is silenced
+    assert upd["actor_id"] == "mallory" and upd["status"] == "acknowledged"
+    clk.at(330 + 3600)
+    assert n.due() == []  # acknowledged: no repeat
+    clk.at(330 + 3700)
+    n.add(frame(alert("bulk_extraction", 120, caller="eve", ip="198.51.100.9")))
+    assert n.flush() == []  # eve still silenced at shutdown; mallory has nothing new

@@ -36,6 +36,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -60,6 +61,10 @@ FRAME_QUEUE = 1_000
 #: Seconds between roll-ups of every held alert (closing ended incidents, decaying risk);
 #: in between, only the incidents of the actors a flush's alerts touch are rolled up.
 FULL_EVERY_S = 60.0
+#: Seconds between reads of the store's triage verdicts (``_triage/triage.sqlite``).
+TRIAGE_EVERY_S = 10.0
+#: Verdicts that silence an incident's messages (``acknowledged`` only stops repeats).
+SILENCED = ("false_positive",)
 
 
 def notify_mode(config: SinkConfig) -> str:
@@ -101,6 +106,7 @@ class _Group:
     n_sent: int = 0
     dirty: bool = True  # changed since last sent (a new group: never sent)
     closed: bool = False  # no alert for gap_hours (log time): no more repeats
+    status: str = "open"  # triage status (the store's verdicts), see IncidentNotifier
 
 
 @dataclass
@@ -129,6 +135,11 @@ class IncidentNotifier:
         ``[detectors.incidents]`` (activity window, risk); default: its defaults.
     clock
         Monotonic seconds (tests pass a fake clock).
+    store_dir
+        The store whose triage verdicts are honoured (re-read every
+        :data:`TRIAGE_EVERY_S`): an incident marked ``false_positive`` (itself, or all of
+        its alerts) gets no more messages; ``acknowledged`` gets updates but no repeats.
+        ``None``: every incident is open.
     """
 
     def __init__(
@@ -136,10 +147,14 @@ class IncidentNotifier:
         config: SinkConfig,
         incident_config: IncidentConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        store_dir: str | Path | None = None,
     ):
         from toolwatch.detectors.incidents_config import IncidentConfig
 
         self.config = config
+        self.store_dir = store_dir
+        self._triage: tuple[dict[str, str], dict[str, str]] = ({}, {})
+        self._triage_at = -float("inf")
         self.incident_config = incident_config or IncidentConfig()
         self.clock = clock
         self.min_rank = SEVERITY_RANK.get(config.min_severity, 0)
@@ -234,6 +249,7 @@ class IncidentNotifier:
                     continue
                 g = _Group(key=row["incident_id"], created=now, row=row,
                            ids=[row["incident_id"]])
+                g.status = self._status(g)
                 self._groups[g.key] = g
                 self.counters.incidents += 1
             if row["incident_id"] not in g.ids:
@@ -251,24 +267,62 @@ class IncidentNotifier:
                 if self._alert_group.get(a) == key:
                     del self._alert_group[a]
 
+    # ------------------------------------------------------------------ triage
+    def _refresh_triage(self) -> None:
+        """Re-read the verdicts (at most every TRIAGE_EVERY_S) and each group's status."""
+        if self.store_dir is None or self.clock() - self._triage_at < TRIAGE_EVERY_S:
+            return
+        from toolwatch.triage_store import alert_statuses, incident_statuses
+
+        self._triage_at = self.clock()
+        try:
+            self._triage = (alert_statuses(self.store_dir), incident_statuses(self.store_dir))
+        except Exception as exc:  # a damaged triage file must not stop notifications
+            log.warning("triage verdicts unreadable: %s", exc)
+            return
+        for g in self._groups.values():
+            g.status = self._status(g)
+
+    def _status(self, g: _Group) -> str:
+        """The incident's own verdict (under any id it had), else derived from its
+        alerts' verdicts as the ``incidents`` view derives it."""
+        by_alert, by_incident = self._triage
+        if not by_alert and not by_incident:
+            return "open"
+        for iid in [g.row["incident_id"], *reversed(g.ids)]:
+            if iid in by_incident:
+                return by_incident[iid]
+        st = [by_alert.get(a, "open") for a in g.row["alert_ids"]]
+        if "escalated" in st:
+            return "escalated"
+        if st and all(s == "false_positive" for s in st):
+            return "false_positive"
+        if st and all(s in ("acknowledged", "false_positive") for s in st):
+            return "acknowledged"
+        return "open"
+
     # ----------------------------------------------------------------- output
     def _due_at(self, g: _Group) -> float | None:
         c = self.config
+        if g.status in SILENCED:
+            return None
         if g.last_sent is None:
             return g.created + c.group_wait_s
         if g.dirty:
             return g.last_sent + c.group_interval_s
-        if c.repeat_interval_s > 0 and not g.closed:
+        if c.repeat_interval_s > 0 and not g.closed and g.status != "acknowledged":
             return g.last_sent + c.repeat_interval_s
         return None
 
     def next_due(self) -> float | None:
         """Clock time of the next message due (``None``: nothing scheduled)."""
+        self._refresh_triage()
         times = [t for g in self._groups.values() if (t := self._due_at(g)) is not None]
         return min(times) if times else None
 
     def due(self) -> list[dict[str, Any]]:
         """Messages due now (marked sent)."""
+        self._refresh_triage()
         now = self.clock()
         out = []
         for g in list(self._groups.values()):
@@ -280,8 +334,11 @@ class IncidentNotifier:
     def flush(self) -> list[dict[str, Any]]:
         """Messages for every incident with unsent changes, whatever their timers
         (shutdown: nothing pending is lost)."""
+        self._triage_at = -float("inf")  # the latest verdicts, whatever the timer
+        self._refresh_triage()
         now = self.clock()
-        return [self._message(g, now) for g in list(self._groups.values()) if g.dirty]
+        return [self._message(g, now) for g in list(self._groups.values())
+                if g.dirty and g.status not in SILENCED]
 
     def _message(self, g: _Group, now: float) -> dict[str, Any]:
         row, sent = g.row, g.sent
@@ -307,6 +364,7 @@ class IncidentNotifier:
             "risk": row["risk"],
             "peak_risk": row.get("peak_risk"),
             "severity": row["severity"],
+            "status": g.status,
             "n_alerts": row["n_alerts"],
             "alert_ids": row["alert_ids"],
             "first_seen": row["first_seen"],
@@ -484,9 +542,12 @@ class IncidentSink:
                                         daemon=True)
         self._thread.start()
 
-    def bind(self, incident_config: IncidentConfig) -> None:
-        """Use the process's ``[detectors.incidents]`` (called before any alert)."""
+    def bind(self, incident_config: IncidentConfig, store_dir: str | Path | None = None) -> None:
+        """Use the process's ``[detectors.incidents]`` and its store's triage verdicts
+        (called before any alert)."""
         self.notifier.incident_config = incident_config
+        if store_dir is not None:
+            self.notifier.store_dir = store_dir
 
     def submit_frame(self, alerts: pl.DataFrame) -> None:
         """Queue new/changed alert versions (never blocks; oldest frame dropped if full)."""

@@ -378,8 +378,9 @@ class SinkSet:
         self.sinks = sinks
 
     def bind(self, config: Config) -> None:
-        """Give incident sinks the process's ``[detectors.incidents]`` settings (the live
-        pipeline calls it once, before any alert), so their incidents are the store's."""
+        """Give incident sinks the process's ``[detectors.incidents]`` settings and store
+        (the live pipeline calls it once, before any alert), so their incidents are the
+        store's and the store's triage verdicts silence them."""
         notifiers = [s for s in self.sinks if isinstance(s, IncidentSink)]
         if not notifiers:
             return
@@ -389,7 +390,7 @@ class SinkSet:
         raw = dict((config.detectors or {}).get("incidents") or {})
         ic = from_dict(IncidentConfig, raw, prefix="detectors.incidents")
         for s in notifiers:
-            s.bind(ic)
+            s.bind(ic, config.data_dir)
 
     def emit(self, alerts: pl.DataFrame) -> None:
         """Hand new/changed alerts to every sink (never raises, never waits on a network).

@@ -633,7 +633,11 @@ class Store:
             alerts, config=self.incident_config, alert_status=by_alert,
             incident_status=by_incident,
         )
-        con.register("_incidents", inc.to_arrow())
+        # Copied into an in-memory DuckDB table, so the analyst's query (on the worker
+        # thread of _run_bounded) scans DuckDB's own data, not a Python object.
+        con.register("_incidents_arrow", inc.to_arrow())
+        con.execute("CREATE TEMP TABLE _incidents AS SELECT * FROM _incidents_arrow")
+        con.unregister("_incidents_arrow")
         con.execute("CREATE VIEW incidents AS SELECT * FROM _incidents")
 
     def view_columns(self) -> pa.Table:
@@ -853,6 +857,12 @@ def _run_bounded(
     except KeyboardInterrupt:
         _stop(con, done)
         raise
+    if done.is_set():
+        # The worker sets ``done`` before its locals go: the DuckDB reader of a result cut
+        # at max_rows is torn down after that. Closing the connection or exiting while it
+        # was aborted the process now and then ("terminate called without an active
+        # exception", seen on cut `incidents` queries).
+        worker.join(timeout=5.0)
     if why == "timeout":
         raise QueryError(
             f"query interrupted: it ran longer than {limits.timeout_seconds:g} s "

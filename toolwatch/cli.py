@@ -118,8 +118,8 @@ def query(
     sql: Annotated[
         str,
         typer.Argument(
-            help="One plain SELECT over events, sessions, alerts, alerts_raw, quarantine, "
-            "summaries (see docs/query.md)."
+            help="One plain SELECT over events, sessions, alerts, alerts_raw, incidents, "
+            "quarantine, summaries (see docs/query.md)."
         ),
     ],
     config: ConfigOpt = None,

@@ -127,10 +127,25 @@ class QueryConfig:
         "more fails with an out-of-memory error.",
         1024,
     )
+    memory_limit_mib: int = doc(
+        "OS memory cap of the child process each query runs in (RLIMIT_AS above the "
+        "child's start-up size), MiB. DuckDB's memory_limit does not cover list and string "
+        "values; this does: a query that allocates more fails, or its child dies, and the "
+        "caller is unharmed.",
+        1024,
+    )
     threads: int = doc("DuckDB threads per query.", 2)
     timeout_seconds: float = doc(
-        "A query running longer than this is interrupted and fails.", 60.0
+        "A query running longer than this is killed (SIGKILL of its child process) and "
+        "fails.",
+        60.0,
     )
+    max_result_mib: int = doc(
+        "Bytes of result (Arrow IPC) a query hands back at most, MiB; a bigger result is "
+        "cut and reported as truncated.",
+        256,
+    )
+    max_columns: int = doc("A query returning more columns than this is refused.", 1000)
     max_rows: int = doc(
         "Rows returned at most; a longer result is cut and reported as truncated. "
         "0 means no cap.",

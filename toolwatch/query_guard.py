@@ -30,7 +30,10 @@ directory, configuration locked, bounded memory, threads, time and rows.
 from __future__ import annotations
 
 import functools
+import re
+import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -82,7 +85,34 @@ DENIED_FUNCTIONS = frozenset(
         "inet_client_port",
         "inet_server_addr",
         "inet_server_port",
+        # Catalog readers: pg_get_viewdef() is a macro over duckdb_views(), whose SQL lists
+        # every store file path; the others read the catalog or the database's location.
+        "pg_get_viewdef",
+        "pg_get_constraintdef",
+        "pg_get_expr",
+        "format_type",
+        "current_database",
+        "current_catalog",
+        "current_schema",
+        "current_schemas",
+        "version",
+        "pragma_version",
+        "pragma_platform",
     }
+)
+
+#: Name prefixes refused for every function (fail closed: catalog and settings readers,
+#: whatever a DuckDB upgrade adds under these names).
+DENIED_PREFIXES = ("duckdb_", "pragma_", "pg_get_", "current_setting", "__")
+
+#: Words in a built-in macro's definition that make it refused: a macro's body is bound
+#: as DuckDB wrote it, so a subquery or a catalog/table function inside it would get past
+#: the walk of the analyst's tree (pg_get_viewdef is ``(SELECT sql FROM duckdb_views()
+#: …)``). Only macros of plain expressions over their arguments stay allowed.
+_UNSAFE_MACRO = re.compile(
+    r"\bselect\b|\bfrom\b|\"system\"|\bsystem\.|\bmain\.|duckdb_|pragma_|"
+    r"current_setting|getvariable|sleep_ms|current_query",
+    re.IGNORECASE,
 )
 
 _EXPR_BASE = frozenset({"class", "type", "alias", "query_location", "query_location_length"})
@@ -252,23 +282,96 @@ _PLAIN: frozenset[frozenset[str]] = frozenset(
 )
 
 
-@functools.cache
+@dataclass(frozen=True)
+class Catalog:
+    """What the guard knows of this DuckDB build, taken once (~0.2 s) from a fresh
+    connection with extension autoloading off; names folded with :func:`fold`."""
+
+    #: Scalar, aggregate, window and macro functions.
+    functions: frozenset[str]
+    #: Built-in macros whose body reads the catalog or runs a subquery (refused).
+    unsafe_macros: frozenset[str]
+    #: Names a CTE may not take: every catalog/system table and view (pg_settings,
+    #: duckdb_tables, information_schema's, sqlite_master, …) and every table function.
+    reserved: frozenset[str]
+
+
+_PRIMED: list[Catalog] = []
+
+
+def prime_catalog(cat: Catalog) -> None:
+    """Use ``cat`` as :func:`catalog` (a query child gets its parent's snapshot of the
+    same DuckDB build instead of taking its own)."""
+    if not _PRIMED:
+        _PRIMED.append(cat)
+        _allowed.cache_clear()
+
+
+def catalog() -> Catalog:
+    """The guard's snapshot of this DuckDB build (see :class:`Catalog`)."""
+    return _PRIMED[0] if _PRIMED else _catalog()
+
+
 def builtin_functions() -> frozenset[str]:
     """Names of the scalar, aggregate, window and macro functions built into this DuckDB.
 
     Taken once from a fresh connection with extension autoloading off; lower-cased.
     """
+    return catalog().functions
+
+
+@functools.cache
+def _catalog() -> Catalog:
     con = duckdb.connect(
         config={"autoload_known_extensions": False, "autoinstall_known_extensions": False}
     )
     try:
-        rows = con.execute(
-            "SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
-            "WHERE function_type IN ('scalar', 'aggregate', 'window', 'macro')"
+        funcs = con.execute(
+            "SELECT function_name, function_type, coalesce(macro_definition, '') "
+            "FROM duckdb_functions()"
+        ).fetchall()
+        rels = con.execute(
+            "SELECT view_name FROM duckdb_views() UNION ALL "
+            "SELECT table_name FROM duckdb_tables()"
         ).fetchall()
     finally:
         con.close()
-    return frozenset(r[0] for r in rows)
+    functions = frozenset(
+        fold(n) for n, t, _ in funcs if t in ("scalar", "aggregate", "window", "macro")
+    )
+    unsafe = frozenset(fold(n) for n, t, d in funcs if t == "macro" and _UNSAFE_MACRO.search(d))
+    reserved = frozenset(fold(r[0]) for r in rels) | frozenset(
+        fold(n) for n, t, _ in funcs if t in ("table", "table_macro")
+    )
+    return Catalog(functions, unsafe, reserved)
+
+
+def fold(name: str) -> str:
+    """An identifier as DuckDB's binder compares it: ASCII letters lower-cased, nothing
+    else (``"xK"`` with a Kelvin sign is not ``xk`` to DuckDB, though Python's
+    ``str.lower`` says it is)."""
+    return name.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _loose(name: str) -> str:
+    """The widest folding a reader might apply (NFKC, then Unicode case folding)."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
+def _unambiguous(name: str, what: str) -> str:
+    """``name`` folded as DuckDB does; refused when a wider folding reads it otherwise
+    (a Kelvin sign, a long s, full-width letters, ligatures): whatever a name like that
+    was meant to match, the guard and DuckDB could disagree on it."""
+    f = fold(name)
+    if _loose(name) != _loose(f) or _loose(f) != f:
+        raise QueryRefusedError(
+            f"query refused: {what} name {_short(name)!r} has characters that fold to "
+            "other letters (Unicode case folding/NFKC); write it in plain letters"
+        )
+    return f
 
 
 def allowed_functions() -> frozenset[str]:
@@ -278,8 +381,13 @@ def allowed_functions() -> frozenset[str]:
 
 @functools.cache
 def _allowed() -> frozenset[str]:
+    cat = catalog()
     return frozenset(
-        f for f in builtin_functions() if f not in DENIED_FUNCTIONS and not f.startswith("__")
+        f
+        for f in cat.functions
+        if f not in DENIED_FUNCTIONS
+        and f not in cat.unsafe_macros
+        and not f.startswith(DENIED_PREFIXES)
     )
 
 
@@ -364,7 +472,7 @@ def check_query(
         raise QueryRefusedError(f"cannot parse SQL: {_first_line(exc)}") from exc
     if n != 1:
         raise QueryRefusedError(f"query refused: exactly one statement expected, got {n}")
-    _walk(tree, frozenset(v.lower() for v in views), allowed_functions())
+    _walk(tree, frozenset(fold(v) for v in views), allowed_functions())
     return tree
 
 
@@ -439,9 +547,12 @@ def _enter_ctes(
 ) -> tuple[frozenset[str], dict[str, Any]]:
     """Push the CTE bodies with the names each may see; return the node's own scope.
 
-    CTE *i* sees the enclosing scope and CTEs 0..i (itself, for WITH RECURSIVE); the rest
-    of the node sees all of them. A name outside its scope would fall back to DuckDB's
-    replacement scans (files, Python variables), so scoping is exact.
+    CTE *i* sees the enclosing scope and CTEs 0..i-1 (itself only as a recursive CTE,
+    whose ``RECURSIVE_CTE_NODE`` body adds its own name); the rest of the node sees all
+    of them. Scoping is exact because DuckDB's is: in ``WITH pg_settings AS (SELECT *
+    FROM pg_settings)`` the inner name is the catalog's view, not the CTE. A CTE may not
+    take the name of a catalog table, view or table function at all (folded as DuckDB
+    and as Unicode would), so no reading of the query can mistake one for the other.
     """
     cte_map = node.get("cte_map")
     rest = {k: v for k, v in node.items() if k != "cte_map"}
@@ -460,11 +571,21 @@ def _enter_ctes(
         name, value = entry["key"], entry["value"]
         if not isinstance(name, str) or not isinstance(value, dict):
             raise QueryRefusedError("query refused: malformed WITH clause")
-        inner = inner | {name.lower()}
+        folded = _unambiguous(name, "CTE")
+        if folded in _reserved() or _loose(name) in _reserved():
+            raise QueryRefusedError(
+                f"query refused: CTE name {_short(name)!r} is the name of a DuckDB catalog "
+                "table, view or function; pick another name"
+            )
         stack.append((value, inner))  # checked as a plain object, its query_node in `inner`
+        inner = inner | {folded}
     if node.get("type") == "RECURSIVE_CTE_NODE" and isinstance(node.get("cte_name"), str):
-        inner = inner | {node["cte_name"].lower()}
+        inner = inner | {_unambiguous(node["cte_name"], "CTE")}
     return inner, rest
+
+
+def _reserved() -> frozenset[str]:
+    return catalog().reserved
 
 
 def _check_table(ref: dict[str, Any], views: frozenset[str], scope: frozenset[str]) -> None:
@@ -479,7 +600,8 @@ def _check_table(ref: dict[str, Any], views: frozenset[str], scope: frozenset[st
     if ref.get("at_clause") is not None:
         raise QueryRefusedError("query refused: AT (time travel) is not allowed")
     _check_qualified(ref, "table_name", "catalog_name", "schema_name", "table")
-    if name.lower() not in views and name.lower() not in scope:
+    folded = _unambiguous(name, "table")
+    if folded not in views and folded not in scope:
         raise QueryRefusedError(
             f"query refused: unknown table {_short(name)!r}; "
             f"queries read only the views {', '.join(sorted(views))}"
@@ -493,7 +615,7 @@ def _check_table_function(ref: dict[str, Any]) -> dict[str, Any]:
     name = fn.get("function_name")
     if (
         not isinstance(name, str)
-        or name.lower() not in ALLOWED_TABLE_FUNCTIONS
+        or _unambiguous(name, "function") not in ALLOWED_TABLE_FUNCTIONS
         or fn.get("catalog")
         or fn.get("schema")
     ):
@@ -524,8 +646,9 @@ def _check_function(fn: dict[str, Any], functions: frozenset[str]) -> None:
         raise QueryRefusedError(
             f"query refused: qualified function names are not allowed ({_short(name)})"
         )
-    if name.lower() not in functions:
-        why = "is not allowed" if name.lower() in DENIED_FUNCTIONS else "is not a built-in"
+    folded = _unambiguous(name, "function")
+    if folded not in functions:
+        why = "is not a built-in" if folded not in builtin_functions() else "is not allowed"
         raise QueryRefusedError(f"query refused: function {_short(name)}() {why}")
     if fn.get("export_state"):
         raise QueryRefusedError("query refused: EXPORT_STATE is not allowed")
@@ -546,7 +669,7 @@ def _check_qualified(obj: dict[str, Any], name_key: str, cat: str, sch: str, wha
         or len(path) != 1
         or not isinstance(path[0], str)
         or not isinstance(name, str)
-        or path[0].lower() != name.lower()
+        or fold(path[0]) != fold(name)
     ):
         raise QueryRefusedError(f"query refused: qualified {what} names are not allowed")
 

@@ -659,22 +659,70 @@ class Store:
         *,
         limits: QueryConfig | None = None,
     ) -> QueryResult:
-        """Run an analyst's SQL: one plain SELECT over the views, bounded in every way.
+        """Run an analyst's SQL: one plain SELECT over the views, in a sacrificial child.
 
         The SQL must pass :func:`toolwatch.query_guard.check_query` (checked by the
-        parser of the very connection that then runs it). It runs on the connection of
-        :meth:`_query_connection` with ``limits``: memory, threads, a timeout that
-        interrupts the query, and a row cap (the result says when it cut).
-        A Ctrl-C (``KeyboardInterrupt`` in the calling thread) interrupts the query
-        and is re-raised once DuckDB has stopped.
+        parser of the very connection that then runs it). Both run in a child process
+        (:mod:`toolwatch.query_child`) on the connection of :meth:`_query_connection`,
+        with an OS memory cap (``query.memory_limit_mib``), a SIGKILL at
+        ``query.timeout_seconds``, and caps on rows, result bytes and columns (the result
+        says when it cut). A Ctrl-C (``KeyboardInterrupt``) in the caller kills the child
+        and is re-raised.
 
         Raises
         ------
         QueryRefusedError
-            If the SQL is not a plain SELECT over the views.
+            If the SQL is not a plain SELECT over the views, or has too many columns.
         QueryError
-            If it fails, runs out of memory or time.
+            If it fails, runs out of memory or time (:class:`~toolwatch.query_child.
+            QueryTimeoutError`, :class:`~toolwatch.query_child.QueryMemoryError`,
+            :class:`~toolwatch.query_child.QueryCrashedError`).
         """
+        from toolwatch import query_child
+
+        limits = limits or QueryConfig()
+        started = time.monotonic()
+        for attempt in range(_RETRIES):
+            try:
+                files = {name: self.files(name) for name in DATASETS}
+            except OSError as exc:
+                raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
+            try:
+                res = query_child.run(
+                    self.root, files, sql, params, limits, incident_config=self.incident_config
+                )
+            except QueryError as exc:
+                # A compaction replaced a listed file before the child read it: list again.
+                if getattr(exc, "missing_files", False) and attempt < _RETRIES - 1:
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                raise
+            return QueryResult(res.table, bool(res.cut), time.monotonic() - started, res.cut)
+        raise QueryError("unreachable")  # pragma: no cover
+
+    def schema_listing(self, limits: QueryConfig | None = None) -> pa.Table:
+        """Every view a query may read, with its columns and DuckDB types (view, column,
+        type), listed in a query child through the guard (``SELECT * FROM view`` per view):
+        what is listed is exactly what an analyst's query can reach."""
+        from toolwatch import query_child
+
+        limits = limits or QueryConfig()
+        files = {name: self.files(name) for name in DATASETS}
+        return query_child.run(
+            self.root, files, "", None, limits, incident_config=self.incident_config,
+            mode="schema",
+        ).table
+
+    def _run_in_process(
+        self,
+        sql: str,
+        params: dict[str, Any] | list[Any] | None = None,
+        *,
+        limits: QueryConfig | None = None,
+    ) -> QueryResult:
+        """toolwatch's own SQL (dashboard pages, ``alerts``): guarded and bounded as
+        :meth:`run_query`, but on a thread of this process, without a child's start-up.
+        Analysts' SQL goes through :meth:`run_query`."""
         limits = limits or QueryConfig()
         started = time.monotonic()
         for attempt in range(_RETRIES):
@@ -695,7 +743,7 @@ class Store:
                 tbl, truncated = _run_bounded(con, sql, params, limits)
             except QueryError:
                 raise
-            except Exception as exc:  # every failure is one clear line
+            except Exception as exc:  # every failure is one clear message
                 # A compaction replaced a file between listing and reading: list again.
                 if attempt < _RETRIES - 1 and any(not os.path.exists(f) for f in snapshot):
                     continue
@@ -714,7 +762,8 @@ class Store:
     ) -> pa.Table:
         """Run a read-only query over the views and return an Arrow table.
 
-        :meth:`run_query` without a row cap unless ``limits`` sets one.
+        For toolwatch's own SQL: the guard and bounds of :meth:`run_query`, in this
+        process (no child start-up), without a row cap unless ``limits`` sets one.
 
         Raises
         ------
@@ -723,7 +772,7 @@ class Store:
         """
         if limits is None:
             limits = QueryConfig(max_rows=0)
-        return self.run_query(sql, params, limits=limits).table
+        return self._run_in_process(sql, params, limits=limits).table
 
 
 @dataclass
@@ -736,6 +785,8 @@ class QueryResult:
     truncated: bool
     #: Wall-clock seconds, connection setup included.
     seconds: float
+    #: Why it was cut: ``""``, ``"rows"`` (``max_rows``) or ``"bytes"`` (``max_result_mib``).
+    cut: str = ""
 
 
 def _create_view(con: duckdb.DuckDBPyConnection, name: str, src: str) -> None:

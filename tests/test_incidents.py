@@ -316,3 +316,19 @@ def test_cut_incident_queries_exit_cleanly(analyzed: CLI) -> None:
                         check=False)
         assert proc.returncode == 0, proc.stderr
         assert "mallory" in proc.stdout and "result cut at 1 rows" in proc.stderr
+
+
+def test_live_tail_gives_the_same_incident_as_analyze(analyzed: CLI) -> None:
+    """Batch and live alike: ``tail`` writes the same alerts, so the view rolls them up
+    into the same incident (id, alerts, stages). Its risk is decayed to the live clock
+    (``detected_at`` of a live alert is the wall clock; these logs are from 2026-11-02)."""
+    log = analyzed.data_dir.parent / "small.jsonl"
+    live = CLI(data_dir=analyzed.data_dir.parent / "live", env=analyzed.env)
+    live("tail", str(log), "-d", str(live.data_dir), "--exit-when-idle", "2")
+
+    def story(cli: CLI) -> list[tuple]:
+        out = json.loads(cli("incidents", "-d", str(cli.data_dir), "-f", "json").stdout)
+        return [(r["incident_id"], r["alert_ids"], r["stages"], r["peak_risk"]) for r in out]
+
+    assert story(live) == story(analyzed)
+    assert len(story(live)) == 1

@@ -708,6 +708,7 @@ def version() -> None:
 # Each module defines plain typer-annotated functions; registering them here keeps
 # ``toolwatch --help`` in one place.
 from toolwatch.dashboard.launch import dashboard_command  # noqa: E402
+from toolwatch.dashboard.suppress_cli import suppress_app  # noqa: E402
 from toolwatch.live_commands import collect, kafka, run, status, tail  # noqa: E402
 
 app.command("dashboard")(dashboard_command)
@@ -716,6 +717,7 @@ app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options"
 app.command()(kafka)
 app.command()(status)
 app.command()(collect)
+app.add_typer(suppress_app, name="suppress")
 # --- end of registered commands ---
 
 

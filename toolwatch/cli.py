@@ -139,8 +139,11 @@ def query(
 ) -> None:
     """Forensic SQL over the store (read-only, bounded; Ctrl-C stops it).
 
-    Exit codes: 0 ok, 1 the query failed (error, timeout, memory), 2 refused or bad
-    option, 130 interrupted with Ctrl-C.
+    The query runs in a child process with a memory cap (query.memory_limit_mib) and is
+    killed at the timeout. `toolwatch schema` lists the views and their columns.
+
+    Exit codes: 0 ok, 1 the query failed (an error), 2 refused or bad option, 3 killed at
+    the timeout, 4 over the memory cap (or its process died), 130 interrupted with Ctrl-C.
 
     Example: toolwatch query "SELECT tool, count(*) FROM events GROUP BY 1 ORDER BY 2 DESC"
     """
@@ -148,6 +151,12 @@ def query(
 
     from toolwatch.errors import QueryRefusedError
     from toolwatch.output import write_rows
+    from toolwatch.query_child import (
+        QueryCrashedError,
+        QueryMemoryError,
+        QueryTimeoutError,
+        warm,
+    )
 
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
@@ -160,9 +169,15 @@ def query(
             **({"max_rows": max_rows} if max_rows is not None else {}),
             **({"timeout_seconds": timeout} if timeout is not None else {}),
         )
-        res = _existing_store(cfg.data_dir).run_query(sql, limits=limits)
+        store = _existing_store(cfg.data_dir)
+        warm()  # the fork server imports while this process lists the store's files
+        res = store.run_query(sql, limits=limits)
     except QueryRefusedError as exc:
         raise fail(exc, 2) from None
+    except QueryTimeoutError as exc:
+        raise fail(exc, 3) from None
+    except (QueryMemoryError, QueryCrashedError) as exc:
+        raise fail(exc, 4) from None
     except ToolwatchError as exc:
         raise fail(exc) from None
     except KeyboardInterrupt:
@@ -174,11 +189,43 @@ def query(
     except BrokenPipeError:
         raise typer.Exit(0) from None
     if res.truncated:
-        err.print(
-            f"note: result cut at {limits.max_rows:,} rows (--max-rows / query.max_rows)",
-            highlight=False,
-            markup=False,
+        why = (
+            f"{limits.max_result_mib:,} MiB (query.max_result_mib)"
+            if res.cut == "bytes"
+            else f"{limits.max_rows:,} rows (--max-rows / query.max_rows)"
         )
+        err.print(f"note: result cut at {why}", highlight=False, markup=False)
+
+
+@app.command("schema")
+def schema_cmd(
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
+) -> None:
+    """List the views `toolwatch query` can read, with every column and its type.
+
+    Computed through the query guard, in a query child: each view is read as an
+    analyst's `SELECT * FROM view` would be, so what is listed is what a query reaches.
+
+    Example: toolwatch schema -d .toolwatch/demo/store -f csv
+    """
+    from toolwatch.output import write_rows
+    from toolwatch.query_child import warm
+
+    if fmt not in ("table", "csv", "json"):
+        raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
+    try:
+        cfg = config_for(config, data_dir)
+        store = _existing_store(cfg.data_dir)
+        warm()
+        tbl = store.schema_listing(cfg.query)
+    except ToolwatchError as exc:
+        raise fail(exc) from None
+    try:
+        write_rows(tbl, fmt, sys.stdout, max_rows=100_000)
+    except BrokenPipeError:
+        raise typer.Exit(0) from None
 
 
 def _existing_store(data_dir: str | Path) -> Store:

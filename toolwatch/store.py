@@ -952,25 +952,40 @@ def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
 
 
 def beyond_python_dates(tbl: pa.Table) -> bool:
-    """Whether a top-level date/timestamp column holds a value outside years 1-9999."""
+    """Whether a date/timestamp value, at any nesting depth (lists, structs, maps), lies
+    outside years 1-9999: Python cannot hold it, and polars panics (printing a Rust
+    backtrace) instead of raising when it is turned into one."""
+    return any(_beyond_dates(col) for col in tbl.columns)
+
+
+def _beyond_dates(arr: pa.ChunkedArray | pa.Array) -> bool:
     lo_days, hi_days = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31 from 1970-01-01
     per_day = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
-    for col, field in zip(tbl.columns, tbl.schema, strict=True):
-        t = field.type
-        if pa.types.is_timestamp(t):
-            scale = per_day[t.unit]
-        elif pa.types.is_date32(t):
-            scale = 1
-        elif pa.types.is_date64(t):
-            scale = per_day["ms"]
-        else:
-            continue
-        if col.null_count == len(col):
-            continue
-        mm = pc.min_max(col.cast(pa.int64()))
-        if mm["min"].as_py() < lo_days * scale or mm["max"].as_py() > hi_days * scale:
-            return True
-    return False
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+        return any(_beyond_dates(c.dictionary) for c in chunks)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _beyond_dates(pc.list_flatten(arr))
+    if pa.types.is_map(t):
+        chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
+        return any(_beyond_dates(c.keys) or _beyond_dates(c.items) for c in chunks)
+    if pa.types.is_struct(t):
+        return any(
+            _beyond_dates(pc.struct_field(arr, [i])) for i in range(t.num_fields)
+        )
+    if pa.types.is_timestamp(t):
+        scale, as_int = per_day[t.unit], pa.int64()
+    elif pa.types.is_date32(t):
+        scale, as_int = 1, pa.int32()
+    elif pa.types.is_date64(t):
+        scale, as_int = per_day["ms"], pa.int64()
+    else:
+        return False
+    if arr.null_count == len(arr):
+        return False
+    mm = pc.min_max(arr.cast(as_int))
+    return mm["min"].as_py() < lo_days * scale or mm["max"].as_py() > hi_days * scale
 
 
 def as_text(tbl: pa.Table) -> pa.Table:

@@ -185,7 +185,8 @@ class IncidentNotifier:
         held = held.unique("alert_id", keep="last", maintain_order=True)
         newest = held["last_seen"].max()
         now = self.clock()
-        if now - self._last_full >= FULL_EVERY_S or held.height > MAX_HELD_ALERTS:
+        # (a quarter over the cap before a cut: at the cap, not every flush is a full one)
+        if now - self._last_full >= FULL_EVERY_S or held.height > MAX_HELD_ALERTS * 1.25:
             # Every incident: closes and forgets the ended ones, refreshes decayed risks.
             self._last_full = now
             inc = self._build(held, newest)

@@ -525,6 +525,96 @@ def sessions_for_alert(store: Store, alert: Mapping[str, Any]) -> pl.DataFrame:
     )
 
 
+# ---------------------------------------------------------------- incidents
+#: Short stage names for the queue (kill-chain order is detectors.incidents.STAGES).
+STAGE_LABELS = {"discovery": "discovery", "credential_access": "cred access",
+                "collection": "collection", "exfiltration": "exfil", "impact": "impact",
+                "unclassified": "anomaly"}
+
+
+def list_incidents(
+    store: Store,
+    alert_status: tuple[tuple[str, str], ...] = (),
+    incident_status: tuple[tuple[str, str], ...] = (),
+) -> pl.DataFrame:
+    """Incidents of the store (:func:`toolwatch.detectors.incidents.build_incidents` over
+    the ``alerts`` view), riskiest first.
+
+    Parameters
+    ----------
+    alert_status, incident_status
+        Current verdicts as ``(id, status)`` pairs. Passed in (read fresh from the triage
+        file by the caller) rather than read here, so a cached result is keyed on them and
+        a verdict shows at once.
+    """
+    from toolwatch.detectors.incidents import build_incidents, empty_incidents
+
+    alerts = _frame(store, "SELECT * FROM alerts")
+    if alerts.height == 0:
+        return empty_incidents()
+    return build_incidents(
+        alerts,
+        config=getattr(store, "incident_config", None),
+        alert_status=dict(alert_status),
+        incident_status=dict(incident_status),
+    )
+
+
+def _first_of(col: str, n: int) -> pl.Expr:
+    """A list column as ``a, b (+3)``: the first ``n`` values and how many more."""
+    lst = pl.col(col).fill_null(pl.lit([], dtype=pl.List(pl.String)))
+    more = lst.list.len().cast(pl.Int64) - n
+    head = lst.list.head(n).list.join(", ")
+    return pl.when(more > 0).then(pl.format("{} (+{})", head, more)).otherwise(head)
+
+
+def incident_queue(inc: pl.DataFrame) -> pl.DataFrame:
+    """The incident queue as shown: who first (caller, address), then stages, risk,
+    severity, since when, status and the first recommended action; ids last."""
+    stages = pl.col("stages").list.eval(
+        pl.element().replace_strict(STAGE_LABELS, default=pl.element())
+    ).list.join(" → ")
+    return inc.select(
+        _first_of("caller_ids", 1).alias("caller"),
+        _first_of("client_ips", 1).alias("address"),
+        stages.alias("stages"),
+        pl.col("risk"),
+        pl.col("severity"),
+        pl.col("first_seen").alias("since"),
+        pl.col("status"),
+        pl.col("recommended_actions").list.first().fill_null("").alias("do first"),
+        pl.col("n_alerts").alias("alerts"),
+        pl.col("last_seen"),
+        _first_of("servers", 2).alias("servers"),
+        pl.col("incident_id"),
+    )
+
+
+def incident_alerts(store: Store, alert_ids: Iterable[str]) -> pl.DataFrame:
+    """An incident's alerts in kill-chain stage order (then by time): its timeline."""
+    from toolwatch.detectors.incidents import CATEGORY_STAGE, STAGES
+
+    ids = list(alert_ids)
+    df = _frame(
+        store,
+        f"SELECT {_ALERT_COLUMNS} FROM alerts "
+        "WHERE list_contains(CAST($ids AS VARCHAR[]), alert_id)",
+        {"ids": ids},
+    )
+    rank = {s: i for i, s in enumerate(STAGES)}
+    return (
+        df.with_columns(
+            pl.col("category").replace_strict(CATEGORY_STAGE, default="unclassified")
+            .alias("stage")
+        )
+        .with_columns(
+            pl.col("stage").replace_strict(rank, return_dtype=pl.Int32).alias("_rank")
+        )
+        .sort(["_rank", "first_seen", "alert_id"], nulls_last=True)
+        .drop("_rank")
+    )
+
+
 # ---------------------------------------------------------------- sessions
 def session_summary(store: Store, session_id: str) -> dict[str, Any] | None:
     """The ``sessions`` view row of one session, or ``None`` if unknown."""
@@ -986,12 +1076,12 @@ def run_forensic_sql(
     toolwatch.errors.QueryError
         If the SQL is refused, fails or times out.
     """
-    base = limits or QueryConfig()
-    bounded = QueryConfig(
-        memory_limit_mb=base.memory_limit_mb,
-        threads=base.threads,
-        timeout_seconds=timeout_s,
-        max_rows=max_rows,
+    import dataclasses
+
+    # replace(), not a new QueryConfig: every other [query] bound (the child's memory
+    # cap, result bytes, columns) comes from the configuration too.
+    bounded = dataclasses.replace(
+        limits or QueryConfig(), timeout_seconds=timeout_s, max_rows=max_rows
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -224,7 +224,7 @@ def _receive(
         if left <= 0:
             proc.kill()
             raise QueryTimeoutError(
-                f"query killed at the {limits.timeout_seconds:g} s timeout "
+                f"query interrupted: killed at the {limits.timeout_seconds:g} s timeout "
                 "(query.timeout_seconds / --timeout)"
             )
         ready = multiprocessing.connection.wait([reader, proc.sentinel], timeout=min(left, 0.5))

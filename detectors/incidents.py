@@ -271,12 +271,8 @@ def _prepare(
         .alias("_techniques"),
         pl.col("alert_id").replace_strict(dict(alert_status or {}), default="open",
                                           return_dtype=pl.String).alias("_status"),
-        *[
-            pl.col("evidence").str.json_path_match(f"$.{f}").alias(f"_e_{f}")
-            for f in _EVIDENCE_FIELDS
-        ],
-        _chain_keys().alias("_e_chain_keys"),
-    ).with_columns(
+    )
+    a = _evidence_fields(a).with_columns(
         pl.when(pl.col("_caller").is_not_null()).then(pl.lit("caller_id"))
         .when(pl.col("_ip").is_not_null()).then(pl.lit("client_ip"))
         .otherwise(pl.lit("session")).alias("actor_type"),
@@ -286,13 +282,44 @@ def _prepare(
     return a.with_columns(_category_action().alias("_action"))
 
 
+def _evidence_fields(a: pl.DataFrame) -> pl.DataFrame:
+    """``_e_<field>`` columns (text) for the evidence fields the action templates use, and
+    ``_e_chain_keys``.
+
+    One typed JSON decode of the evidence (numbers read as text): 21 JSON-path lookups
+    parsed every evidence 21 times (4.6 s for 100k alerts, against 0.4 s). Evidence
+    whose fields have other shapes than the detectors write (hand-made alerts files)
+    falls back to the lookups.
+    """
+    chain_dtype = pl.List(pl.Struct({"business_key": pl.String}))
+    dtype = pl.Struct({
+        **{f: pl.String for f in _EVIDENCE_FIELDS},
+        "chain": chain_dtype,
+        "overlapping_calls": pl.List(pl.Struct({"tool": pl.String})),
+    })
+    try:
+        ev = a.select(pl.col("evidence").str.json_decode(dtype).alias("_ev")).to_series()
+        fields = [ev.struct.field(f).alias(f"_e_{f}") for f in _EVIDENCE_FIELDS]
+        chain = ev.struct.field("chain")
+        race_tool = ev.struct.field("overlapping_calls").list.first().struct.field("tool")
+        out = a.with_columns(*fields, chain.alias("_chain"), race_tool.alias("_e_race_tool"))
+    except (pl.exceptions.PolarsError, ValueError):
+        out = a.with_columns(
+            *[pl.col("evidence").str.json_path_match(f"$.{f}").alias(f"_e_{f}")
+              for f in _EVIDENCE_FIELDS],
+            pl.lit(None, dtype=chain_dtype).alias("_chain"),
+            pl.col("evidence").str.json_path_match("$.overlapping_calls[0].tool")
+            .alias("_e_race_tool"),
+        )
+    return out.with_columns(_chain_keys().alias("_e_chain_keys")).drop("_chain")
+
+
 def _chain_keys() -> pl.Expr:
     """The business keys of a sequence alert's chain (documents read, orders touched...),
     first five, as ``a, b, c (+2 more)``; null when the evidence has no chain."""
-    chain = pl.col("evidence").str.json_decode(
-        pl.Struct({"chain": pl.List(pl.Struct({"business_key": pl.String}))})
-    ).struct.field("chain").list.eval(pl.element().struct.field("business_key").drop_nulls()
-                                      .unique(maintain_order=True))
+    chain = pl.col("_chain").list.eval(
+        pl.element().struct.field("business_key").drop_nulls().unique(maintain_order=True)
+    )
     n = chain.list.len()
     head = chain.list.head(5).list.join(", ")
     return (
@@ -326,7 +353,7 @@ def _category_action() -> pl.Expr:
     walked = pl.when(pl.col("_e_run_first_id").is_not_null()).then(
         pl.format(", {} … {}", "_e_run_first_id", _e("run_last_id", "?"))
     ).otherwise(pl.lit(""))
-    race_tool = pl.col("evidence").str.json_path_match("$.overlapping_calls[0].tool")
+    race_tool = pl.col("_e_race_tool")
     templates = {
         "enumeration": pl.format(
             "Rate-limit {} on {} for {} and check it enforces object-level access to {} "

@@ -332,3 +332,15 @@ def test_live_tail_gives_the_same_incident_as_analyze(analyzed: CLI) -> None:
 
     assert story(live) == story(analyzed)
     assert len(story(live)) == 1
+
+
+def test_evidence_of_another_shape_still_rolls_up() -> None:
+    """A hand-made alerts file whose evidence has other shapes than the detectors write
+    (a number where text is expected, an object, not JSON at all) still gives incidents."""
+    rows = _story()
+    rows[0]["evidence"] = orjson.dumps({"top_tool": {"name": "x"}, "chain": 3}).decode()
+    rows[1]["evidence"] = "not json"
+    inc = build_incidents(_frame(*rows))
+    assert inc.height == 1 and inc["n_alerts"][0] == 3
+    acts = inc["recommended_actions"][0].to_list()
+    assert any("64.0 MB" in a for a in acts) and any("object-level" in a for a in acts)

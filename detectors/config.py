@@ -321,6 +321,23 @@ class ToolsConfig:
             "kubeconfig", "sudoers",
         ],
     )
+    data_terms: list[str] = doc(
+        "Substrings (case-insensitive) of a tool name or its argument text that mark a read "
+        "as returning people's or a business's records (customer lists, user tables, "
+        "payroll, exports and dumps): sent to another server, such a read is a data flow "
+        "whatever its size (cross_server_flow). Credentials and system files are "
+        "sensitive_terms.",
+        factory=lambda: [
+            "customer", "client_list", "contact", "member", "employee", "patient",
+            "subscriber", "payroll", "salary", "salaries", "personal", "pii", "ssn",
+            "users", "accounts", "export", "dump", "backup", "dataset",
+        ],
+    )
+    data_tools: list[str] = doc(
+        "Tools ('tool' or 'server/tool') whose reads return sensitive records whatever "
+        "their names say (added to data_terms).",
+        factory=list,
+    )
 
 
 @dataclass
@@ -512,6 +529,23 @@ class CrossServerFlowConfig:
         1_000_000,
     )
     bytes_hi: int = doc("Bytes read elsewhere that make the flow critical.", 20_000_000)
+    min_rows: int = doc(
+        "Records (rows) read from other servers before the outbound call from which it "
+        "counts, like min_bytes: volume is bytes or records.",
+        1_000,
+    )
+    rows_hi: int = doc("Records read elsewhere that make the flow critical.", 100_000)
+    data_score: float = doc(
+        "Score of a flow whose reads returned records of people or a business "
+        "([detectors.tools] data_terms / data_tools) at any size (high by default).",
+        0.85,
+    )
+    data_min_rows: int = doc(
+        "A read of such records counts when it is a collection: named an export, dump or "
+        "backup, or returning at least this many rows...",
+        20,
+    )
+    data_min_bytes: int = doc("...or at least this many bytes.", 50_000)
     source_share_lo: float = doc(
         "A session the data was read in carries the alert too when it supplied at least "
         "this share of the bytes read before the outbound call (or a sensitive read): a "

@@ -96,8 +96,8 @@ def _seq(features: FeatureSet) -> pl.DataFrame:
         # No ``args`` (long strings, moved by the sort): step_skip fetches them by ``i`` for
         # the few rows whose declared rule names a key argument.
         "sh", "session_id", "t", "i", "caller_id", "ceh", "server", "tool", "status",
-        "ok", "bytes", "ch", "tool_role", "mutates", "irreversible", "outbound", "sensitive",
-        "bk", "bkh", "idemh",
+        "ok", "bytes", "rows", "ch", "tool_role", "mutates", "irreversible", "outbound",
+        "sensitive", "data", "bk", "bkh", "idemh",
     ).with_columns(pl.coalesce(pl.col("ceh"), pl.col("sh")).alias("ck"))
     # Time order is all the detectors need (group-bys keep it within each session); the
     # one that needs sessions contiguous (tool_loop's streaks) sorts its few candidate
@@ -911,12 +911,18 @@ class CrossServerFlowDetector(_SequenceDetector):
     config_key = "cross_server_flow"
     summary = "Bulk or sensitive reads on one server, then an outbound call on another."
 
-    _extra: ClassVar[list[str]] = ["out_tool", "out_server", "read_bytes", "sensitive_reads",
-                                   "source_servers", "chain"]
+    _extra: ClassVar[list[str]] = ["out_tool", "out_server", "read_bytes", "read_rows",
+                                   "sensitive_reads", "data_reads", "source_servers", "chain"]
 
     def _volume(self) -> pl.Expr:
+        """Volume is bytes *or* records, and records of people or a business (a customer
+        export) count at any size: each scored, the strongest decides."""
         s = self.settings
-        return band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi)
+        return any_of(
+            band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi),
+            band(pl.col("read_rows"), s.min_rows, s.rows_hi),
+            pl.when(pl.col("data_reads") > 0).then(s.data_score).otherwise(0.0),
+        )
 
     def _sensitive(self) -> pl.Expr:
         return pl.when(pl.col("sensitive_reads") > 0).then(
@@ -988,7 +994,8 @@ class CrossServerFlowDetector(_SequenceDetector):
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
         schema = {"out_tool": pl.String, "out_server": pl.String, "read_bytes": pl.Int64,
-                  "sensitive_reads": pl.Int64, "source_servers": pl.String, "chain": _CHAIN}
+                  "read_rows": pl.Int64, "sensitive_reads": pl.Int64, "data_reads": pl.Int64,
+                  "source_servers": pl.String, "chain": _CHAIN}
         ev = _seq(features)
         #: One row per outbound call with reads before it (sh, t_out, read_bytes): what
         #: the caller's usual flows are learned from (set by every _find).
@@ -1002,12 +1009,18 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("status").alias("out_status")).collect(engine="in-memory")
         if out.height == 0:
             return _empty_found({**schema, "t_out": pl.Int64})
+        # A read of records (data_terms) counts as a data read when it is a collection:
+        # an export / dump by name, or at least data_min_rows records / data_min_bytes.
+        whole = pl.col("tool").str.contains(r"(?i)export|dump|backup")
+        collection = (whole | (pl.col("rows").fill_null(0) >= s.data_min_rows)
+                      | (pl.col("bytes").fill_null(0) >= s.data_min_bytes))
         reads = ev.lazy().filter(
             pl.col("tool_role").is_in(["read", "list_search"])
             & (pl.col("ok") | pl.col("sensitive"))
         ).join(out.lazy().select("ck").unique(), on="ck", how="semi",
                maintain_order="left").select(
-            "ck", "t", "server", "tool", "bk", "status", "bytes", "sensitive",
+            "ck", "t", "server", "tool", "bk", "status", "bytes", "rows", "sensitive",
+            (pl.col("data") & pl.col("ok") & collection).alias("data"),
             pl.col("sh").alias("sh_r")).collect(engine="in-memory")
         win = s.window_minutes * 60_000_000
         pairs = out.join(reads, on="ck").filter(
@@ -1025,11 +1038,14 @@ class CrossServerFlowDetector(_SequenceDetector):
             # A flow below min_bytes alerts only for its sensitive reads: the sessions that
             # merely supplied bytes are not part of what is alerted.
             share = share & (pl.col("bytes").sum().over(out_key) >= s.min_bytes)
-        supplied = share | pl.col("sensitive").any().over(src_key)
+        supplied = share | (pl.col("sensitive") | pl.col("data")).any().over(src_key)
         per_out = pairs.with_columns(supplied.alias("_supplied")).group_by("sh", "i").agg(
             pl.col("bytes").sum().cast(pl.Int64).alias("read_bytes"),
+            pl.col("rows").sum().cast(pl.Int64).alias("read_rows"),
             pl.struct("tool", "bk").filter(pl.col("sensitive")).n_unique().cast(pl.Int64)
             .alias("sensitive_reads"),
+            pl.struct("tool", "bk").filter(pl.col("data")).n_unique().cast(pl.Int64)
+            .alias("data_reads"),
             pl.col("server").unique().sort().str.join(", ").alias("source_servers"),
             pl.col("sh_r").filter(pl.col("_supplied")).unique().alias("_src"),
             pl.col("out_tool").first(), pl.col("out_server").first(),
@@ -1037,10 +1053,12 @@ class CrossServerFlowDetector(_SequenceDetector):
             # The chain: sensitive reads first, then the largest reads, in time order.
             pl.struct(pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
                       pl.col("status").fill_null("unknown"))
-            .sort_by([pl.col("sensitive"), pl.col("bytes")], descending=[True, True])
+            .sort_by([pl.col("sensitive"), pl.col("data"), pl.col("bytes")],
+                     descending=[True, True, True])
             .head(CHAIN_MAX - 1).alias("_reads"),
         ).with_columns(
-            (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12).alias("_rank"))
+            (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12
+             + pl.col("data_reads") * 10**11).alias("_rank"))
         self._flows_out = per_out.select("sh", "t_out", "read_bytes")
         # The chain spans sessions (one per server): the outbound call's session and the
         # sessions the data was read in all carry it.
@@ -1061,21 +1079,29 @@ class CrossServerFlowDetector(_SequenceDetector):
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: what was read where, then where it went out."""
+        recs = f" ({num(row['read_rows'])} records)" if row.get("read_rows") else ""
         reasons = [
             f"{row.get('out_tool')} on {row.get('out_server')} sent data out after this "
-            f"caller read {size(row.get('read_bytes'))} from {row.get('source_servers')} "
-            f"within the previous {self.settings.window_minutes} min.",
+            f"caller read {size(row.get('read_bytes'))}{recs} from "
+            f"{row.get('source_servers')} within the previous "
+            f"{self.settings.window_minutes} min.",
         ]
+        if row.get("data_reads"):
+            reasons.append(f"{num(row['data_reads'])} of those reads returned records of "
+                           "people or a business (an export, customer or user data): "
+                           "sensitive whatever their size.")
         if row.get("sensitive_reads"):
             reasons.append(f"{num(row['sensitive_reads'])} of those reads touched sensitive "
                            "places (credentials, secrets, system files, user/role tables).")
-        elif row.get("habitual"):
+        if not row.get("sensitive_reads") and row.get("habitual"):
             reasons.append("Reading elsewhere and then sending out is part of this caller's "
                            "usual day, but this flow read far more than its usual ones.")
         return reasons, self._evidence(row, {
             "outbound_tool": row.get("out_tool"), "outbound_server": row.get("out_server"),
             "bytes_read_elsewhere": row.get("read_bytes"),
+            "records_read_elsewhere": row.get("read_rows"),
             "sensitive_reads": row.get("sensitive_reads"),
+            "data_reads": row.get("data_reads"),
             "source_servers": row.get("source_servers")})
 
 

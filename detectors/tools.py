@@ -162,7 +162,8 @@ def tool_table(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     polars.DataFrame
         ``server``, ``tool``, ``tool_role`` (one of :data:`ROLES`), ``mutates``,
         ``irreversible``, ``outbound``, ``sensitive_tool`` (the name itself names a
-        sensitive place: ``getCredentials``, ``readSecret``), ``bk_arg`` (configured
+        sensitive place: ``getCredentials``, ``readSecret``), ``data_tool`` (it names
+        records of people or a business: ``get_customer_export``), ``bk_arg`` (configured
         business-key argument, or null: the resource id found at ingest is used) and
         ``idem_args`` (idempotency-key argument names, list).
     """
@@ -170,12 +171,16 @@ def tool_table(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     pairs = events.select("server", "tool").unique(maintain_order=True)
     rows = pairs.rows()
     terms = [t.lower() for t in tc.sensitive_terms]
-    roles, sens, bks, idems = [], [], [], []
+    dterms = [t.lower() for t in tc.data_terms]
+    dtools = set(tc.data_tools)
+    roles, sens, data, bks, idems = [], [], [], [], []
     # A handful of distinct tools: plain Python over them is the columnar way here.
     for server, tool in rows:
         roles.append(role_of(tool, server, tc))
         low = (tool or "").lower()
         sens.append(any(t in low for t in terms))
+        data.append(any(t in low for t in dterms) or tool in dtools
+                    or f"{server}/{tool}" in dtools)
         bks.append(_override(tc.business_keys, server, tool))
         extra = _override(tc.idempotency_args, server, tool) or []
         idems.append([*tc.idempotency_keys, *[k for k in extra if k not in tc.idempotency_keys]])
@@ -186,6 +191,7 @@ def tool_table(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
         (role == "irreversible").alias("irreversible"),
         (role == "outbound").alias("outbound"),
         pl.Series("sensitive_tool", sens, pl.Boolean),
+        pl.Series("data_tool", data, pl.Boolean),
         pl.Series("bk_arg", bks, pl.String),
         pl.Series("idem_args", idems, pl.List(pl.String)),
     )
@@ -223,7 +229,9 @@ def annotate(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     -------
     polars.DataFrame
         ``events`` plus ``tool_role``, ``mutates``, ``irreversible``, ``outbound``,
-        ``sensitive``, ``bk_arg``, ``bk``, ``bkh``, ``idem``, ``idemh``.
+        ``sensitive``, ``data`` (the call reads records of people or a business, by tool
+        name or argument text: ``data_terms``, ``data_tools``), ``bk_arg``, ``bk``,
+        ``bkh``, ``idem``, ``idemh``.
 
     Notes
     -----
@@ -259,7 +267,7 @@ def _annotate(
     # Per event, the columns it needs (not the list of idempotency argument names).
     keyed = keys.select("_pk").join(
         table.select("_pk", "tool_role", "mutates", "irreversible", "outbound",
-                     "sensitive_tool", "bk_arg"),
+                     "sensitive_tool", "data_tool", "bk_arg"),
         on="_pk", how="left", maintain_order="left")
     # Argument texts worth a regular expression: those mentioning a configured key or a
     # sensitive term. One Aho-Corasick pass over the *distinct* texts finds them; only
@@ -271,13 +279,17 @@ def _annotate(
     args = pl.col("args")
     sens = (pl.lit(False) if not tc.sensitive_terms else args.str.contains_any(
         list(tc.sensitive_terms), ascii_case_insensitive=True))
+    dsens = (pl.lit(False) if not tc.data_terms else args.str.contains_any(
+        list(tc.data_terms), ascii_case_insensitive=True))
     has_idem = args.str.contains_any([f'"{k}"' for k in idem_keys]) if idem_keys else None
     has_bk = args.str.contains_any([f'"{k}"' for k in bk_keys]) if bk_keys else None
-    conds = [pl.col("_sens_args"), *[c for c in (has_idem, has_bk) if c is not None]]
+    conds = [pl.col("_sens_args"), pl.col("_data_args"),
+             *[c for c in (has_idem, has_bk) if c is not None]]
     # The regular expressions then run on the few texts with a finding only.
-    d = distinct.with_columns(sens.alias("_sens_args")).filter(pl.any_horizontal(conds))
+    d = distinct.with_columns(sens.alias("_sens_args"), dsens.alias("_data_args")).filter(
+        pl.any_horizontal(conds))
     d = d.select(
-        "_ah", "_sens_args",
+        "_ah", "_sens_args", "_data_args",
         (pl.lit(None, pl.String) if has_idem is None else pl.when(has_idem).then(
             pl.coalesce([_extract(args, k) for k in idem_keys]))).alias("idem"),
         *[pl.when(has_bk).then(_extract(args, k)).alias(f"_bk_{i}")
@@ -299,6 +311,7 @@ def _annotate(
         keyed["irreversible"],
         keyed["outbound"],
         (keyed["sensitive_tool"] | lk["_sens_args"].fill_null(False)).alias("sensitive"),
+        (keyed["data_tool"] | lk["_data_args"].fill_null(False)).alias("data"),
         pl.coalesce(keyed["bk_arg"], pl.col("resource_key")).alias("bk_arg"),
         bk.alias("bk"),
         lk["idem"].alias("idem"),

@@ -305,3 +305,70 @@ def test_step_skip_rule_matching_equals_the_polars_reference(
     for g, r in zip(got, ref, strict=True):
         assert g.schema == r.schema
         assert g.sort(["rule", "tool"]).equals(r.sort(["rule", "tool"]))
+
+
+# ------------------------------------------------ seed 003's cross-server chain, in records
+def test_seed_003_customer_export_to_community_plugin_is_a_flow() -> None:
+    """internal.get_customer_export() returns a few thousand customer records (just under
+    1 MB); analytics_plugin.upload_dataset sends them to a third party. Bytes alone never
+    reached min_bytes: records count, and customer data is sensitive at any size."""
+    tr = base()
+    tr.call("exp", T, "get_customer_export", caller="agent-7", server="internal",
+            nbytes=940_000, rows=3_200)
+    tr.call("exp", T + timedelta(seconds=20), "upload_dataset", caller="agent-7",
+            server="analytics-plugin", args={"name": "q3"}, nbytes=120)
+    # Records without bytes logged: the same chain, counted in rows only.
+    tr.call("rows-only", T, "listRecords", caller="agent-8", server="internal",
+            nbytes=None, rows=5_000)
+    tr.call("rows-only", T + timedelta(seconds=20), "upload_dataset", caller="agent-8",
+            server="analytics-plugin", nbytes=None)
+    # A support agent reads one customer and emails them from another server: the job.
+    tr.call("support", T, "getCustomer", caller="agent-9", server="crm",
+            resource_key="customerId", resource_id="c-17", nbytes=3_000, rows=1)
+    tr.call("support", T + timedelta(seconds=30), "sendEmail", caller="agent-9",
+            server="mail", args={"to": "c17@example.com"}, nbytes=100)
+    res = run(tr)
+    flow = cats(res, "exp")["cross_server_flow"]
+    assert flow["severity"] in ("high", "critical")
+    assert any("records" in r for r in flow["reasons"]), flow["reasons"]
+    assert evidence(flow)["records_read_elsewhere"] == 3_200
+    assert "cross_server_flow" in cats(res, "rows-only")
+    assert "cross_server_flow" not in cats(res, "support")
+
+
+def test_refused_step_skip_is_reported_lower() -> None:
+    """Seed 000: fulfillOrder without chargePayment. Refused by the server it is still the
+    finding, at a lower severity, and the reason says it was refused."""
+    tr = base()
+    tr.call("tried", T, "createOrder", caller="m1", server="shop-server",
+            resource_key="orderId", resource_id="ord-81")
+    tr.call("tried", T + timedelta(seconds=5), "fulfillOrder", caller="m1",
+            server="shop-server", resource_key="orderId", resource_id="ord-81",
+            status="error")
+    tr.call("done", T, "createOrder", caller="m2", server="shop-server",
+            resource_key="orderId", resource_id="ord-82")
+    tr.call("done", T + timedelta(seconds=5), "fulfillOrder", caller="m2",
+            server="shop-server", resource_key="orderId", resource_id="ord-82")
+    res = run(tr)
+    tried, done = cats(res, "tried")["step_skip"], cats(res, "done")["step_skip"]
+    assert tried["score"] < done["score"]
+    assert tried["severity"] == "low" and done["severity"] in ("high", "critical")
+    assert "refused" in tried["reasons"][0] and evidence(tried)["refused"] is True
+
+
+def test_treasury_run_is_not_a_duplicate_but_a_replay_is() -> None:
+    """Paying several recipients from one account, one after another, is the job; the same
+    transfer (same recipient and amount) executed twice is a duplicate."""
+    tr = base()
+    for k in range(6):
+        tr.call("payroll", T + timedelta(seconds=8 * k), "transferFunds", caller="treasury",
+                server="finance", resource_key="fromAccount", resource_id="acct-ops",
+                args={"toAccount": f"emp-{k}", "amount": 3_000 + 10 * k})
+    for k in range(2):
+        tr.call("replay", T + timedelta(seconds=8 * k), "transferFunds", caller="agent-x",
+                server="finance", resource_key="fromAccount", resource_id="acct-ops",
+                args={"toAccount": "emp-9", "amount": 5_000, "requestId": f"r-{k}"})
+    res = run(tr)
+    assert "duplicate_execution" not in cats(res, "payroll")
+    assert "step_skip" not in cats(res, "payroll")
+    assert "duplicate_execution" in cats(res, "replay")

@@ -647,6 +647,9 @@ def _print_incidents(inc: object, *, total: int, matched: int) -> None:
 
     width = min(100, Console().width) if sys.stdout.isatty() else 100
     console = Console(width=width, soft_wrap=False)
+    if getattr(inc, "height", 0) == 0:
+        console.print(Text(f"no incidents{' match' if total else ''} ({total} in the store)"))
+        return
     t = Table(box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False, expand=False)
     t.add_column("who", max_width=22, overflow="fold")
     t.add_column("stages", max_width=14, overflow="fold")

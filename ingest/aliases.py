@@ -16,6 +16,8 @@ ALIASES: dict[str, list[str]] = {
         "connectionId",
     ],
     "caller_id": ["caller_id", "callerId", "user_id", "userId", "authenticatedUserId", "principal"],
+    # Whether the writer vouches for caller_id (a verified token, not a self-declared name).
+    "caller_authenticated": ["caller_authenticated", "callerAuthenticated"],
     "client_ip": ["client_ip", "clientIp", "ip", "remote_addr"],
     "server": ["server", "server_name", "serverName"],
     "tool": ["tool", "toolName", "tool_name", "name", "gen_ai.tool.name"],

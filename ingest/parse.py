@@ -676,6 +676,7 @@ class Parser:
         f_items = f"""    {first("ts")} AS ts_s,
     {first("session_id")} AS session_id,
     {first("caller_id")} AS caller_id,
+    {first("caller_authenticated")} AS caller_auth_s,
     {first("client_ip")} AS client_ip,
     {first("server")} AS server,
     {first("tool")} AS tool,
@@ -798,6 +799,9 @@ SELECT
   END AS detail,
   ts_parsed AS ts,
   session_id, caller_id, client_ip, server,
+  -- true only when the log says so (the toolwatch middleware: a verified token or the
+  -- server's principal hook); a self-declared client name is not authenticated
+  coalesce(try_cast(caller_auth_s AS BOOLEAN), false) AS caller_authenticated,
   tool_n AS tool,
   CASE WHEN contains(pre_flags, 'too_deep') AND args_o IS NOT NULL
        THEN json_object('{TRUNCATED_KEY}', left(args_o, {_TRUNCATED_CHARS}))

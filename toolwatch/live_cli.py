@@ -157,6 +157,42 @@ class _Runner:
 
 
 # --------------------------------------------------------------------------- loops
+def describe_watch(patterns: list[str]) -> list[str]:
+    """What ``tail`` follows, one terminal-safe line per path or glob, with warnings.
+
+    Each pattern resolved the way the tail reads it (relative to the working directory;
+    a glob re-expanded at every poll, a directory's files): ``watching <abs path>``,
+    ``watching glob <abs pattern> (N files now)``, or a ``warning:`` for a path that does
+    not exist (followed once it appears) or a glob that matches nothing yet (a mistyped
+    path used to wait in silence).
+    """
+    import glob as _glob
+    import os
+
+    from toolwatch.output import safe_text
+
+    out: list[str] = []
+    for pat in patterns:
+        full = os.path.abspath(pat) if pat else pat
+        shown = safe_text(full)
+        if _glob.has_magic(pat):
+            n = sum(1 for p in _glob.glob(pat, recursive=True) if os.path.isfile(p))
+            out.append(f"watching glob {shown} ({n:,} file{'s' if n != 1 else ''} now)")
+            if n == 0:
+                out.append(f"warning: glob {shown} matches no file yet "
+                           "(files are picked up when they appear)")
+        elif os.path.isdir(pat):
+            n = sum(1 for p in Path(pat).iterdir() if p.is_file())
+            out.append(f"watching directory {shown} ({n:,} files now)")
+        elif os.path.exists(pat):
+            out.append(f"watching {shown}")
+        else:
+            out.append(f"warning: {shown} does not exist (followed once it appears)")
+            if pat.startswith("~"):
+                out.append("warning: '~' is not expanded (the path is read literally)")
+    return out
+
+
 def tail_files(
     config: Config,
     patterns: list[str],

@@ -98,6 +98,8 @@ def tail(
         raise fail(exc) from None
     stop = live.StopFlag()
     live.install_stop_handlers(stop)
+    for line in impl.describe_watch(paths):  # what is followed, and paths that are missing
+        typer.echo(f"toolwatch tail: {line}", err=True)
     try:
         impl.tail_files(cfg, paths, stop=stop, sinks=sinks, live=lc, idle_exit_s=exit_when_idle,
                         verbose=verbose)

@@ -21,7 +21,16 @@ the exception itself (``KeyError``/``LookupError``/``FileNotFoundError`` → ``n
 
 Over stdio one server process serves one client connection: the session id is generated
 per process (``TOOLWATCH_SESSION_ID`` overrides it). The caller is ``principal(ctx)`` when
-given, else the client's ``clientInfo`` name from ``initialize``.
+given, else the subject (or client id) of the SDK's auth context's verified token, both
+logged with ``caller_authenticated: true``; else the client's self-declared ``clientInfo``
+name joined to the MCP session (``name#session``, ``caller_authenticated: false``).
+
+Trust boundary (docs/security.md): under ``toolwatch run`` the server gets a per-run key
+(``TOOLWATCH_RECORD_KEY``); the middleware then writes a tagged ``TOOLWATCH_HELLO`` line
+at start-up and appends ``"tw_tag"`` (an HMAC of the line) to each record, and the
+collector stores only tagged records as events. Values are written with every control
+character escaped, and the SDK's own log records (a tool's exception quoting an agent's
+argument) are flattened to one line, so no argument can start a line on stderr.
 
 Secrets are hashed with the **same rules and key as** ``toolwatch ingest``
 (:class:`toolwatch.secrets.SecretHasher` over the whole line: values under secret-like keys,
@@ -45,9 +54,13 @@ on the first ``tools/call``, not when the server starts.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import hashlib
+import hmac
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -60,6 +73,74 @@ from typing import Any, TextIO
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+#: Environment variable through which ``toolwatch run`` hands the server its per-run record
+#: key (hex). Read once, then removed from the environment: a tool's subprocesses never
+#: inherit it.
+RECORD_KEY_ENV = "TOOLWATCH_RECORD_KEY"
+#: Field appended to every record when a record key is set: the first 32 hex digits of
+#: HMAC-SHA256(key, the record's line without this field). ``toolwatch run``'s collector
+#: stores as events only lines whose tag verifies (docs/security.md, "Trust boundary").
+TAG_FIELD = "tw_tag"
+#: The announcement written once at start-up (tagged): from then on the collector knows
+#: this stream's records are tagged, and untagged JSON lines on it are server text.
+HELLO_EVENT = "TOOLWATCH_HELLO"
+
+
+def _take_record_key() -> bytes | None:
+    """The per-run record key from the environment (removed from it), or ``None``."""
+    text = os.environ.pop(RECORD_KEY_ENV, None)
+    if not text:
+        return None
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        print(f"toolwatch middleware: {RECORD_KEY_ENV} is not >= 16 bytes of hex; "
+              "records are written untagged", file=sys.stderr)
+        return None
+    return key
+
+
+#: Read at import (before the server can start a subprocess): see :data:`RECORD_KEY_ENV`.
+_RECORD_KEY = _take_record_key()
+
+
+def tag_line(key: bytes, line: str) -> str:
+    """``line`` (one JSON object, no newline) with its :data:`TAG_FIELD` appended."""
+    mac = hmac.new(key, line.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+    return f'{line[:-1]},"{TAG_FIELD}":"{mac}"}}'
+
+
+# Control characters that a JSON encoder leaves raw (DEL, C1, and the Unicode line and
+# paragraph separators, which several readers and terminals treat as line breaks).
+_JSON_RAW_CONTROLS = re.compile("[\x7f-\x9f\u2028\u2029]")
+# In log text: every C0 control but TAB, DEL, C1, U+2028/2029.
+_TEXT_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_TEXT_ESCAPES = {"\n": "\\n", "\r": "\\r"}
+
+
+def _json_escape_controls(line: str) -> str:
+    """A JSON line with the control characters JSON leaves raw written as ``\\uXXXX``."""
+    if _JSON_RAW_CONTROLS.search(line) is None:
+        return line
+    return _JSON_RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
+
+
+def escape_text_controls(text: str) -> str:
+    """``text`` on one line: newlines as ``\\n``, other controls as ``\\xNN``/``\\uNNNN``."""
+    if _TEXT_CONTROLS.search(text) is None:
+        return text
+
+    def esc(m: re.Match[str]) -> str:
+        ch = m.group()
+        if ch in _TEXT_ESCAPES:
+            return _TEXT_ESCAPES[ch]
+        return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
+
+    return _TEXT_CONTROLS.sub(esc, text)
 
 
 _NOT_FOUND = ("not found", "no such", "does not exist", "doesn't exist", "unknown tool",
@@ -167,10 +248,32 @@ class _RecordScrubber(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             self._scrub(record)
+            self._flatten(record)
         except Exception:  # never let a record out unscrubbed
             record.msg, record.args = "[log record withheld: could not be scrubbed]", None
             record.exc_info, record.exc_text, record.stack_info = None, None, None
         return True
+
+    @staticmethod
+    def _flatten(record: logging.LogRecord) -> None:
+        """Put the record's message, traceback and stack on one line (controls escaped).
+
+        The SDK logs a raising tool's exception, whose message often quotes the agent's
+        argument: with its line breaks, an argument such as ``"x\\n{...}"`` started a
+        line of its own on stderr that any collector read as a log record (issue 28).
+        Rendered here, escaped (:func:`escape_text_controls`), with no ``exc_info`` left
+        for a handler to render again: every record is one line, and a traceback is one
+        line rather than one quarantine row per frame.
+        """
+        msg = record.getMessage()
+        tb = record.exc_text
+        if record.exc_info and record.exc_info[0] is not None and not tb:
+            tb = logging.Formatter().formatException(record.exc_info)
+        extra = ([tb] if tb else []) + ([record.stack_info] if record.stack_info else [])
+        flat = escape_text_controls("\n".join([msg, *extra]))
+        if extra or flat != msg:
+            record.msg, record.args = flat, None
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
 
     def _scrub(self, record: logging.LogRecord) -> None:
         if self.mw._hasher is None and not record.exc_info:
@@ -269,6 +372,33 @@ def _make_gate(hasher: Any) -> Any:
         return None
 
 
+def _token_subject() -> str | None:
+    """The caller of the SDK's auth context: the verified access token's ``subject``, else
+    its ``client_id``; ``None`` without one (stdio, or a server without auth)."""
+    try:
+        from mcp.server.auth.middleware.auth_context import get_access_token
+    except ImportError:
+        return None
+    try:
+        token = get_access_token()
+    except Exception:  # an SDK change: attribution falls back, the call is still logged
+        return None
+    if token is None:
+        return None
+    return getattr(token, "subject", None) or getattr(token, "client_id", None) or None
+
+
+def _transport_session(ctx: Any) -> str | None:
+    """The transport's MCP session id (Streamable HTTP's ``mcp-session-id``), if any."""
+    for get in (lambda: ctx.session_id, lambda: ctx.request.headers.get("mcp-session-id")):
+        sid = None
+        with contextlib.suppress(Exception):  # stdio: no request, no transport session
+            sid = get()
+        if isinstance(sid, str) and sid:
+            return sid
+    return None
+
+
 class ToolwatchMiddleware:
     """SDK server middleware: one toolwatch log line per ``tools/call``, SESSION_END at exit.
 
@@ -315,13 +445,27 @@ class ToolwatchMiddleware:
         self._resources: set[str] = set()
         self._caller: str | None = None
         self._ended = False
+        #: The per-run record key of ``toolwatch run`` (:data:`RECORD_KEY_ENV`), or None.
+        self.record_key: bytes | None = _RECORD_KEY
         _install_catcher()
         # The SDK's own log (a tool's exception and its traceback) is scrubbed too: on the
         # SDK's logger now, on the root logger's handlers at the first call (by then the
         # server has set up its logging), so a tool's own records are covered as well.
         self._scrubber = _RecordScrubber(self)
         logging.getLogger(_SDK_LOGGER).addFilter(self._scrubber)
+        self._filter_root_handlers()
         atexit.register(self.session_end)
+        if self.record_key is not None:
+            # Before the server reads its first request: the collector learns that this
+            # stream's records are tagged before any argument can reach stderr.
+            self._write({"event": HELLO_EVENT, "ts": _now(), "session_id": self.session_id,
+                         "server": self.server}, scan=False)
+
+    def _filter_root_handlers(self) -> None:
+        """Scrub and flatten every record the root logger's handlers write."""
+        for h in logging.getLogger().handlers:
+            if self._scrubber not in h.filters:
+                h.addFilter(self._scrubber)
 
     # ------------------------------------------------------------------ helpers
     def _scanner(self) -> Any:
@@ -348,6 +492,23 @@ class ToolwatchMiddleware:
             return "[unredactable]"
 
     def _line(self, record: dict[str, Any], *, scan: bool = True) -> tuple[str, bool]:
+        """``record`` as one redacted JSON line (with its newline), tagged under ``run``,
+        and whether redaction changed it (:meth:`_redacted_line`).
+
+        Control characters JSON leaves raw (DEL, C1, U+2028/2029) are written as
+        ``\\uXXXX`` escapes, so no value can break the line for any reader. With a
+        record key (``toolwatch run``), the line gets its :data:`TAG_FIELD`.
+        """
+        line, changed = self._redacted_line(record, scan=scan)
+        if self.record_key is not None:
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: the tag is over UTF-8 bytes
+                line = line.encode("utf-8", "backslashreplace").decode("utf-8")
+            line = tag_line(self.record_key, line)
+        return line + "\n", changed
+
+    def _redacted_line(self, record: dict[str, Any], *, scan: bool = True) -> tuple[str, bool]:
         """``record`` as one redacted JSON line (with its newline), and whether redaction
         changed it.
 
@@ -357,9 +518,9 @@ class ToolwatchMiddleware:
         not only in ``args``. ``scan=False`` skips the scanner (a ``SESSION_END`` before any
         call: nothing in it came from a client, and the exit should not import pyarrow).
         """
-        line = json.dumps(record, ensure_ascii=False, default=str)
+        line = _json_escape_controls(json.dumps(record, ensure_ascii=False, default=str))
         if not scan:
-            return line + "\n", False
+            return line, False
         try:
             raw = line.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: escaped, as JSON allows
@@ -368,14 +529,14 @@ class ToolwatchMiddleware:
         try:
             hasher = self._scanner()
             if self._gate is not None and self._gate.search(raw) is None:
-                return line + "\n", False  # no candidate: ingest would not scan it either
+                return line, False  # no candidate: ingest would not scan it either
             red, _ = hasher.redact_line(raw)
         except Exception:  # never write what could not be redacted
             safe = {k: record[k] for k in _SAFE_FIELDS if k in record}
-            return json.dumps({**safe, "error": "unredactable"}, default=str) + "\n", True
+            return json.dumps({**safe, "error": "unredactable"}, default=str), True
         if red == raw:
-            return line + "\n", False
-        return red.decode("utf-8", "replace") + "\n", True
+            return line, False
+        return _json_escape_controls(red.decode("utf-8", "replace")), True
 
     def _write(self, record: dict[str, Any], *, scan: bool = True) -> None:
         self._emit(self._line(record, scan=scan)[0])
@@ -384,25 +545,52 @@ class ToolwatchMiddleware:
         out = self.stream or sys.stderr
         with self._lock:
             try:
-                out.write(line)
-                out.flush()
+                buf = getattr(out, "buffer", None) if self.record_key is not None else None
+                if buf is not None:
+                    # Tagged: the tag covers the line's UTF-8 bytes, whatever the text
+                    # stream's encoding (a C locale's ASCII would escape them otherwise).
+                    out.flush()
+                    buf.write(line.encode("utf-8"))
+                    buf.flush()
+                else:
+                    out.write(line)
+                    out.flush()
             except (OSError, ValueError):
                 pass  # stderr gone: never break the server for its logging
 
-    def _who(self, ctx: Any) -> tuple[str | None, str | None, str | None]:
+    def _who(self, ctx: Any) -> tuple[str | None, str | None, str | None, bool]:
+        """Caller, client (``name/version``), client address, and whether the caller's
+        identity is authenticated.
+
+        The caller is, first that applies: the ``principal`` hook's answer
+        (authenticated: the server vouches for it); the SDK's auth context (an access
+        token verified by the server: its ``subject``, else its ``client_id``;
+        authenticated); else the client's self-declared ``clientInfo`` name joined to
+        the MCP session (``name#session``, not authenticated), so two default clients
+        (both named ``mcp``) are two callers, and a client naming itself after a trusted
+        caller does not become that caller.
+        """
         caller = client = ip = None
+        authenticated = False
+        name = None
         try:
             cp = ctx.session.client_params
             if cp is not None and cp.client_info is not None:
                 client = f"{cp.client_info.name}/{cp.client_info.version}"
-                caller = cp.client_info.name
+                name = cp.client_info.name
         except AttributeError:
             pass
         if self.principal is not None:
-            caller = self.principal(ctx) or caller
+            caller = self.principal(ctx)
+            authenticated = caller is not None
+        if caller is None:
+            caller = _token_subject()
+            authenticated = caller is not None
+        if caller is None and name is not None:
+            caller = f"{name}#{_transport_session(ctx) or self.session_id}"
         if self.client_ip is not None:
             ip = self.client_ip(ctx)
-        return caller, client, ip
+        return caller, client, ip, authenticated
 
     @staticmethod
     def _measure(result: Any) -> tuple[int, bool, int | None]:
@@ -432,9 +620,7 @@ class ToolwatchMiddleware:
             return await call_next(ctx)
         params = dict(ctx.params or {})
         t0 = time.perf_counter()
-        for h in logging.getLogger().handlers:  # (a handler added since: covered too)
-            if self._scrubber not in h.filters:
-                h.addFilter(self._scrubber)
+        self._filter_root_handlers()  # (a handler added since: covered too)
         status, is_error, size, rows, detail = "ok", False, 0, None, None
         box: list[BaseException] = []
         token = _CALL_EXC.set(box)
@@ -454,12 +640,13 @@ class ToolwatchMiddleware:
             raise
         finally:
             _CALL_EXC.reset(token)
-            caller, client, ip = self._who(ctx)
+            caller, client, ip, authenticated = self._who(ctx)
             args = params.get("arguments") or {}
             rec: dict[str, Any] = {
                 "ts": _now(),
                 "session_id": self.session_id,
                 "caller_id": caller,
+                "caller_authenticated": authenticated,
                 "client_ip": ip,
                 "client": client,
                 "server": self.server,

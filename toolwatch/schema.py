@@ -50,6 +50,9 @@ EVENTS = pa.schema(
         # What ingest changed, comma-separated (null for nearly every row):
         # out_of_range:<column> (value nulled), too_deep (args truncated), repaired:...
         ("flags", pa.string()),
+        # Whether the log's writer vouched for caller_id (docs/log-format.md); false for a
+        # self-declared client name; null in stores written before the column existed.
+        ("caller_authenticated", pa.bool_()),
     ]
 )
 
@@ -134,6 +137,8 @@ QUARANTINE_REASONS = {
     "orphan_response": "JSON-RPC response whose request was never seen",
     "missing_session": "session summary without a session id",
     "server_text": "non-JSON line on a wrapped server's stderr (toolwatch run): kept, no failure",
+    "untagged_record": "JSON line on a wrapped server's stderr without a valid record tag, "
+    "from a server whose toolwatch middleware tags its records: never an event",
     "unprocessable": "a line that made parsing or a transform fail (detail says how); the "
     "rest of its batch is stored",
 }

@@ -68,6 +68,12 @@ FORWARDED_SIGNALS = (
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 COLLECTOR_LOCK = "collector.lock"
+#: The wrapped server's environment variable holding the run's record key (hex); the
+#: same name as toolwatch.mcp_middleware.RECORD_KEY_ENV (kept equal by a test).
+RECORD_KEY_ENV = "TOOLWATCH_RECORD_KEY"
+#: Bytes of a spool's start searched for the middleware's hello when a collector resumes
+#: a spool past it.
+HELLO_PROBE_BYTES = 1 << 16
 
 
 def spool_dir(data_dir: str | Path) -> Path:
@@ -154,7 +160,11 @@ class Spool:
         import json
 
         tmp = self.meta_path.with_suffix(".meta.tmp")
-        tmp.write_text(json.dumps(self.meta))
+        tmp.unlink(missing_ok=True)
+        # 0600: the meta holds the run's record key (what makes a line an event)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(self.meta))
         os.replace(tmp, self.meta_path)
 
     def release(self) -> None:
@@ -448,7 +458,13 @@ def start_wrapped(data_dir: str | Path, argv: list[str]) -> Wrapped:
         The command cannot be started (the spool is removed again).
     """
     sp = Spool(data_dir, argv)
-    srv = WrappedServer(argv, stderr=sp.fd)
+    # The trust boundary (docs/security.md): a per-run key for the server's toolwatch
+    # middleware, which tags its records with it; the collector reads it from the meta.
+    key = os.urandom(16).hex()
+    sp.meta["record_key"] = key
+    env = dict(os.environ)
+    env[RECORD_KEY_ENV] = key
+    srv = WrappedServer(argv, env=env, stderr=sp.fd)
     try:
         srv.start()
     except OSError:
@@ -480,6 +496,24 @@ class _Entry:
         self.lock = lock  # held once the wrapper is gone
         self.done = False
         self.announced = False
+        self.trust: Any = None  # toolwatch.ingest.sources.process.StreamTrust
+
+
+def _trust_of(meta: dict[str, Any], fd: int) -> Any:
+    """The trust state of a spool: its run's record key, and whether the middleware's
+    hello is already in the spool (a collector resuming past it must still know)."""
+    from toolwatch.ingest.sources.process import StreamTrust
+
+    key = None
+    text = meta.get("record_key")
+    if isinstance(text, str):
+        with contextlib.suppress(ValueError):
+            key = bytes.fromhex(text)
+    trust = StreamTrust(key or None)
+    if trust.key is not None:
+        with contextlib.suppress(OSError):
+            trust.probe(os.pread(fd, HELLO_PROBE_BYTES, 0))
+    return trust
 
 
 class SpoolSource:
@@ -555,7 +589,17 @@ class SpoolSource:
             f"run:{meta.get('name', 'server')}", self.checkpoints,
             salt=f"spool:{wid}".encode(), max_line_bytes=self.max_line_bytes,
         )
-        return _Entry(wid, meta, fd, asm, lock=lock)
+        e = _Entry(wid, meta, fd, asm, lock=lock)
+        e.trust = _trust_of(meta, fd)
+        return e
+
+    def trust_of(self, source_fp: str) -> Any:
+        """The :class:`~toolwatch.ingest.sources.process.StreamTrust` of the spool whose
+        stream is ``source_fp`` (None: unknown stream, read as unauthenticated)."""
+        for e in self.entries.values():
+            if e.asm.fp == source_fp:
+                return e.trust
+        return None
 
     def scan(self) -> None:
         """Pick up spools that appeared."""

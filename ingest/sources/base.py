@@ -88,6 +88,9 @@ class ServerText:
     lines: list[bytes]
     offsets: list[int]
     line_nos: list[int] | None
+    #: Quarantine reason: ``server_text``, or ``untagged_record`` (a JSON line that is not
+    #: the middleware's on a stream whose records are tagged: toolwatch.spool).
+    reason: str = "server_text"
 
 
 @dataclass(frozen=True)

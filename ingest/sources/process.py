@@ -22,13 +22,17 @@ child was killed by signal N). ``ingest --follow -`` reads standard input with
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import queue
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from toolwatch.ingest import arrays
@@ -166,6 +170,199 @@ def split_server_text(batch: RawBatch) -> tuple[RawBatch, list[bytes], list[int]
         sizes=batch.sizes[is_json] if batch.sizes is not None else None,
     )
     return keep, text, offs, nos
+
+
+# --------------------------------------------------------------------------- trust boundary
+#: Quarantine reason of a JSON line that a wrapped server printed on stderr but that is
+#: not a record of its toolwatch middleware (no valid tag on a stream whose records are
+#: tagged): the agent may have written it (issue 28), so it is never an event.
+UNTAGGED_REASON = "untagged_record"
+_TAG_MARK = b',"tw_tag":"'
+_TAG_HEX = 32
+_TAG_SUFFIX_LEN = len(_TAG_MARK) + _TAG_HEX + 2  # ... ,"tw_tag":"<32 hex>"}
+_HELLO_MARK = b'"TOOLWATCH_HELLO"'
+
+
+class StreamTrust:
+    """What the collector knows of one wrapped server's stderr (``toolwatch run``).
+
+    Parameters
+    ----------
+    key
+        The run's record key (handed to the server as ``TOOLWATCH_RECORD_KEY``), or
+        ``None``: the stream is unauthenticated, every JSON line is read as a record.
+
+    Attributes
+    ----------
+    authenticated
+        The server's middleware announced itself with a verified ``TOOLWATCH_HELLO``:
+        from then on only lines with a valid tag are records.
+    """
+
+    def __init__(self, key: bytes | None, authenticated: bool = False):
+        self.key = key
+        self.authenticated = authenticated
+        self.verified = 0
+        self.refused = 0
+
+    def verify(self, line: bytes) -> bool:
+        """Whether ``line`` (one JSON record, maybe with its newline) carries a valid tag."""
+        if self.key is None:
+            return False
+        body = line.rstrip(b"\r\n")
+        if len(body) <= _TAG_SUFFIX_LEN or not body.endswith(b'"}'):
+            return False
+        cut = len(body) - _TAG_SUFFIX_LEN
+        if body[cut : cut + len(_TAG_MARK)] != _TAG_MARK:
+            return False
+        tag = body[cut + len(_TAG_MARK) : -2]
+        mac = hmac.new(self.key, body[:cut] + b"}", hashlib.sha256).hexdigest()[:_TAG_HEX]
+        return hmac.compare_digest(mac.encode(), tag)
+
+    def probe(self, head: bytes) -> bool:
+        """Look for a verified hello in the first bytes of a stream (a collector resuming
+        a spool past its start); sets and returns :attr:`authenticated`."""
+        if self.key is not None and not self.authenticated:
+            for ln in head.split(b"\n")[:-1]:
+                if _HELLO_MARK in ln and self.verify(ln):
+                    self.authenticated = True
+                    break
+        return self.authenticated
+
+
+@dataclass
+class TextLines:
+    """Lines of a wrapped server's stderr kept as quarantine rows with one reason."""
+
+    reason: str
+    lines: list[bytes]
+    offsets: list[int]
+    line_nos: list[int] | None
+
+
+_TRACEBACK_START = b"Traceback (most recent call last):"
+_CHAIN_LINES = (b"During handling of the above exception",
+                b"The above exception was the direct cause")
+
+
+def fold_text_lines(lines: list[bytes], offsets: list[int], line_nos: list[int] | None,
+                    positions: list[int]) -> tuple[list[bytes], list[int], list[int] | None]:
+    """Fold multi-line server text into one record per message.
+
+    A line joins the one before it (adjacent in the stream: ``positions`` are the lines'
+    indexes in their batch) when it is indented (a traceback frame, a continuation), or
+    while a Python traceback is open: from ``Traceback (most recent call last):`` on,
+    chained-exception notices, blank lines and further tracebacks join, and the first
+    other unindented line (the exception line) closes it. A traceback became one
+    quarantine row per frame line before (5,076 rows for 151 calls, issue 27).
+    The folded record's offset and line number are its first line's.
+    """
+    if len(lines) < 2:
+        return lines, offsets, line_nos
+    out: list[bytes] = []
+    offs: list[int] = []
+    nos: list[int] | None = [] if line_nos else None
+    in_tb = False
+    prev_pos = -2
+    for i, ln in enumerate(lines):
+        body = ln.rstrip(b"\r\n")
+        joins = False
+        if out and positions[i] == prev_pos + 1:
+            if body[:1] in (b" ", b"\t"):
+                joins = True
+            elif in_tb:
+                joins = True
+                if not body or body.startswith(_TRACEBACK_START) or body.startswith(
+                        _CHAIN_LINES):
+                    pass  # still inside the (chained) traceback
+                else:
+                    in_tb = False  # the exception line ends it
+        if joins:
+            out[-1] = out[-1].rstrip(b"\r\n") + b"\n" + body
+        else:
+            out.append(body)
+            offs.append(offsets[i])
+            if nos is not None and line_nos:
+                nos.append(line_nos[i])
+            in_tb = body.startswith(_TRACEBACK_START)
+        prev_pos = positions[i]
+    return out, offs, nos
+
+
+def split_stream(batch: RawBatch, trust: StreamTrust | None, *,
+                 fold: bool = True) -> tuple[RawBatch, list[TextLines]]:
+    """Records of a wrapped server's stderr, and its other lines as quarantine text.
+
+    Without a record key (``trust`` None or keyless) this is :func:`split_server_text`:
+    every JSON line is a record. With one, a line carrying a ``tw_tag`` field is a record
+    only if the tag verifies (a forged tag is refused), the middleware's hello marks the
+    stream authenticated (and is dropped), and on an authenticated stream an untagged JSON
+    line is server text with reason :data:`UNTAGGED_REASON`, never an event. Plain server
+    text is folded (:func:`fold_text_lines`) with reason ``server_text``.
+
+    Only lines that carry a tag are looked at one by one (an HMAC each, ~1 us); the rest
+    is one regex pass over the batch.
+    """
+    n = len(batch)
+    is_json_a = pc.match_substring_regex(batch.lines, _JSON_START)
+    is_json = arrays.to_numpy(pc.cast(is_json_a, pa.int8())).astype(bool) if n else (
+        np.zeros(0, bool))
+    groups: list[TextLines] = []
+    untrusted = np.zeros(n, bool)
+    hello = np.zeros(n, bool)
+    if trust is not None and trust.key is not None and n:
+        tagged_a = pc.match_substring(batch.lines, _TAG_MARK.decode())
+        tagged = arrays.to_numpy(pc.cast(tagged_a, pa.int8())).astype(bool) & is_json
+        idx = np.flatnonzero(tagged)
+        ok = np.zeros(n, bool)
+        if len(idx):
+            for i, ln in zip(idx.tolist(), pc.filter(batch.lines, pa.array(tagged)).to_pylist(),
+                             strict=True):
+                if trust.verify(ln):
+                    ok[i] = True
+                    if _HELLO_MARK in ln:
+                        hello[i] = True
+        # authenticated from the first verified hello on (or already)
+        auth = np.zeros(n, bool)
+        if trust.authenticated:
+            auth[:] = True
+        elif hello.any():
+            auth[int(np.flatnonzero(hello)[0]):] = True
+            trust.authenticated = True
+        untrusted = is_json & ((tagged & ~ok) | (~tagged & auth))
+        trust.verified += int(ok.sum())
+        trust.refused += int(untrusted.sum())
+    keep_mask = is_json & ~untrusted & ~hello
+    text_mask = ~is_json
+    if keep_mask.all():
+        return batch, groups
+    line_nos = batch.line_nos
+
+    def take(mask: np.ndarray) -> tuple[list[bytes], list[int], list[int] | None, list[int]]:
+        pos = np.flatnonzero(mask)
+        lines = pc.take(batch.lines, pa.array(pos)).to_pylist()
+        nos = line_nos[pos].tolist() if line_nos is not None else None
+        return lines, batch.offsets[pos].tolist(), nos, pos.tolist()
+
+    if text_mask.any():
+        lines, offs, nos, pos = take(text_mask)
+        if fold:
+            lines, offs, nos = fold_text_lines(lines, offs, nos, pos)
+        groups.append(TextLines("server_text", lines, offs, nos))
+    if untrusted.any():
+        lines, offs, nos, _ = take(untrusted)
+        groups.append(TextLines(UNTAGGED_REASON, lines, offs, nos))
+    keep = RawBatch(
+        source=batch.source,
+        source_fp=batch.source_fp,
+        lines=pc.filter(batch.lines, pa.array(keep_mask)),  # type: ignore[arg-type]
+        offsets=batch.offsets[keep_mask],
+        line_nos=line_nos[keep_mask] if line_nos is not None else None,
+        end_offset=batch.end_offset,
+        final=batch.final,
+        sizes=batch.sizes[keep_mask] if batch.sizes is not None else None,
+    )
+    return keep, groups
 
 
 def stdin_reader() -> PipeReader:

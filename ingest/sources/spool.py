@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from toolwatch.ingest.sources.base import (
     Item,
     LiveSource,
+    ServerText,
     StreamsEnded,
 )
+from toolwatch.ingest.sources.process import split_stream
 
 if TYPE_CHECKING:
     from toolwatch.store import Checkpoint
@@ -72,7 +74,14 @@ class SpoolLive(LiveSource):
             ev = self._started(src.new_fingerprints)
             if ev is not None:
                 yield ev
-            yield from self._counted(batch, split_text=True)
+            # The trust boundary: only the middleware's tagged records of a server that
+            # announced it are events; other JSON lines there are kept as text.
+            batch, groups = split_stream(batch, src.trust_of(batch.source_fp))
+            for g in groups:
+                self.counters.rejected += len(g.lines)
+                yield ServerText(batch.source, batch.source_fp, g.lines, g.offsets,
+                                 g.line_nos, reason=g.reason)
+            yield from self._counted(batch)
         fin = [w for w in src.finished() if w not in self._ending]
         if fin:
             fps = tuple(e.asm.fp for w in fin if (e := src.entries.get(w)) and e.asm.fp)

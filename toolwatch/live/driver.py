@@ -117,7 +117,7 @@ class Driver:
             lp.warm_up(event.fps)
         elif isinstance(event, ServerText):
             lp.add_server_text(event.source, event.source_fp, event.lines, event.offsets,
-                               event.line_nos)
+                               event.line_nos, reason=event.reason)
         elif isinstance(event, StreamsEnded):
             lp.finalize_streams(event.fps)
             if event.sync:

@@ -55,6 +55,14 @@ def merge_batches(batches: list[RawBatch]) -> RawBatch:
     )
 
 
+#: Quarantine detail of each kind of wrapped-server text.
+_SERVER_TEXT_DETAIL = {
+    "server_text": "non-JSON line on the server's stderr",
+    "untagged_record": "JSON line without a valid record tag on a stream whose records are "
+    "tagged: not written by the toolwatch middleware, never an event",
+}
+
+
 class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
     """Micro-batching, incremental detection and atomic commits for live sources.
 
@@ -168,8 +176,10 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         lines: list[bytes],
         offsets: list[int],
         line_nos: list[int] | None,
+        reason: str = "server_text",
     ) -> None:
-        """Keep non-JSON stderr lines of a wrapped server (quarantine, reason ``server_text``)."""
+        """Keep non-JSON stderr lines of a wrapped server (quarantine, reason ``server_text``;
+        ``untagged_record``: a JSON line refused at the trust boundary, toolwatch.spool)."""
         self.status.server_text_lines += len(lines)
         if not lines or not self.live.keep_server_text:
             return
@@ -184,8 +194,8 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         tbl = pa.table(
             {
                 "event_id": [f"{source_fp}:{o}" for o in offsets],
-                "reason": ["server_text"] * n,
-                "detail": ["non-JSON line on the server's stderr"] * n,
+                "reason": [reason] * n,
+                "detail": [_SERVER_TEXT_DETAIL.get(reason, reason)] * n,
                 "source": [source] * n,
                 "source_fp": [source_fp] * n,
                 "offset": pa.array(offsets, pa.int64()),

@@ -344,3 +344,12 @@ def test_evidence_of_another_shape_still_rolls_up() -> None:
     assert inc.height == 1 and inc["n_alerts"][0] == 3
     acts = inc["recommended_actions"][0].to_list()
     assert any("64.0 MB" in a for a in acts) and any("object-level" in a for a in acts)
+
+
+def test_cli_version_and_short_help(tw: CLI) -> None:
+    from toolwatch import __version__
+
+    assert tw("--version").stdout.strip() == __version__
+    assert "incidents" in tw("-h").stdout
+    assert "--status" in tw("incidents", "-h").stdout
+    assert "sample_logs/demo/*.jsonl*" in tw("analyze", "-h").stdout

@@ -37,7 +37,25 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Catch abusive AI agents in MCP server tool-call logs.",
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(__version__)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True,
+                     help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Catch abusive AI agents in MCP server tool-call logs."""
 
 
 
@@ -285,7 +303,7 @@ def analyze(
 ) -> None:
     """Ingest logs and run every detector on them (forensic replay: log time, not wall clock).
 
-    Example: toolwatch analyze sample_logs/demo/* --alerts-out alerts.jsonl
+    Example: toolwatch analyze sample_logs/demo/*.jsonl* --alerts-out alerts.jsonl
     """
     with gc_paused():  # from the big imports on (see toolwatch.gc_pause)
         from toolwatch.analyze import analyze_paths, print_alerts

@@ -85,11 +85,23 @@ def main() -> None:
         st.stop()
     pages = [
         st.Page(
+            ui.PAGES["incidents"],
+            title="Incidents",
+            icon=":material/crisis_alert:",
+            url_path="incidents",
+            default=True,
+        ),
+        st.Page(
+            ui.PAGES["incident"],
+            title="Incident detail",
+            icon=":material/assignment_late:",
+            url_path="incident",
+        ),
+        st.Page(
             ui.PAGES["overview"],
             title="Overview",
             icon=":material/monitoring:",
             url_path="overview",
-            default=True,
         ),
         st.Page(
             ui.PAGES["flagged"],

@@ -343,10 +343,11 @@ class AlertFilter:
     statuses: tuple[str, ...] = field(default=())
 
 
+# Who first (caller, address), then what and how bad; ids last (issue 27).
 _ALERT_COLUMNS = """
-    alert_id, severity, category, score, detector, entity_type, entity_id, session_id,
-    caller_id, client_ip, server, first_seen, last_seen, detected_at,
-    coalesce(reasons[1], '') AS first_reason, len(coalesce(reasons, [])) AS n_reasons
+    caller_id, client_ip, severity, category, coalesce(reasons[1], '') AS first_reason,
+    score, server, first_seen, last_seen, detected_at, detector, entity_type, entity_id,
+    session_id, alert_id, len(coalesce(reasons, [])) AS n_reasons
 """
 
 

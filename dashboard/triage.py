@@ -568,6 +568,7 @@ def false_positive(
     *,
     suppress: bool = False,
     scope: str = "entity_category",
+    expires_at: datetime | None = None,
 ) -> tuple[Verdict, SuppressionRule | None]:
     """Mark an alert a false positive, optionally creating a suppression rule from it.
 
@@ -579,6 +580,8 @@ def false_positive(
         ``entity_category``: this actor, this category only; ``entity``: this actor,
         every category. The actor is the alert's caller, else its client address, else
         (neither logged) its session (:func:`rule_scope_for`).
+    expires_at
+        When the rule stops applying (``None``: never).
     """
     rule = None
     if suppress:
@@ -601,6 +604,7 @@ def false_positive(
             created_by=actor,
             note=note,
             alert_id=alert.get("alert_id"),
+            expires_at=expires_at,
         )
     v = TriageStore(data_dir).mark(
         str(alert["alert_id"]),

@@ -36,6 +36,8 @@ REFRESH_CHOICES = (5, 10, 30, 60)
 DEFAULT_REFRESH_S = 10
 #: Page files, relative to ``dashboard/app.py``.
 PAGES = {
+    "incidents": "views/incidents.py",
+    "incident": "views/incident.py",
     "overview": "views/overview.py",
     "flagged": "views/flagged.py",
     "session": "views/session.py",
@@ -53,6 +55,22 @@ STATUS_COLORS = {
     "unknown": "#757575",
 }
 SEVERITY_COLORS = {"critical": "#b71c1c", "high": "#e65100", "medium": "#f9a825", "low": "#78909c"}
+#: One colour per alert category, all distinct (Plotly's default cycle has 10 colours
+#: and repeated one for the 11th and 12th categories). Every chart by category uses it.
+CATEGORY_COLORS = {
+    "enumeration": "#1f77b4",
+    "bulk_extraction": "#ff7f0e",
+    "credential_stuffing": "#d62728",
+    "scraping_loop": "#2ca02c",
+    "tool_loop": "#9467bd",
+    "privilege_chain": "#8c564b",
+    "step_skip": "#e377c2",
+    "duplicate_execution": "#7f7f7f",
+    "cross_server_flow": "#bcbd22",
+    "concurrency_abuse": "#17becf",
+    "race_condition": "#393b79",
+    "anomaly": "#ad494a",
+}
 _COMMON_ZONES = (
     "UTC",
     "Europe/London",
@@ -100,7 +118,17 @@ def data_dir() -> Path:
 
 @st.cache_resource(show_spinner=False)
 def _store(root: str) -> Store:
-    return Store(root)
+    s = Store(root)
+    # The configured [detectors.incidents] windows and bands, as `toolwatch incidents`.
+    try:
+        from toolwatch.detectors.config import DetectorsConfig
+
+        from toolwatch.config import load_config
+
+        s.incident_config = DetectorsConfig.from_dict(load_config().detectors).incidents
+    except Exception:  # a bad config file is reported by the CLI; defaults here
+        s.incident_config = None
+    return s
 
 
 def store() -> Store:
@@ -348,6 +376,12 @@ def open_session(session_id: str | None = None, alert_id: str | None = None) -> 
     st.switch_page(PAGES["session"], query_params=params)
 
 
+def open_incident(incident_id: str) -> None:
+    """Switch to the incident page for one incident."""
+    _bump_nav_nonce()
+    st.switch_page(PAGES["incident"], query_params={"incident": incident_id})
+
+
 def open_entity(entity_type: str, entity_id: str) -> None:
     """Switch to the entity page for a caller or client address."""
     _bump_nav_nonce()
@@ -369,6 +403,19 @@ def triage_store() -> Any:
     return TriageStore(data_dir())
 
 
+def incidents() -> pl.DataFrame:
+    """Every incident with its current triage status, riskiest first.
+
+    The verdicts are read fresh (a small SQLite read) and passed to the cached roll-up as
+    arguments: a verdict just saved changes the cache key, so the status shows at once.
+    """
+    from toolwatch.triage_store import alert_statuses, incident_statuses
+
+    by_alert = tuple(sorted(alert_statuses(data_dir()).items()))
+    by_incident = tuple(sorted(incident_statuses(data_dir()).items()))
+    return q("list_incidents", by_alert, by_incident)
+
+
 def alerts(flt: data.AlertFilter | None = None) -> pl.DataFrame:
     """Alerts matching ``flt`` with their current triage status, most severe first."""
     import dataclasses
@@ -379,21 +426,10 @@ def alerts(flt: data.AlertFilter | None = None) -> pl.DataFrame:
         [c for c in ("status", "triaged_by", "triaged_at", "note") if c in base.columns]
     )
     df = data.attach_triage(base, triage_store().current_frame())
-    from toolwatch.dashboard.triage import is_suppressed, load_suppressions
+    from toolwatch.dashboard.triage import load_suppressions, suppressed_by
 
     rules = load_suppressions(data_dir())
-    df = df.with_columns(
-        pl.Series(
-            "suppressed_by",
-            [
-                (rule.id if (rule := is_suppressed(r, rules)) else None)
-                for r in df.iter_rows(named=True)
-            ]
-            if rules
-            else [None] * df.height,
-            dtype=pl.Utf8,
-        )
-    )
+    df = df.with_columns(suppressed_by(df, rules))
     if flt.statuses:
         df = df.filter(pl.col("status").is_in(list(flt.statuses)))
     return data.sort_alerts(df)

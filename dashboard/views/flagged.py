@@ -88,18 +88,19 @@ def flagged(flt: data.AlertFilter) -> None:
             [pl.col("entity_type"), pl.lit(": "), pl.col("entity_id").fill_null("")]
         ).alias("entity")
     ).select(
-        "severity",
-        "category",
-        "score",
-        "entity",
-        "first_seen",
-        "last_seen",
-        "first_reason",
-        "status",
-        "suppressed_by",
-        "server",
+        # who first (caller, address), then what and how bad; ids last (issue 27)
         "caller_id",
         "client_ip",
+        "severity",
+        "category",
+        "first_reason",
+        "score",
+        "first_seen",
+        "status",
+        "server",
+        "suppressed_by",
+        "last_seen",
+        "entity",
         "detector",
         "alert_id",
         "session_id",
@@ -110,16 +111,19 @@ def flagged(flt: data.AlertFilter) -> None:
         select=True,
         height=min(36 * (shown.height + 1) + 3, 640),
         column_config={
-            "score": st.column_config.ProgressColumn(
-                "score", min_value=0.0, max_value=1.0, format="%.2f"
-            ),
             "first_seen": st.column_config.DatetimeColumn(
-                "window start", format="YYYY-MM-DD HH:mm:ss"
+                "window start", format="MM-DD HH:mm:ss", width=110
             ),
             "last_seen": st.column_config.DatetimeColumn(
                 "window end", format="YYYY-MM-DD HH:mm:ss"
             ),
-            "first_reason": st.column_config.TextColumn("first reason", width="large"),
+            "first_reason": st.column_config.TextColumn("first reason", width=420),
+            "caller_id": st.column_config.TextColumn("caller", width=110),
+            "client_ip": st.column_config.TextColumn("address", width=115),
+            "severity": st.column_config.TextColumn("severity", width=65),
+            "score": st.column_config.ProgressColumn(
+                "score", min_value=0.0, max_value=1.0, format="%.2f", width=70
+            ),
         },
     )
     row = ui.selected_row(event, shown)

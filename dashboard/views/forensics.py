@@ -4,9 +4,9 @@ Queries run through :func:`toolwatch.dashboard.data.run_forensic_sql`: the white
 plain SELECT over the views; see docs/query.md), a locked connection with no file access
 beyond the views' own files, bounded memory/threads (``[query]`` config), results capped,
 runaway queries interrupted. Saved queries bind their inputs as parameters (never pasted
-into SQL). Errors quote the SQL and logged values, so they are shown as plain text
-(``st.text``), never as Markdown (``st.error`` renders Markdown: an image link in a caller
-id would make the browser fetch it).
+into SQL). Errors quote the SQL and logged values: they are shown with ``st.error``,
+every line escaped by :func:`ui.md_text` first (``st.error`` renders Markdown: an unescaped
+image link in a caller id would make the browser fetch it).
 """
 
 from __future__ import annotations
@@ -29,6 +29,19 @@ def _limits() -> QueryConfig:
         return load_config().query
     except ToolwatchError:  # a bad config file is reported by the CLI; defaults here
         return QueryConfig()
+
+
+def error_markdown(what: str, exc: Exception) -> str:
+    """One error message: ``what`` once (the guard's own "query refused:" prefix is
+    dropped), then every line of the error — DuckDB's hints ("Candidate bindings: …",
+    "LINE 1: …") kept — each escaped (:func:`ui.md_text`) and joined by Markdown line
+    breaks, since ``st.error`` renders Markdown and the text quotes logged values."""
+    msg = str(exc)
+    for prefix in ("query refused: ", "query failed: "):
+        if msg.lower().startswith(prefix):
+            msg = msg[len(prefix):]
+    lines = [ln.rstrip() for ln in msg.splitlines() if ln.strip()] or [""]
+    return "  \n".join(ui.md_text(ln) for ln in [f"{what}: {lines[0]}", *lines[1:]])
 
 
 st.title("Forensics")
@@ -78,11 +91,8 @@ if st.button("Run", type="primary", key="fx_run"):
         )
     except (QueryError, ValueError) as exc:
         st.session_state.pop("fx_result", None)
-        # Plain text only: the message can quote logged values (see module docstring).
-        # The guard's messages start with "query refused:" already; say it once.
-        msg = str(exc).removeprefix("query refused: ")
         what = "Query refused" if isinstance(exc, QueryRefusedError) else "Query failed"
-        st.text(f"{what}: {msg}")
+        st.error(error_markdown(what, exc))
     else:
         st.session_state["fx_result"] = res
 

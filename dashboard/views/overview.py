@@ -14,6 +14,40 @@ st.title("Overview")
 ui.tz_caption()
 
 
+def _severity_breakdown() -> None:
+    """Incidents and alerts per severity, most severe first, in the severity colours."""
+    inc = ui.incidents()
+    al = ui.alerts()
+    rows = [
+        {"what": what, "severity": sev, "count": int((df["severity"] == sev).sum())}
+        for what, df in (("incidents", inc), ("alerts", al))
+        for sev in data.SEVERITIES
+        if df.height
+    ]
+    st.subheader("By severity")
+    if not rows:
+        st.info("No alerts yet.")
+        return
+    counts = pl.DataFrame(rows)
+    c = st.columns(len(data.SEVERITIES))
+    for col, sev in zip(c, data.SEVERITIES, strict=True):
+        n_inc = counts.filter((pl.col("what") == "incidents") & (pl.col("severity") == sev))
+        n_al = counts.filter((pl.col("what") == "alerts") & (pl.col("severity") == sev))
+        col.metric(
+            f"{sev.capitalize()} incidents",
+            f"{int(n_inc['count'].sum()):,}",
+            help=f"{int(n_al['count'].sum()):,} {sev} alert(s)",
+        )
+    fig = px.bar(
+        counts.to_pandas(), x="count", y="what", color="severity", orientation="h",
+        color_discrete_map=ui.SEVERITY_COLORS,
+        category_orders={"severity": list(data.SEVERITIES), "what": ["incidents", "alerts"]},
+        labels={"what": "", "count": ""},
+    )
+    fig.update_layout(height=170, legend_title_text="")
+    ui.plotly(fig, key="ov_severity")
+
+
 @st.fragment(run_every=ui.refresh_every())
 def overview() -> None:
     """Everything on this page; re-runs on its own while live refresh is on."""
@@ -34,6 +68,8 @@ def overview() -> None:
         f"   ·   {h.get('streams', 0)} stream(s) checkpointed"
         f"   ·   {h.get('summaries') or 0:,} session summaries"
     )
+
+    _severity_breakdown()
 
     lo, hi = ui.q("time_bounds")
     bucket = data.pick_bucket(lo, hi)
@@ -68,7 +104,7 @@ def overview() -> None:
                 x="bucket",
                 y="alerts",
                 color=by,
-                color_discrete_map=ui.SEVERITY_COLORS if by == "severity" else None,
+                color_discrete_map=ui.SEVERITY_COLORS if by == "severity" else ui.CATEGORY_COLORS,
                 category_orders={"severity": list(data.SEVERITIES),
                                  "category": list(data.CATEGORIES)},
                 labels={"bucket": f"first seen ({tz}, per {bucket})"},

@@ -14,7 +14,13 @@ import polars as pl
 import streamlit as st
 from toolwatch.dashboard import data, ui
 from toolwatch.dashboard.data import SEQUENCE_CATEGORIES
-from toolwatch.dashboard.triage import STATUSES, TriageStore, false_positive
+from toolwatch.dashboard.triage import (
+    STATUSES,
+    TriageStore,
+    false_positive,
+    parse_expiry,
+    rule_scope_for,
+)
 
 st.title("Session detail")
 ui.tz_caption()
@@ -106,10 +112,12 @@ def _triage_panel(alert: dict[str, Any]) -> None:
     st.subheader("Triage")
     ts = TriageStore(ui.data_dir())
     cur = ts.current(alert["alert_id"])
-    st.text(
-        f"Current status: {cur.status if cur else 'open'}"
-        + (f" (by {cur.actor} at {ui.fmt_time(cur.at, tz)})" if cur else "")
-    )
+    # Filled after the form is handled, so a verdict just saved shows in this same run.
+    status_slot = st.empty()
+    who_scope = rule_scope_for(alert)
+    actor_text = (f"caller {who_scope['caller_id']}" if who_scope["caller_id"]
+                  else f"address {who_scope['client_ip']}" if who_scope["client_ip"]
+                  else "this session")
     with st.form("triage_form", clear_on_submit=True):
         status = st.radio(
             "Verdict",
@@ -120,24 +128,30 @@ def _triage_panel(alert: dict[str, Any]) -> None:
         who = st.text_input("Who", value=ui.default_actor())
         note = st.text_area("Note", placeholder="why; ticket; what was checked")
         suppress = st.checkbox(
-            "False positive: also suppress future alerts for this entity",
-            help="Writes a rule to _triage/suppressions.json that the detectors apply.",
+            "False positive: also suppress future alerts of this actor",
+            help="Writes a rule to _triage/suppressions.json that analyze and a running "
+            "tail apply: the caller, else the client address (a session id never "
+            "recurs). For other scopes use the incident page or `toolwatch suppress add`.",
         )
         scope = st.radio(
             "Suppression scope",
             ["entity_category", "entity"],
             horizontal=True,
             format_func=lambda s: {
-                "entity_category": "this entity, this category",
-                "entity": "this entity, every category",
+                "entity_category": "this actor, this category",
+                "entity": "this actor, every category",
             }[s],
         )
+        expires = st.selectbox("Rule expires after", ["1h", "1d", "7d", "30d", "never"],
+                               index=2)
         submitted = st.form_submit_button("Save verdict")
+    st.text(ui.option_text(f"A rule would name {actor_text}."))
     if submitted:
         try:
             if status == "false_positive":
                 _, rule = false_positive(
-                    ui.data_dir(), alert, who, note, suppress=suppress, scope=scope
+                    ui.data_dir(), alert, who, note, suppress=suppress, scope=scope,
+                    expires_at=parse_expiry(expires),
                 )
                 if rule:
                     st.success("Saved; suppression rule created.")
@@ -152,6 +166,11 @@ def _triage_panel(alert: dict[str, Any]) -> None:
                 st.success("Saved.")
         except ValueError as exc:
             ui.error(exc)  # may quote an entity id: plain text, not Markdown
+        cur = ts.current(alert["alert_id"])
+    status_slot.text(
+        f"Current status: {cur.status if cur else 'open'}"
+        + (f" (by {cur.actor} at {ui.fmt_time(cur.at, tz)})" if cur else "")
+    )
     hist = ts.history(alert["alert_id"])
     if hist:
         st.text("History")
@@ -368,13 +387,16 @@ if alert is not None:
         elif ids:
             session_id = ids[0]
 if session_id:
-    _session_panel(session_id)
-    _call_sequence_panel(session_id, alert)
-    _swimlane_panel(session_id, alert)
+    # A session opened by id shows its alerts first, not under the swimlane (issue 27).
     others = ui.q("alerts_for_session", session_id)
     if alert is None and others.height:
         st.subheader("Alerts on this session")
+        others = others.select("caller_id", "client_ip", *[
+            c for c in others.columns if c not in ("caller_id", "client_ip")])
         ev = ui.table(others, key="sd_alerts", select=True)
         row = ui.selected_row(ev, others)
         if row is not None:
             ui.open_session(session_id=session_id, alert_id=row["alert_id"])
+    _session_panel(session_id)
+    _call_sequence_panel(session_id, alert)
+    _swimlane_panel(session_id, alert)

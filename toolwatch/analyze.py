@@ -457,16 +457,19 @@ def print_alerts(
         pl.col("severity").replace_strict(order, default=9).alias("_o")
     ).sort(["_o", "score"], descending=[False, True])
     t = Table(title=f"{alerts.height} alert(s): flagged sessions and entities")
-    for c in ("severity", "category", "entity", "window (UTC)", "first reason"):
+    for c in ("severity", "category", "caller @ address", "entity", "window (UTC)",
+              "first reason"):
         t.add_column(c, overflow="fold")
     for r in df.head(limit).iter_rows(named=True):
+        # Who before ids: most alerts are about a session, whose id says nothing.
+        who = f"{r.get('caller_id') or '?'} @ {r.get('client_ip') or '?'}"
         entity = f"{r['entity_type']}={r['entity_id']}"
         window = f"{r['first_seen']:%m-%d %H:%M} → {r['last_seen']:%m-%d %H:%M}"
         reason = (r["reasons"] or [""])[0]
         # Ids and reasons quote logged values: escaped Text, never markup or raw controls,
         # and cut (a 300 kB session id folded into thousands of lines of table).
-        t.add_row(*(Text(table_cell(v)) for v in (r["severity"], r["category"], entity, window,
-                                                 reason)))
+        t.add_row(*(Text(table_cell(v)) for v in (r["severity"], r["category"], who, entity,
+                                                 window, reason)))
     console.print(t)
     import shlex
 

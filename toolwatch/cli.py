@@ -530,6 +530,9 @@ def alerts(
             "severity",
             "status",
             "category",
+            # Who before ids: most alerts are about a session, whose id says nothing.
+            pl.concat_str(pl.col("caller_id").fill_null("?"), pl.lit(" @ "),
+                          pl.col("client_ip").fill_null("?")).alias("caller @ address"),
             pl.concat_str("entity_type", pl.lit("="), "entity_id").alias("entity"),
             window.alias("window (UTC)"),
             pl.col("score").round(3),

@@ -1087,7 +1087,12 @@ def run_forensic_sql(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = store.run_query(sql, dict(params) if params else None, limits=bounded)
-    df = pl.from_arrow(res.table)
+    from toolwatch.store import as_text, beyond_python_dates
+
+    # A date Python cannot hold (a nested 'infinity'::TIMESTAMP) makes polars panic when
+    # the downloads turn rows into Python values: such results are DuckDB's text.
+    tbl = as_text(res.table) if beyond_python_dates(res.table) else res.table
+    df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     return SqlResult(frame=fix_decimals(df), truncated=res.truncated, seconds=res.seconds)
 

@@ -301,3 +301,23 @@ def test_tail_says_what_it_watches_and_warns_about_missing_paths(tmp_path: Path,
     assert f"toolwatch tail: warning: {missing} does not exist" in err
     assert f"toolwatch tail: watching glob {tmp_path / '*.log'} (0 files now)" in err
     assert f"warning: glob {tmp_path / '*.log'} matches no file yet" in err
+
+
+@settings(max_examples=2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(args=st.lists(_arg, min_size=1, max_size=6))
+def test_generated_forged_lines_through_the_real_sdk_store_nothing_forged(
+        args: list[str], tw_env: dict) -> None:
+    """The generator above, end to end: each argument raised in the real SDK server's
+    exception (``getDocument`` of a missing id) under ``toolwatch run``."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        data = Path(d) / "store"
+        calls = [("getDocument", {"documentId": a}) for a in args]
+        anyio.run(_calls, data, {**tw_env, "TOOLWATCH_SESSION_ID": "real-g"}, calls)
+        _collect(data, tw_env)
+        rows = _query(data, "SELECT session_id, tool FROM events")
+        assert sorted(rows) == [("real-g", "getDocument")] * len(args), rows
+        assert _query(data, "SELECT count(*) FROM summaries WHERE session_id <> 'real-g'") \
+            == [(0,)]

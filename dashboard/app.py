@@ -80,7 +80,15 @@ def main() -> None:
     """Configure the page, check access, build the navigation and run the chosen page."""
     # A bundled file: a ``:material/…:`` page icon makes the browser fetch the favicon
     # from fonts.gstatic.com (the in-page icons below use the font Streamlit serves).
-    st.set_page_config(page_title="toolwatch", page_icon=str(ICON), layout="wide")
+    # Navigation on top and the settings sidebar collapsed: the incident queue needs the
+    # full 1440 px width to show who, stages, risk, status and the action without
+    # horizontal scrolling (the sidebar's » opens time zone and live-refresh settings).
+    st.set_page_config(
+        page_title="toolwatch",
+        page_icon=str(ICON),
+        layout="wide",
+        initial_sidebar_state="collapsed",
+    )
     if not (_oidc_gate() and _password_gate()):
         st.stop()
     pages = [
@@ -125,7 +133,7 @@ def main() -> None:
             url_path="forensics",
         ),
     ]
-    nav = st.navigation(pages)
+    nav = st.navigation(pages, position="top")
     ui.sidebar()
     nav.run()
 

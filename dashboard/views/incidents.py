@@ -51,16 +51,16 @@ def queue() -> None:
         select=True,
         height=min(35 * (q.height + 1) + 3, 666),
         column_config={
-            "caller": st.column_config.TextColumn("caller", width=110),
+            "caller": st.column_config.TextColumn("caller", width=105),
             "address": st.column_config.TextColumn("address", width=115),
-            "stages": st.column_config.TextColumn("stages", width=150),
+            "stages": st.column_config.TextColumn("stages", width=140),
             "risk": st.column_config.ProgressColumn(
                 "risk", min_value=0.0, max_value=100.0, format="%.0f", width=80
             ),
             "severity": st.column_config.TextColumn("severity", width=65),
             "since": st.column_config.DatetimeColumn("since", format="MM-DD HH:mm", width=85),
             "status": st.column_config.TextColumn("status", width=80),
-            "do first": st.column_config.TextColumn("do first", width=560),
+            "do first": st.column_config.TextColumn("do first", width=700),
             "alerts": st.column_config.NumberColumn("alerts", width=50),
             "last_seen": st.column_config.DatetimeColumn(
                 "last seen", format="MM-DD HH:mm", width=85

@@ -34,9 +34,8 @@ def _severity_breakdown() -> None:
         n_inc = counts.filter((pl.col("what") == "incidents") & (pl.col("severity") == sev))
         n_al = counts.filter((pl.col("what") == "alerts") & (pl.col("severity") == sev))
         col.metric(
-            f"{sev.capitalize()} incidents",
-            f"{int(n_inc['count'].sum()):,}",
-            help=f"{int(n_al['count'].sum()):,} {sev} alert(s)",
+            f"{sev.capitalize()}: incidents / alerts",
+            f"{int(n_inc['count'].sum()):,} / {int(n_al['count'].sum()):,}",
         )
     fig = px.bar(
         counts.to_pandas(), x="count", y="what", color="severity", orientation="h",
@@ -44,7 +43,8 @@ def _severity_breakdown() -> None:
         category_orders={"severity": list(data.SEVERITIES), "what": ["incidents", "alerts"]},
         labels={"what": "", "count": ""},
     )
-    fig.update_layout(height=170, legend_title_text="")
+    fig.update_layout(height=170, legend_title_text="", legend_orientation="h",
+                      legend_y=-0.35)
     ui.plotly(fig, key="ov_severity")
 
 

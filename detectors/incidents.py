@@ -348,7 +348,10 @@ def _who() -> pl.Expr:
 def _category_action() -> pl.Expr:
     """One action per alert, from its category's template and its own fields."""
     who, srv = _who(), pl.col("server").fill_null("its server")
-    tool = pl.coalesce("_e_top_tool", "_e_tool", "_e_loop_tool").fill_null("the tool")
+    tool_raw = pl.coalesce("_e_top_tool", "_e_tool", "_e_loop_tool")
+    tool = tool_raw.fill_null("its calls")  # summary-only sessions name no tool
+    with_tool = pl.when(tool_raw.is_not_null()).then(pl.format(" with {}", tool_raw)) \
+        .otherwise(pl.lit(""))
     keys = pl.col("_e_chain_keys")
     walked = pl.when(pl.col("_e_run_first_id").is_not_null()).then(
         pl.format(", {} … {}", "_e_run_first_id", _e("run_last_id", "?"))
@@ -356,7 +359,7 @@ def _category_action() -> pl.Expr:
     race_tool = pl.col("_e_race_tool")
     templates = {
         "enumeration": pl.format(
-            "Rate-limit {} on {} for {} and check it enforces object-level access to {} "
+            "Rate-limit {} on {} for {} and check object-level access to {} "
             "(walked {} ids{})",
             tool, srv, who, _e("resource_key", "resource"), _e("distinct_resources", "many"),
             walked,
@@ -367,8 +370,8 @@ def _category_action() -> pl.Expr:
             srv, _e("distinct_failed_credentials", "many"), who,
         ),
         "bulk_extraction": pl.format(
-            "Review the {} {} pulled with {} on {} and cap that tool's response/export size",
-            _mb("total_bytes"), who, tool, srv,
+            "Review the {} {} pulled{} on {} and cap response/export sizes there",
+            _mb("total_bytes"), who, with_tool, srv,
         ),
         "scraping_loop": pl.format(
             "Rate-limit paging of {} on {} for {} ({} pages walked)",

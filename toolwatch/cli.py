@@ -685,8 +685,10 @@ def _print_incidents(inc: object, *, total: int, matched: int) -> None:
             who += "\n" + table_cell(extra[0]) + (f" +{len(extra) - 1}" if len(extra) > 1
                                                   else "")
         stages = " → ".join(_STAGE_SHORT.get(s, s) for s in r["stages"])
-        risk = f"{r['risk']:.0f} {r['severity']}\n{r['n_alerts']} alert" + (
-            "s" if r["n_alerts"] != 1 else "")
+        risk = f"{r['risk']:.0f} {r['severity']}"
+        if r["peak_risk"] - r["risk"] >= 1:  # decayed since: how bad it was at its peak
+            risk += f"\npeak {r['peak_risk']:.0f}"
+        risk += f"\n{r['n_alerts']} alert" + ("s" if r["n_alerts"] != 1 else "")
         seen = f"{r['last_seen']:%m-%d %H:%M}\n{r['status']}"
         acts = r["recommended_actions"][:2]
         action = "\n".join(f"• {table_cell(a)[:150]}" for a in acts)

@@ -353,3 +353,16 @@ def test_cli_version_and_short_help(tw: CLI) -> None:
     assert "incidents" in tw("-h").stdout
     assert "--status" in tw("incidents", "-h").stdout
     assert "sample_logs/demo/*.jsonl*" in tw("analyze", "-h").stdout
+
+
+def test_cli_incidents_read_the_config_table(analyzed: CLI, tmp_path: Path) -> None:
+    """``[detectors.incidents]`` reaches the view: stricter bands change the severity."""
+    d = str(analyzed.data_dir)
+    base = json.loads(analyzed("incidents", "-d", d, "-f", "json").stdout)[0]
+    cfg = tmp_path / "toolwatch.toml"
+    cfg.write_text("[detectors.incidents]\nrisk_medium = 99.0\nrisk_high = 99.5\n"
+                   "risk_critical = 99.9\n")
+    strict = json.loads(analyzed("incidents", "-d", d, "-c", str(cfg), "-f", "json").stdout)[0]
+    assert base["severity"] != "low" and strict["severity"] == "low"
+    assert strict["incident_id"] == base["incident_id"] and strict["risk"] == base["risk"]
+    assert "detectors.incidents.gap_hours" in analyzed("config").stdout

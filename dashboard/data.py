@@ -591,6 +591,21 @@ def incident_queue(inc: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def caller_vouched(store: Store, caller_id: str) -> bool | None:
+    """Whether every stored event of this caller says its log's writer vouched for it
+    (``caller_authenticated``): a caller suppression silences only such callers. ``None``
+    when the store has no events of it or predates the column."""
+    try:
+        row = _one(store, "SELECT bool_and(coalesce(caller_authenticated, false)) AS ok, "
+                   "count(caller_authenticated) AS known FROM events WHERE caller_id = $c",
+                   {"c": caller_id})
+    except QueryError:  # a store written before the column existed
+        return None
+    if not row or not row.get("known"):
+        return None
+    return bool(row["ok"])
+
+
 def incident_alerts(store: Store, alert_ids: Iterable[str]) -> pl.DataFrame:
     """An incident's alerts in kill-chain stage order (then by time): its timeline."""
     from toolwatch.detectors.incidents import CATEGORY_STAGE, STAGES
@@ -1094,7 +1109,12 @@ def run_forensic_sql(
     tbl = as_text(res.table) if beyond_python_dates(res.table) else res.table
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
-    return SqlResult(frame=fix_decimals(df), truncated=res.truncated, seconds=res.seconds)
+    try:
+        frame = fix_decimals(df)
+    except pl.exceptions.InvalidOperationError:  # a HUGEINT beyond Int64: keep it as text
+        frame = pl.from_arrow(as_text(tbl))
+        assert isinstance(frame, pl.DataFrame)
+    return SqlResult(frame=frame, truncated=res.truncated, seconds=res.seconds)
 
 
 def view_columns(store: Store) -> pl.DataFrame:

@@ -80,15 +80,16 @@ def assert_no_markup_from_logs(at: AppTest) -> None:
 
 
 def test_overview(store_dir):
-    at = make_app(store_dir).run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = open_page(store_dir, "overview")
     assert at.title[0].value == "Overview"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Alerts"] == "6"
     assert metrics["Open alerts"] == "6"
     assert metrics["Quarantined lines"] == "4"
     assert int(metrics["Events"].replace(",", "")) > 400
-    assert len(at.get("plotly_chart")) == 2
+    # severity breakdown, alerts over time, events ingested
+    assert len(at.get("plotly_chart")) == 3
+    assert metrics["Critical: incidents / alerts"].endswith("/ 1")
     callers, _addresses, tools = (find_df(at, "value", "calls", nth=i) for i in range(3))
     assert callers["value"].iloc[0] == "agent-harvester"
     assert "crm.getContact" in tools["value"].to_list()
@@ -98,7 +99,7 @@ def test_overview(store_dir):
 
 
 def test_overview_timezone_switch(store_dir):
-    at = make_app(store_dir).run()
+    at = open_page(store_dir, "overview")
     at.selectbox(key="tz").set_value("UTC").run()
     assert "Times shown in UTC." in [c.value for c in at.caption]
     assert "Events 2026-11-02 08:20:00" in texts(at)
@@ -305,9 +306,13 @@ def test_forensics_custom_sql_and_refusals(store_dir):
     ):
         at.text_area(key="fx_sql").set_value(bad).run()
         at.button(key="fx_run").click().run()
-        # Plain text, not st.error: st.error renders Markdown and errors quote logged values.
-        assert "Query refused: " in texts(at), bad
-        assert not at.error and not any("Query refused" in m.value for m in at.markdown), bad
+        # One st.error, every punctuation escaped (st.error renders Markdown and errors
+        # quote logged values), "query refused" said once.
+        assert len(at.error) == 1, bad
+        shown = re.sub(r"\\(.)", r"\1", at.error[0].value)
+        assert shown.startswith("Query refused: "), shown
+        assert shown.lower().count("query refused") == 1, shown
+        assert not any("Query refused" in m.value for m in at.markdown), bad
         assert all("n" not in d.value.columns for d in at.dataframe)
     assert not Path("/tmp/x.csv").exists() or Path("/tmp/x.csv").stat().st_size == 0
 
@@ -323,15 +328,15 @@ def test_password_gate(store_dir, monkeypatch):
     assert not at.metric
     at.text_input[0].set_value("s3cret-pass")
     next(b for b in at.button if b.label == "Sign in").click().run()
-    assert at.title[0].value == "Overview"
-    assert {m.label: m.value for m in at.metric}["Alerts"] == "6"
+    assert at.title[0].value == "Incidents"
+    assert "6 incident(s) from 6 alert(s)" in texts(at)
 
 
 def test_empty_store_renders(tmp_path):
     at = make_app(tmp_path).run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "No alerts yet." in [i.value for i in at.info]
-    for page in ("flagged", "session", "entity", "forensics"):
+    assert "No incidents: no alerts in this store yet." in [i.value for i in at.info]
+    for page in ("overview", "incident", "flagged", "session", "entity", "forensics"):
         at.switch_page(f"views/{page}.py").run()
         assert not at.exception, (page, [e.value for e in at.exception])
 

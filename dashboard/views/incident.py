@@ -79,6 +79,13 @@ def _suppress_panel(inc: dict[str, Any]) -> None:
     callers, ips = inc["caller_ids"] or [], inc["client_ips"] or []
     caller0 = inc["actor_id"] if inc["actor_type"] == "caller_id" else None
     ip0 = inc["actor_id"] if inc["actor_type"] == "client_ip" else None
+    if caller0 and ui.q("caller_vouched", caller0) is False:
+        # A caller rule silences only callers the log vouched for (caller_authenticated):
+        # anyone can claim a self-declared name. Suggest the address instead.
+        st.text(ui.option_text(
+            f"Caller {caller0} is self-declared (caller_authenticated false in its logs): "
+            "a caller rule would not apply, so the address is suggested."))
+        caller0, ip0 = None, (ips[0] if len(ips) == 1 else None)
     with st.form("ic_suppress", clear_on_submit=False):
         c = st.columns(2)
         caller = c[0].text_input("Caller", value=caller0 or "", key="ic_s_caller",
@@ -92,8 +99,9 @@ def _suppress_panel(inc: dict[str, Any]) -> None:
                                   key="ic_s_cat", format_func=ui.option_text)
         c = st.columns(2)
         tool = c[0].text_input("Tool", value="", key="ic_s_tool", help="Empty: any tool.")
-        expires = c[1].selectbox("Expires after", ["1h", "1d", "7d", "30d", "never"], index=2,
-                                 key="ic_s_exp")
+        expires = c[1].text_input("Expires after", value="7d", key="ic_s_exp",
+                                  help="A duration (90s, 30m, 12h, 7d, 2w), an ISO time, "
+                                  "or never.")
         note = st.text_input("Note", key="ic_s_note", placeholder="why; ticket")
         made = st.form_submit_button("Create suppression rule")
     if made:

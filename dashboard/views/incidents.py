@@ -12,6 +12,10 @@ import streamlit as st
 from toolwatch.dashboard import data, ui
 from toolwatch.dashboard.triage import STATUSES
 
+# Notification links (toolwatch.notify) point at /incidents?incident=ID: open it.
+if ui.query_param("incident"):
+    ui.open_incident(str(ui.query_param("incident")))
+
 st.title("Incidents")
 
 

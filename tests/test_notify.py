@@ -112,7 +112,7 @@ def test_group_wait_interval_and_repeat_on_a_fake_clock() -> None:
     assert first["stages"] == ["discovery"] and first["caller_ids"] == ["mallory"]
     assert first["client_ips"] == ["203.0.113.7"] and first["recommended_actions"]
     assert first["dashboard_url"] == (
-        f"https://tw.example/incidents?incident={first['incident_id']}")
+        f"https://tw.example/incident?incident={first['incident_id']}")
     # evidence growing without a new alert, stage or severity is no change: no message
     clk.at(100)
     n.add(frame(alert("enumeration", 0, n=3, dur_s=50)))
@@ -244,7 +244,7 @@ def test_slack_incident_message_escapes_attacker_strings() -> None:
     assert "<!channel>" not in text and "<!here>" not in text and "\u202e" not in text
     assert "&lt;!channel&gt; &amp;" in text
     # the only link is the operator's dashboard link; no attacker URL outside code spans
-    assert text.count("<") == 1 and "<https://tw.example/incidents?incident=inc-" in text
+    assert text.count("<") == 1 and "<https://tw.example/incident?incident=inc-" in text
     outside = text.split("`")[0::2]
     assert not any("evil.example" in part for part in outside), text
     assert "*Action:*" in text and "*Stages:* discovery" in text
@@ -263,7 +263,7 @@ def test_slack_incident_text_keeps_any_log_value_inert(who: str, ip: str, action
            "changes": {"new_alerts": 1, "new_categories": [], "new_stages": [],
                        "risk_delta": 0.0, "severity_from": "high"},
            "incident_id": "inc-0123456789abcdef0123",
-           "dashboard_url": "https://tw.example/incidents?incident=inc-0123456789abcdef0123"}
+           "dashboard_url": "https://tw.example/incident?incident=inc-0123456789abcdef0123"}
     text = slack_incident_payload(msg)["text"]
     assert not [c for c in text.replace("\n", " ") if is_unsafe_char(c)]
     assert text.count("<") == 1 and text.count(">") == 1 and text.endswith(">")
@@ -273,7 +273,7 @@ def test_slack_incident_text_keeps_any_log_value_inert(who: str, ip: str, action
 
 def test_incident_link_forms() -> None:
     assert incident_link("", "inc-1") is None
-    assert incident_link("http://h:8501", "inc-1") == "http://h:8501/incidents?incident=inc-1"
+    assert incident_link("http://h:8501", "inc-1") == "http://h:8501/incident?incident=inc-1"
     assert incident_link("http://h/i/{incident_id}/view", "inc-1") == "http://h/i/inc-1/view"
 
 

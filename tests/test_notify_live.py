@@ -156,7 +156,7 @@ def test_tail_webhook_one_message_per_incident(tmp_path: Path, tw_env: dict) -> 
         assert m["risk"] > 0 and m["severity"] in ("low", "medium", "high", "critical")
         assert m["recommended_actions"] and any(CALLER in a for a in m["recommended_actions"])
         assert m["dashboard_url"] == (
-            f"http://dashboard.example:8501/incidents?incident={m['incident_id']}")
+            f"http://dashboard.example:8501/incident?incident={m['incident_id']}")
     last = msgs[-1]
     assert last["stages"] == ["discovery", "credential_access", "collection"]
     assert {"enumeration", "credential_stuffing", "bulk_extraction"} <= set(last["categories"])

@@ -81,7 +81,7 @@ def incident_link(dashboard_url: str, incident_id: str) -> str | None:
     ----------
     dashboard_url
         The operator's base URL; ``{incident_id}`` in it is replaced, else
-        ``/incidents?incident=<id>`` is appended.
+        ``/incident?incident=<id>`` (the dashboard's incident page) is appended.
     incident_id
         The incident's id (``inc-`` + hex; quoted anyway).
     """
@@ -90,7 +90,7 @@ def incident_link(dashboard_url: str, incident_id: str) -> str | None:
     iid = urllib.parse.quote(incident_id, safe="")
     if "{incident_id}" in dashboard_url:
         return dashboard_url.replace("{incident_id}", iid)
-    return f"{dashboard_url.rstrip('/')}/incidents?incident={iid}"
+    return f"{dashboard_url.rstrip('/')}/incident?incident={iid}"
 
 
 @dataclass

@@ -65,7 +65,7 @@ class SinkConfig:
     )
     dashboard_url: str = doc(
         "notify = incidents: base URL of the dashboard (e.g. http://toolwatch:8501); each "
-        "message links to <dashboard_url>/incidents?incident=<id>. A URL containing "
+        "message links to <dashboard_url>/incident?incident=<id>. A URL containing "
         "{incident_id} is used as given with the id filled in. Empty: no link.",
         "",
     )

@@ -178,13 +178,21 @@ def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
     cols: list[pl.Series] = []
     for name, dt in df.schema.items():
         c = df[name]
-        if isinstance(dt, pl.List | pl.Struct | pl.Array):
+        if isinstance(dt, pl.List | pl.Struct | pl.Array | getattr(pl, "Map", pl.List)):
+            # default=str and non-string keys: decimals, times and MAP {1: …} nested in
+            # a value are JSON text too (the dashboard's CSV download has no fallback).
             c = c.map_elements(
-                lambda v: orjson.dumps(v.to_list() if hasattr(v, "to_list") else v).decode(),
+                lambda v: orjson.dumps(
+                    v.to_list() if hasattr(v, "to_list") else v,
+                    default=str,
+                    option=orjson.OPT_NON_STR_KEYS,
+                ).decode(),
                 return_dtype=pl.String,
             )
         elif isinstance(dt, pl.Categorical | pl.Enum):
             c = c.cast(pl.String)
+        elif dt == pl.Binary:  # as DuckDB prints a BLOB: printable ASCII, else \xHH
+            c = c.map_elements(_blob_text, return_dtype=pl.String)
         if c.dtype == pl.String:
             c = safe_column(c)
             formula = c.str.contains(r"^[=+\-@\t\r]").fill_null(False)
@@ -192,6 +200,10 @@ def _csv_frame(df: pl.DataFrame) -> pl.DataFrame:
                 c = c.scatter(formula.arg_true(), "'" + c.filter(formula))
         cols.append(c.alias(csv_cell(name)))
     return pl.DataFrame(cols)
+
+
+def _blob_text(b: bytes) -> str:
+    return "".join(chr(x) if 0x20 <= x < 0x7F and x != 0x5C else f"\\x{x:02X}" for x in b)
 
 
 def safe_csv(df: pl.DataFrame) -> str:

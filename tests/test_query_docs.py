@@ -138,6 +138,8 @@ def test_errors_keep_duckdbs_hints(store_dir: Path):
     with pytest.raises(QueryError) as ei:
         store.run_query("SELECT * FROM sesions")
     assert "sessions" in str(ei.value)  # the guard names the views
+    with pytest.raises(QueryError, match=r"(?s)not a built-in.*Did you mean .*count\(\)"):
+        store.run_query("SELECT cont(*) FROM sessions")
     p = subprocess.run(
         [TOOLWATCH, "query", "-d", str(store_dir), "SELECT caler_id FROM sessions"],
         capture_output=True, text=True, env=_env(), timeout=120,

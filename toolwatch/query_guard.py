@@ -20,11 +20,19 @@ not serialize and is refused) and walks the whole tree:
   can never pull an extension in) and not in :data:`DENIED_FUNCTIONS` (functions that
   read configuration or session state, sleep, parse or plan SQL, or rebuild internal
   binary states from bytes);
-* no PIVOT (it runs a hidden pre-query and creates a type), no DESCRIBE/SUMMARIZE.
+* no PIVOT (it runs a hidden pre-query and creates a type), no DESCRIBE/SUMMARIZE;
+* names are compared as DuckDB's binder compares them (:func:`fold`: ASCII case only),
+  and a name that NFKC/Unicode case folding would read as other letters (a Kelvin sign)
+  is refused; a CTE sees only earlier CTEs (itself only when recursive) and may not take
+  the name of a catalog table, view or table function; catalog readers are refused
+  (``pg_get_viewdef``, ``current_schema``…, ``duckdb_*``/``pragma_*``, and any built-in
+  macro whose body has a subquery or a catalog reference).
 
 The guard is the first wall. The second is the connection the query runs on
-(:meth:`toolwatch.store.Store.run_query`): no file system access at all, no writable
-directory, configuration locked, bounded memory, threads, time and rows.
+(:meth:`toolwatch.store.Store._query_connection`): no file system access at all, no
+writable directory, configuration locked. The third is the process: the guard and the
+query run in a child with an OS memory cap, killed at the timeout
+(:mod:`toolwatch.query_child`).
 """
 
 from __future__ import annotations
@@ -409,7 +417,7 @@ def parse(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, A
         # fetchall: a result left unfinished would block the connection's next query.
         ((text,),) = con.execute("SELECT json_serialize_sql($q)", {"q": sql}).fetchall()
     except duckdb.Error as exc:
-        raise QueryRefusedError(f"cannot parse SQL: {_first_line(exc)}") from exc
+        raise QueryRefusedError(f"cannot parse SQL: {_all_lines(exc)}") from exc
     finally:
         if own:
             con.close()
@@ -425,13 +433,21 @@ def parse(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> dict[str, A
 def _not_select_message(sql: str, tree: Any) -> str:
     msg = str(tree.get("error_message", "")) if isinstance(tree, dict) else ""
     if "Only SELECT" not in msg:
-        return f"cannot parse SQL: {msg.splitlines()[0] if msg else 'unknown error'}"
+        return f"cannot parse SQL: {_all_lines(Exception(msg)) if msg else 'unknown error'}"
     try:
         kinds = [s.type.name for s in duckdb.extract_statements(sql)]
     except duckdb.Error:
         kinds = []
     kind = next((k for k in kinds if k != "SELECT"), "a non-SELECT statement")
     return f"query refused: only a plain SELECT is allowed, got {kind}"
+
+
+def _all_lines(exc: BaseException, limit: int = 2000) -> str:
+    """DuckDB's whole message (its later lines hold the hints: the offending line with a
+    caret, "Did you mean …"), blank lines dropped, bounded."""
+    text = "\n".join(ln.rstrip() for ln in str(exc).strip().splitlines() if ln.strip())
+    text = text or type(exc).__name__
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -648,8 +664,15 @@ def _check_function(fn: dict[str, Any], functions: frozenset[str]) -> None:
         )
     folded = _unambiguous(name, "function")
     if folded not in functions:
-        why = "is not a built-in" if folded not in builtin_functions() else "is not allowed"
-        raise QueryRefusedError(f"query refused: function {_short(name)}() {why}")
+        if folded in builtin_functions():
+            raise QueryRefusedError(f"query refused: function {_short(name)}() is not allowed")
+        import difflib
+
+        close = difflib.get_close_matches(folded, sorted(functions), n=3, cutoff=0.75)
+        hint = f"\nDid you mean {', '.join(c + '()' for c in close)}?" if close else ""
+        raise QueryRefusedError(
+            f"query refused: function {_short(name)}() is not a built-in{hint}"
+        )
     if fn.get("export_state"):
         raise QueryRefusedError("query refused: EXPORT_STATE is not allowed")
     _check_qualified(fn, "function_name", "catalog", "schema", "function")

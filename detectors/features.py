@@ -54,6 +54,8 @@ EVENT_COLUMNS: dict[str, pl.DataType] = {
     "start_ts": pl.Datetime("us", "UTC"),  # when the call was in flight (concurrency)
     "end_ts": pl.Datetime("us", "UTC"),
     "credential_hash": pl.String(),
+    # not a feature: read by the triage suppressions (caller rules need it, issue 28)
+    "caller_authenticated": pl.Boolean(),
 }
 
 #: Columns of ``schema.SUMMARIES`` the detectors read.

@@ -799,9 +799,9 @@ SELECT
   END AS detail,
   ts_parsed AS ts,
   session_id, caller_id, client_ip, server,
-  -- true only when the log says so (the toolwatch middleware: a verified token or the
-  -- server's principal hook); a self-declared client name is not authenticated
-  coalesce(try_cast(caller_auth_s AS BOOLEAN), false) AS caller_authenticated,
+  -- as the log says: true (the writer vouches for caller_id: a verified token, the
+  -- server's principal hook), false (a self-declared client name), null (it says nothing)
+  try_cast(caller_auth_s AS BOOLEAN) AS caller_authenticated,
   tool_n AS tool,
   CASE WHEN contains(pre_flags, 'too_deep') AND args_o IS NOT NULL
        THEN json_object('{TRUNCATED_KEY}', left(args_o, {_TRUNCATED_CHARS}))

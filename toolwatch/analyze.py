@@ -78,14 +78,20 @@ def run_detectors(
     if model_path is None:
         model_path = config.trained_forest
     alerts = detectors.run_batch(events, summaries, dcfg, model_path=model_path)
-    return apply_triage_suppressions(alerts, config.data_dir)
+    return apply_triage_suppressions(alerts, config.data_dir, events=events)
 
 
-def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path) -> pl.DataFrame:
+def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path,
+                              events: pl.DataFrame | None = None) -> pl.DataFrame:
     """Drop alerts matched by rules an analyst created by marking a false positive.
 
     The rules live in ``<data_dir>/_triage/suppressions.json`` (written by the dashboard;
     see docs/dashboard.md). Config allowlists are applied by the detectors themselves.
+    With ``events`` (the detected rows), each alert's caller is marked not authenticated
+    when any of its events says ``caller_authenticated = false`` (a self-declared name),
+    authenticated when they all say true, unknown when none says anything: a caller rule
+    never silences a caller marked not authenticated
+    (:func:`toolwatch.dashboard.triage.matches`).
     """
     import polars as pl
 
@@ -94,7 +100,22 @@ def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path) -> pl.DataFr
     rules = load_suppressions(data_dir)
     if not rules or alerts.height == 0:
         return alerts
-    keep = [is_suppressed(row, rules) is None for row in alerts.iter_rows(named=True)]
+    rows = alerts
+    if (events is not None and "caller_authenticated" in events.columns
+            and "caller_id" in alerts.columns
+            and any(r.entity_type == "caller_id" or getattr(r, "caller_id", None) is not None
+                    for r in rules)):
+        auth = (events.lazy().filter(pl.col("caller_id").is_not_null())
+                .group_by("caller_id")
+                .agg(pl.when(pl.col("caller_authenticated").not_().any())
+                     .then(pl.lit(False))
+                     .when(pl.col("caller_authenticated").is_null().all())
+                     .then(pl.lit(None, pl.Boolean))
+                     .otherwise(pl.lit(True))
+                     .alias("caller_authenticated"))
+                .collect())
+        rows = alerts.join(auth, on="caller_id", how="left", maintain_order="left")
+    keep = [is_suppressed(row, rules) is None for row in rows.iter_rows(named=True)]
     return alerts.filter(pl.Series(keep, dtype=pl.Boolean))
 
 

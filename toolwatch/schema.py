@@ -50,8 +50,8 @@ EVENTS = pa.schema(
         # What ingest changed, comma-separated (null for nearly every row):
         # out_of_range:<column> (value nulled), too_deep (args truncated), repaired:...
         ("flags", pa.string()),
-        # Whether the log's writer vouched for caller_id (docs/log-format.md); false for a
-        # self-declared client name; null in stores written before the column existed.
+        # Whether the log's writer vouched for caller_id (docs/log-format.md): true, false
+        # (a self-declared client name), null (the log says nothing; older stores).
         ("caller_authenticated", pa.bool_()),
     ]
 )

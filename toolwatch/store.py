@@ -464,7 +464,11 @@ class Store:
             ).to_arrow_table()
         finally:
             con.close()
-        tbl = tbl.select(schema.DATASETS[dataset].names).cast(schema.DATASETS[dataset])
+        want = schema.DATASETS[dataset]
+        for f in want:  # files from before a column was added: null there
+            if f.name not in tbl.column_names:
+                tbl = tbl.append_column(f.name, pa.nulls(tbl.num_rows, f.type))
+        tbl = tbl.select(want.names).cast(want)
         # Row groups of COMPACT_ROW_GROUP_ROWS: the writer then holds one such group's
         # encoded columns at a time beside the merged rows, not the whole merge's.
         self.write_batch({dataset: tbl}, replaces=[str(f.relative_to(self.root)) for f in group],
@@ -550,6 +554,12 @@ class Store:
                     f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
                     "hive_partitioning=true, union_by_name=true)"
                 )
+                if not _has_columns(files[-1], schema.DATASETS[name]):
+                    # A store written before a column was added (events.caller_authenticated):
+                    # the view still has every column of the dataset, null where not stored.
+                    con.register(f"_full_{name}",
+                                 pa.Table.from_batches([], schema=schema.DATASETS[name]))
+                    src = f"SELECT * FROM ({src}) UNION ALL BY NAME SELECT * FROM _full_{name}"
             else:
                 # Table.from_batches, not Schema.empty_table(): pyarrow imports pandas
                 # for the latter (~37 MiB and ~0.3 s in a live process).
@@ -800,6 +810,15 @@ def _create_derived_views(con: duckdb.DuckDBPyConnection) -> None:
         "QUALIFY row_number() OVER (PARTITION BY alert_id ORDER BY detected_at DESC) = 1"
     )
     con.execute(_SESSIONS_VIEW)
+
+
+def _has_columns(path: str, want: pa.Schema) -> bool:
+    """Whether the Parquet file ``path`` holds every column of ``want`` (one footer read)."""
+    try:
+        got = set(pq.read_schema(path).names)
+    except Exception:  # unreadable: the view's own checks report it
+        return True
+    return all(n in got for n in want.names)
 
 
 def _readable_as(path: str, want: pa.Schema) -> bool:

@@ -229,6 +229,8 @@ def test_triage_from_session_detail_persists(fresh_store):
     cur = TriageStore(fresh_store).current("al-loop-0005")
     assert (cur.status, cur.actor, cur.note) == ("escalated", "carol", "paged the wiki owners")
     assert find_df(at, "who", "status")["status"].to_list() == ["escalated"]
+    # the status line says so in the same run, without a reload (issue 27)
+    assert "Current status: escalated (by carol" in texts(at)
 
     # a fresh session (restart) sees it, and a false positive can create a suppression
     at2 = open_page(fresh_store, "session", alert="al-loop-0005")

@@ -224,6 +224,7 @@ def tail_files(
         start_at_end=lc.start_at_end,
         max_line_bytes=config.ingest.max_line_bytes,
         poll_interval_s=lc.poll_interval_s,
+        follow_symlinks=lc.follow_symlinks,
     )
     r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
     return r.lp
@@ -303,7 +304,8 @@ def collect_spools(
         lc = r.live
         src = SpoolLive(config.data_dir, r.store.checkpoints(), orphans_only=orphans_only,
                         read_bytes=lc.read_bytes, max_line_bytes=config.ingest.max_line_bytes,
-                        poll_interval_s=lc.poll_interval_s)
+                        poll_interval_s=lc.poll_interval_s,
+                        writer_grace_s=lc.writer_grace_s)
         r.drive(src, stop=stop, idle_exit_s=idle_exit_s)
         return r.lp
     finally:

@@ -44,6 +44,14 @@ import threading
 import time
 from pathlib import Path
 
+from toolwatch.safe_open import (
+    UnsafeFile,
+    open_regular,
+    read_regular,
+    set_aside,
+    store_owners,
+)
+
 # Cold start: no typing, dataclasses, json or uuid on the wrapper's path to its server's
 # first byte (dataclasses alone pulls inspect/ast/dis: ~10-30 ms on a busy host). Names
 # used only in annotations (strings here) are imported for type checkers only.
@@ -74,6 +82,17 @@ RECORD_KEY_ENV = "TOOLWATCH_RECORD_KEY"
 #: Bytes of a spool's start searched for the middleware's hello when a collector resumes
 #: a spool past it.
 HELLO_PROBE_BYTES = 1 << 16
+#: Where files of the spool directory that are not toolwatch's (a FIFO, a symlink, a
+#: device, a hard link, another user's file) are moved, never read (docs/security.md).
+REJECTED_DIR = "rejected"
+#: Largest meta file read (ours are < 1 KiB).
+META_MAX_BYTES = 1 << 20
+#: Seconds a collector's final pass keeps reading a spool whose server has exited while
+#: another process (a child the server forked) still has it open for writing; past it the
+#: rest is left to the next collector (``[live] writer_grace_s``).
+WRITER_GRACE_S = 5.0
+#: Seconds between two looks for a spool's remaining writers (/proc scan).
+WRITER_SCAN_INTERVAL_S = 0.5
 
 
 def spool_dir(data_dir: str | Path) -> Path:
@@ -81,12 +100,30 @@ def spool_dir(data_dir: str | Path) -> Path:
     return Path(data_dir) / "spool"
 
 
+def _refused(path: Path | str, reason: str) -> None:
+    """Log a planted file that was set aside (logging is imported only then)."""
+    import logging
+
+    logging.getLogger("toolwatch.spool").error(
+        "spool: refusing %s: %s (set aside, never read)", path, reason)
+
+
 def _lock_nb(path: Path, mode: str = "a") -> Any | None:
-    """Open ``path`` and take an exclusive ``flock`` without waiting; the handle or None."""
+    """Open ``path`` and take an exclusive ``flock`` without waiting; the handle or None.
+
+    Opened with ``O_NOFOLLOW | O_NONBLOCK`` (:func:`toolwatch.safe_open.open_regular`): a
+    FIFO planted under a lock's name made every collector hang in ``open(2)``, a symlink
+    made it create or touch the file it points at. Such a file is a lock nobody can take
+    (None), and is logged.
+    """
     try:
-        fh = open(path, mode)  # noqa: SIM115 - the caller holds it as the lock
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except UnsafeFile as exc:
+        _refused(path, exc.reason)
+        return None
     except OSError:
         return None
+    fh = os.fdopen(fd, mode)
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -96,11 +133,26 @@ def _lock_nb(path: Path, mode: str = "a") -> Any | None:
 
 
 def try_collector_lock(data_dir: str | Path) -> Any | None:
-    """The store's collector lock if free (hold the returned handle; close to release)."""
+    """The store's collector lock if free (hold the returned handle; close to release).
+
+    A lock file that is not a plain file (planted) is set aside and made again: it would
+    otherwise keep every collector of the store from starting.
+    """
     d = spool_dir(data_dir)
     with contextlib.suppress(OSError):
         d.mkdir(parents=True, exist_ok=True)
-    return _lock_nb(d / COLLECTOR_LOCK)
+    path = d / COLLECTOR_LOCK
+    with contextlib.suppress(OSError):
+        if not stat_is_regular(os.lstat(path)):
+            set_aside(path, d / REJECTED_DIR)
+    return _lock_nb(path)
+
+
+def stat_is_regular(st: os.stat_result) -> bool:
+    """Whether an ``lstat`` result is a plain file."""
+    import stat as _stat
+
+    return _stat.S_ISREG(st.st_mode)
 
 
 def _pid_alive(pid: int | None) -> bool:
@@ -153,7 +205,12 @@ class Spool:
         # path to the first byte. A collector skips a spool without meta while its lock is
         # held (SpoolSource._open).
         # O_APPEND: the server and anything it spawns append whole writes, never overwrite.
-        self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # O_EXCL | O_NOFOLLOW: the name is new (pid + random); never a planted link.
+        self.fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL
+                          | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        #: The echo's descriptor, opened before the server runs: the server may replace
+        #: the spool's name (a FIFO, a symlink), never the file this names.
+        self.read_fd = os.open(self.log_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     def write_meta(self) -> None:
         """Write the meta file atomically (tmp + rename)."""
@@ -169,12 +226,20 @@ class Spool:
 
     def release(self) -> None:
         """Let a collector finalize this spool (the server has exited)."""
+        if self._lock is not None:
+            # fsync through a descriptor we hold: opening the name again would follow
+            # whatever the server put there meanwhile (a FIFO hung the wrapper).
+            fd = self.fd if self.fd >= 0 else self.read_fd
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
         with contextlib.suppress(OSError):
             os.close(self.fd)
         self.fd = -1
-        if self._lock is not None:
+        if self.read_fd >= 0:
             with contextlib.suppress(OSError):
-                os.fsync(os.open(self.log_path, os.O_RDONLY))
+                os.close(self.read_fd)
+            self.read_fd = -1
+        if self._lock is not None:
             self._lock.close()
             self._lock = None
 
@@ -186,8 +251,9 @@ class Echo:
     on the wrapper's stderr within 50 ms and an idle wrapper makes ~20 empty reads/s.
     """
 
-    def __init__(self, path: Path, out_fd: int = 2):
-        self.fd = os.open(path, os.O_RDONLY)
+    def __init__(self, path: Path, out_fd: int = 2, fd: int | None = None):
+        # ``fd``: the spool opened when it was created (Spool.read_fd), not by name.
+        self.fd = fd if fd is not None else open_regular(path)
         self.out_fd = out_fd
         self.bytes = 0
         self.errors = 0
@@ -478,7 +544,7 @@ def start_wrapped(data_dir: str | Path, argv: list[str]) -> Wrapped:
     # The server has its own copy of the descriptor; ours is only needed to release.
     os.close(sp.fd)
     sp.fd = -1
-    w = Wrapped(srv, sp, Echo(sp.log_path), Path(data_dir))
+    w = Wrapped(srv, sp, Echo(sp.log_path, fd=os.dup(sp.read_fd)), Path(data_dir))
     srv.abandon = w.abandon
     return w
 
@@ -497,6 +563,57 @@ class _Entry:
         self.done = False
         self.announced = False
         self.trust: Any = None  # toolwatch.ingest.sources.process.StreamTrust
+        st = os.fstat(fd)
+        self.dev, self.ino = st.st_dev, st.st_ino
+        self.size = st.st_size
+        self.mtime_ns = st.st_mtime_ns
+        #: Truncations seen (salts the stream id of what follows each one).
+        self.generation = 0
+        #: The server has exited and its wrapper is gone, but another process (a child
+        #: the server forked) still holds the spool open for writing: since when.
+        self.writers_since: float | None = None
+        self._writers_checked = 0.0
+        self._writers = False
+
+
+def _spool_writers(path: Path, dev: int, ino: int) -> bool:
+    """Whether a process other than this one has the spool open for writing (Linux).
+
+    Looks through ``/proc/<pid>/fd`` for the spool's inode (a readlink per descriptor,
+    a stat and the fdinfo flags only for those naming the spool). A child the server
+    forked inherits its stderr and may outlive it; its lines reach the spool after the
+    server's exit. Where ``/proc`` is not there (not Linux) there are never writers.
+    """
+    try:
+        pids = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return False
+    me = str(os.getpid())
+    real = os.path.realpath(path)
+    names = (real, real + " (deleted)")
+    for pid in pids:
+        if pid == me:
+            continue
+        base = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(base)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"{base}/{fd}") not in names:
+                    continue
+                st = os.stat(f"{base}/{fd}")
+                if (st.st_dev, st.st_ino) != (dev, ino):
+                    continue
+                with open(f"/proc/{pid}/fdinfo/{fd}") as fh:
+                    flags = next((int(ln.split()[1], 8) for ln in fh
+                                  if ln.startswith("flags:")), 0)
+            except (OSError, ValueError):
+                continue
+            if flags & 3:  # O_WRONLY or O_RDWR
+                return True
+    return False
 
 
 def _trust_of(meta: dict[str, Any], fd: int) -> Any:
@@ -546,25 +663,59 @@ class SpoolSource:
         orphans_only: bool = False,
         read_bytes: int = 4 << 20,
         max_line_bytes: int = 1_048_576,
+        writer_grace_s: float = WRITER_GRACE_S,
     ):
         self.dir = spool_dir(data_dir)
         self.checkpoints = checkpoints
         self.orphans_only = orphans_only
         self.read_bytes = read_bytes
         self.max_line_bytes = max_line_bytes
+        self.writer_grace_s = writer_grace_s
+        self.owners = store_owners(data_dir)
         self.entries: dict[str, _Entry] = {}
         self.new_fingerprints: list[str] = []
         self.bytes_read = 0
         self._finished: list[str] = []
+        #: Spool files set aside (name -> reason): never read.
+        self.rejected: dict[str, str] = {}
+        #: Spools left for a later collector (recovery while a writer still has them).
+        self.deferred: set[str] = set()
+        #: Truncations or rewrites of a spool noticed (each starts a new stream).
+        self.truncations = 0
+        #: Bytes of partial lines lost to truncations.
+        self.lost_partial_bytes = 0
+        self._drain_started: float | None = None
+        self._drain_target: dict[str, int] = {}
+
+    def _assembler(self, wid: str, meta: dict[str, Any], generation: int) -> LineAssembler:
+        """The line assembler of a spool's ``generation``-th stream (0: before any
+        truncation; each truncation starts a stream with an id of its own)."""
+        from toolwatch.ingest.sources.file_tail import LineAssembler
+
+        salt = f"spool:{wid}" if not generation else f"spool:{wid}:{generation}"
+        return LineAssembler(f"run:{meta.get('name', 'server')}", self.checkpoints,
+                             salt=salt.encode(), max_line_bytes=self.max_line_bytes)
+
+    def _reject(self, name: str, reason: str) -> None:
+        """Set a spool-directory file aside (moved under ``spool/rejected/``), log it."""
+        path = self.dir / name
+        self.rejected[name] = reason
+        _refused(path, reason)
+        set_aside(path, self.dir / REJECTED_DIR)
 
     def _open(self, wid: str) -> _Entry | None:
         import json
 
-        from toolwatch.ingest.sources.file_tail import LineAssembler
 
         lock = None
         try:
-            meta = json.loads((self.dir / f"{wid}.meta").read_text())
+            meta = json.loads(read_regular(self.dir / f"{wid}.meta", META_MAX_BYTES,
+                                           owners=self.owners))
+            if not isinstance(meta, dict):
+                raise ValueError("meta is not an object")
+        except UnsafeFile as exc:
+            self._reject(f"{wid}.meta", exc.reason)
+            return None
         except (OSError, ValueError):
             # No meta yet: a wrapper writes it right after starting its server. While the
             # wrapper holds its lock, wait for it (the meta names the stream); a wrapper
@@ -580,15 +731,20 @@ class SpoolSource:
                     lock.close()
                 return None
         try:
-            fd = os.open(self.dir / f"{wid}.log", os.O_RDONLY)
+            # O_NOFOLLOW | O_NONBLOCK, a plain file of ours with one link: a FIFO here
+            # hung every collector, a symlink copied any readable file into quarantine.
+            fd = open_regular(self.dir / f"{wid}.log", owners=self.owners, single_link=True)
+        except UnsafeFile as exc:
+            if lock is not None:  # ours (taken just now, or the dead wrapper's): drop it
+                (self.dir / f"{wid}.lock").unlink(missing_ok=True)
+                lock.close()
+            self._reject(f"{wid}.log", exc.reason)
+            return None
         except OSError:
             if lock is not None:
                 lock.close()
             return None
-        asm = LineAssembler(
-            f"run:{meta.get('name', 'server')}", self.checkpoints,
-            salt=f"spool:{wid}".encode(), max_line_bytes=self.max_line_bytes,
-        )
+        asm = self._assembler(wid, meta, 0)
         e = _Entry(wid, meta, fd, asm, lock=lock)
         e.trust = _trust_of(meta, fd)
         return e
@@ -611,62 +767,163 @@ class SpoolSource:
             if not n.endswith(".log"):
                 continue
             wid = n[:-4]
-            if wid in self.entries:
+            if wid in self.entries or wid in self.deferred:
                 continue
             e = self._open(wid)
             if e is not None:
                 self.entries[wid] = e
 
-    def _gone(self, e: _Entry) -> bool:
-        """Whether the spool's writers are gone (takes the wrapper's lock if so)."""
+    def _server_gone(self, e: _Entry) -> bool:
+        """Whether the wrapper and its server are gone (takes the wrapper's lock if so)."""
         if e.lock is None:
             e.lock = _lock_nb(self.dir / f"{e.wid}.lock")
             if e.lock is None:
                 return False
         return not _pid_alive(e.meta.get("child_pid"))
 
+    def _has_writers(self, e: _Entry) -> bool:
+        """Whether another process still has the spool open for writing (cached for
+        :data:`WRITER_SCAN_INTERVAL_S`)."""
+        now = time.monotonic()
+        if now - e._writers_checked >= WRITER_SCAN_INTERVAL_S:
+            e._writers_checked = now
+            e._writers = _spool_writers(self.dir / f"{e.wid}.log", e.dev, e.ino)
+            if e._writers and e.writers_since is None:
+                e.writers_since = now
+        return e._writers
+
+    def _gone(self, e: _Entry) -> bool:
+        """Whether every writer of the spool is gone: the wrapper, its server, and any
+        child of the server still holding the spool open."""
+        return self._server_gone(e) and not self._has_writers(e)
+
+    def _check_rewrite(self, e: _Entry) -> None:
+        """A spool truncated or rewritten under the reader starts a new stream from 0.
+
+        A server may truncate its stderr (``ftruncate(2, 0)``); with ``O_APPEND`` its next
+        lines go to the new end, below where this reader's file offset points, and were
+        never read (51 of 53 calls lost). Detected by size and content
+        (:meth:`LineAssembler.rewritten`), looked at only when the size or mtime changed.
+        """
+        try:
+            st = os.fstat(e.fd)
+        except OSError:
+            return
+        changed = (st.st_size, st.st_mtime_ns) != (e.size, e.mtime_ns)
+        e.size, e.mtime_ns = st.st_size, st.st_mtime_ns
+        if not changed or not e.asm.rewritten(e.fd, st.st_size):
+            return
+        self.truncations += 1
+        self.lost_partial_bytes += len(e.asm.buf)
+        e.generation += 1
+        e.asm = self._assembler(e.wid, e.meta, e.generation)
+        e.announced = False
+        os.lseek(e.fd, 0, os.SEEK_SET)
+        if e.wid in self._drain_target:  # a final pass reads what the new stream holds
+            self._drain_target[e.wid] = st.st_size
+
+    def _read(self, e: _Entry, budget: int) -> Iterator[RawBatch]:
+        """Up to ``budget`` bytes of ``e`` as batches; long lines cut as they grow."""
+        left = budget
+        while left > 0:
+            if not e.asm.fp:
+                # A checkpoint beyond the end names a stream that was truncated since.
+                e.asm.size_hint = e.size
+            try:
+                data = os.read(e.fd, min(self.read_bytes, left))
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                data = b""
+            if not data:
+                return
+            left -= len(data)
+            self.bytes_read += len(data)
+            b = e.asm.feed(data)
+            self._announce(e)
+            if b is not None and len(b):
+                yield b
+            # Cut an over-long line as it grows, not after the budget: a 500 MiB line
+            # was held whole and its checkpoint never moved (collect --once stuck at 64 MiB).
+            cut = e.asm.cut_long_line()
+            if cut is not None:
+                yield cut
+
     def poll(self, budget: int = 64 << 20) -> Iterator[RawBatch]:
-        """Batches of complete lines appended to the spools since the last call."""
+        """Batches of complete lines appended to the spools since the last call.
+
+        A spool whose wrapper, server and every other writer are gone is read to its
+        end (any size, in ``budget`` steps between which the caller flushes) and
+        finished; one whose server has exited while a child still writes is read on
+        (a recovery, ``orphans_only``, leaves it to a later collector instead).
+        """
         self.scan()
         for e in list(self.entries.values()):
             if e.done:
                 continue
-            left = budget
-            while left > 0:
-                try:
-                    data = os.read(e.fd, min(self.read_bytes, left))
-                except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
-                    data = b""
-                if not data:
-                    break
-                left -= len(data)
-                self.bytes_read += len(data)
-                b = e.asm.feed(data)
-                self._announce(e)
-                if b is not None and len(b):
-                    yield b
-            if left <= 0:
-                continue
+            self._check_rewrite(e)
+            before = self.bytes_read
+            yield from self._read(e, budget)
+            if self.bytes_read - before >= budget:
+                continue  # more to read: the next poll goes on
             cut = e.asm.cut_long_line()
             if cut is not None:
                 yield cut
-            if self._gone(e):
-                # Gone: whatever reached the file is all there will be.
-                rest = b""
-                while True:
-                    data = os.read(e.fd, self.read_bytes)
-                    if not data:
-                        break
-                    rest += data
-                self.bytes_read += len(rest)
-                b = e.asm.feed(rest, final=True)
-                self._announce(e)
-                e.done = True
-                self._finished.append(e.wid)
-                if b is not None and (len(b) or b.final):
-                    yield b
+            if not self._server_gone(e):
+                continue
+            if self._has_writers(e):
+                if self.orphans_only:
+                    self._defer(e)  # its checkpoint covers what was read
+                continue
+            # Gone: whatever reached the file is all there will be.
+            while True:
+                got = self.bytes_read
+                yield from self._read(e, self.read_bytes)
+                if self.bytes_read == got:
+                    break
+            b = e.asm.feed(b"", final=True)
+            self._announce(e)
+            e.done = True
+            self._finished.append(e.wid)
+            if b is not None and (len(b) or b.final):
+                yield b
+
+    def _defer(self, e: _Entry) -> None:
+        """Stop reading ``e`` in this process; a later collector resumes it."""
+        self.entries.pop(e.wid, None)
+        self.deferred.add(e.wid)
+        with contextlib.suppress(OSError):
+            os.close(e.fd)
+        if e.lock is not None:
+            e.lock.close()
+
+    def draining(self) -> bool:
+        """After a stop: whether the final pass has more to read before it may end.
+
+        True while a spool holds bytes that were there when the drain began (a wrapper's
+        final pass, ``collect --once``: the whole spool, not one 64 MiB step), and, for up
+        to ``writer_grace_s``, while a spool whose server exited is still held open for
+        writing by a child of it. Past the grace the rest stays for the next collector.
+        """
+        now = time.monotonic()
+        if self._drain_started is None:
+            self._drain_started = now
+            for e in self.entries.values():
+                with contextlib.suppress(OSError):
+                    self._drain_target[e.wid] = os.fstat(e.fd).st_size
+        for e in self.entries.values():
+            if e.done:
+                continue
+            target = self._drain_target.get(e.wid)
+            if target is None:  # appeared during the drain
+                with contextlib.suppress(OSError):
+                    target = self._drain_target[e.wid] = os.fstat(e.fd).st_size
+            if target is not None and e.asm.read_offset < target:
+                return True
+            if (now - self._drain_started < self.writer_grace_s
+                    and self._server_gone(e) and self._has_writers(e)):
+                return True
+        return False
 
     def _announce(self, e: _Entry) -> None:
         if not e.announced and e.asm.fp is not None:
@@ -726,8 +983,20 @@ def pending_spools(data_dir: str | Path) -> list[dict[str, Any]]:
     for p in sorted(d.glob("*.log")):
         wid = p.stem
         try:
-            meta = json.loads((d / f"{wid}.meta").read_text())
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if not stat_is_regular(st):
+            # Planted (a FIFO, a symlink): never opened here; listed as orphaned so the
+            # next writing command's recovery sets it aside (SpoolSource._reject).
+            out.append({"wid": wid, "name": "", "bytes": 0, "wrapper_alive": False,
+                        "server_pid": None, "orphaned": True, "planted": True})
+            continue
+        try:
+            meta = json.loads(read_regular(d / f"{wid}.meta", META_MAX_BYTES))
         except (OSError, ValueError):
+            meta = {}
+        if not isinstance(meta, dict):
             meta = {}
         lock = _lock_nb(d / f"{wid}.lock")
         alive = lock is None
@@ -737,7 +1006,7 @@ def pending_spools(data_dir: str | Path) -> list[dict[str, Any]]:
             out.append({
                 "wid": wid,
                 "name": meta.get("name", ""),
-                "bytes": p.stat().st_size,
+                "bytes": st.st_size,
                 "wrapper_alive": alive,
                 "server_pid": meta.get("child_pid"),
                 "orphaned": not alive and not _pid_alive(meta.get("child_pid")),

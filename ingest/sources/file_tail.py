@@ -30,6 +30,15 @@ Partial lines
 
 Compressed files matching a glob (``app.log.1.gz``) are skipped: tail follows text logs;
 ``toolwatch ingest`` reads archives.
+
+Planted files (docs/security.md, "Planted files")
+    Every file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and read only if ``fstat`` says
+    it is a regular file: a FIFO never hangs the reader, a device is never read. A path
+    that is a symlink is reported and set aside, not read, unless ``follow_symlinks`` is
+    on (a server that can write its log directory could otherwise point ``app.log`` at
+    any file it cannot read itself, and have toolwatch copy it into quarantine). A file
+    whose first bytes are not text (NUL bytes, control bytes, not UTF-8-like) is set
+    aside with its reason instead of being quarantined line by line.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from __future__ import annotations
 import errno
 import glob as _glob
 import os
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -47,10 +57,14 @@ import numpy as np
 from toolwatch.ingest.records import RawBatch, fingerprint, split_lines
 from toolwatch.ingest.sources.base import Item, LiveSource, display_name
 
+from toolwatch.safe_open import SNIFF_BYTES, UnsafeFile, looks_binary, open_regular
+
 if TYPE_CHECKING:  # the store (DuckDB) is not imported by sources
     from toolwatch.store import Checkpoint
 
 _GZIP_MAGIC = b"\x1f\x8b"
+#: Bytes before a stream's read offset kept as its content mark (see LineAssembler.mark).
+MARK_BYTES = 64
 
 
 class LineAssembler:
@@ -101,6 +115,12 @@ class LineAssembler:
         self.resumed_from = 0
         #: Inside an over-long line already emitted (cut): drop bytes up to its newline.
         self.dropping = False
+        #: The last bytes fed (up to :data:`MARK_BYTES`), those just before
+        #: :attr:`read_offset`: the content fingerprint that shows a rewrite.
+        self.mark = b""
+        #: The stream's current size, when known: a checkpoint beyond it names what was
+        #: there before a truncation, and is not applied (the stream is read from 0).
+        self.size_hint: int | None = None
 
     @property
     def consumed(self) -> int:
@@ -122,6 +142,8 @@ class LineAssembler:
         final
             The stream ended: a last partial line is emitted as if it had its newline.
         """
+        if data:
+            self.mark = (self.mark + data[-MARK_BYTES:])[-MARK_BYTES:]
         if self.dropping:
             nl = data.find(b"\n")
             if nl < 0:
@@ -149,6 +171,11 @@ class LineAssembler:
             )
             if self.checkpoints is not None:
                 self.skip_to = self.checkpoints.get(self.fp, 0)
+                if self.size_hint is not None and self.skip_to > self.size_hint:
+                    # The store read further than the file now goes: it was truncated
+                    # and written again since (same first line). Waiting for it to grow
+                    # past the old offset lost everything written meanwhile.
+                    self.skip_to = 0
                 self.resumed_from = self.skip_to
         if self.skip_to > self.offset:
             take = min(len(buf), self.skip_to - self.offset)
@@ -177,6 +204,26 @@ class LineAssembler:
         self.offset += consumed
         self.buf = buf[consumed:]
         return batch
+
+    def rewritten(self, fd: int, size: int) -> bool:
+        """Whether the file ``fd`` this stream reads was truncated or rewritten under it.
+
+        Inode plus content: the caller keeps the inode (``fd``); this compares the
+        content. The file shrank below what was read; or its first line is no longer
+        there; or the :data:`MARK_BYTES` bytes just before :attr:`read_offset` changed (a
+        truncate-and-rewrite back to the same size or past it between two looks, which a
+        size check alone never saw: ``tail`` lost 49 lines of a same-size rewrite).
+        """
+        if size < self.read_offset:
+            return True
+        first = self.first_line
+        if first:
+            head = os.pread(fd, len(first), 0)
+            if len(head) == len(first) and head != first:
+                return True
+        mark = self.mark
+        return bool(mark) and self.read_offset >= len(mark) and (
+            os.pread(fd, len(mark), self.read_offset - len(mark)) != mark)
 
     def cut_long_line(self) -> RawBatch | None:
         """Emit a waiting line that exceeds ``max_line_bytes`` as one cut line (its
@@ -216,6 +263,8 @@ class TailedFile:
     detached_at: float | None = None  # renamed away / deleted: closing after idle
     last_growth: float = field(default_factory=time.monotonic)
     first_len: int | None = None
+    mtime_ns: int = 0
+    sniffed: bool = False  # its first bytes were checked to be text
 
     @property
     def key(self) -> tuple[int, int]:
@@ -235,6 +284,8 @@ class TailCounters:
     bytes_read: int = 0
     resumed_bytes_skipped: int = 0
     lost_partial_bytes: int = 0
+    #: Paths set aside unread: symlinks (unless followed), FIFOs, devices, binary files.
+    files_rejected: int = 0
 
 
 class TailSource:
@@ -254,6 +305,8 @@ class TailSource:
         Files present at the first poll with no checkpoint are read from their end.
     max_line_bytes
         Bound of a waiting partial line.
+    follow_symlinks
+        Read a path that is a symlink (off: reported in :attr:`rejected`, never read).
     """
 
     def __init__(
@@ -265,6 +318,7 @@ class TailSource:
         rotate_wait_s: float = 5.0,
         start_at_end: bool = False,
         max_line_bytes: int = 1_048_576,
+        follow_symlinks: bool = False,
     ):
         self.patterns = patterns
         self.checkpoints = checkpoints
@@ -277,6 +331,23 @@ class TailSource:
         self.counters = TailCounters()
         self._first_scan = True
         self.new_fingerprints: list[str] = []
+        self.follow_symlinks = follow_symlinks
+        #: Paths set aside, never read: path -> reason (reported once each).
+        self.rejected: dict[str, str] = {}
+        self._rejected_keys: dict[str, tuple[int, int, int]] = {}
+
+    def _reject(self, path: str, st: os.stat_result, reason: str) -> None:
+        """Set ``path`` aside (as it is now: ``(dev, ino, mtime)``) with a reason, once."""
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        if self._rejected_keys.get(path) == key:
+            return
+        self._rejected_keys[path] = key
+        self.rejected[path] = reason
+        self.counters.files_rejected += 1
+        import logging
+
+        logging.getLogger("toolwatch.tail").error(
+            "tail: not reading %s: %s", display_name(path), reason)
 
     # ------------------------------------------------------------------ discovery
     def _expand(self) -> list[str]:
@@ -293,7 +364,12 @@ class TailSource:
 
     def _open(self, path: str, st: os.stat_result) -> None:
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # O_NOFOLLOW | O_NONBLOCK, then fstat: a FIFO swapped in after the stat
+            # does not block us, a symlink is not followed (unless configured).
+            fd = open_regular(path, follow=self.follow_symlinks)
+        except UnsafeFile as exc:
+            self._reject(path, st, exc.reason)
+            return
         except OSError:
             return
         st2 = os.fstat(fd)
@@ -334,10 +410,17 @@ class TailSource:
         present: set[tuple[int, int]] = set()
         for path in self._expand():
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode):
+                    if not self.follow_symlinks:
+                        self._reject(path, st, "a symlink (follow_symlinks is off)")
+                        continue
+                    st = os.stat(path)
             except OSError:
                 continue
-            if not os.path.isfile(path):
+            if not stat.S_ISREG(st.st_mode):
+                if not stat.S_ISDIR(st.st_mode):
+                    self._reject(path, st, "not a regular file (a FIFO, socket or device)")
                 continue
             key = (st.st_dev, st.st_ino)
             present.add(key)
@@ -370,14 +453,13 @@ class TailSource:
             del self.by_path[tf.path]
 
     # ------------------------------------------------------------------ reading
-    def _check_truncation(self, tf: TailedFile, size: int) -> bool:
-        """Copy-truncate: the file shrank below what was read, or its first line changed."""
-        read_to = tf.asm.read_offset
-        truncated = size < read_to
-        first = tf.asm.first_line
-        if not truncated and first is not None and size != tf.size:
-            head = os.pread(tf.fd, len(first), 0)
-            truncated = len(head) == len(first) and head != first
+    def _check_truncation(self, tf: TailedFile, size: int, mtime_ns: int = 0) -> bool:
+        """Copy-truncate or rewrite: the file shrank below what was read, its first line
+        changed, or the bytes before the read offset did (:meth:`LineAssembler.rewritten`).
+        Looked at when the size or the mtime changed (a same-size rewrite keeps the size)."""
+        if size == tf.size and mtime_ns == tf.mtime_ns:
+            return False
+        truncated = tf.asm.rewritten(tf.fd, size)
         if truncated:
             self.counters.truncations += 1
             self.counters.lost_partial_bytes += len(tf.asm.buf)
@@ -385,6 +467,7 @@ class TailSource:
             # A truncated file restarts a stream: its old checkpoint must not apply if the
             # new first line happens to equal the old one.
             tf.asm.checkpoints = None
+            tf.sniffed = False
         return truncated
 
     def _read_file(self, tf: TailedFile, budget: int) -> Iterator[RawBatch]:
@@ -393,8 +476,18 @@ class TailSource:
         except OSError:
             return
         size = st.st_size
-        self._check_truncation(tf, size)
+        self._check_truncation(tf, size, st.st_mtime_ns)
         tf.size = size
+        tf.mtime_ns = st.st_mtime_ns
+        if not tf.sniffed and size > 0 and tf.asm.read_offset == 0:
+            tf.sniffed = True
+            if looks_binary(os.pread(tf.fd, min(size, SNIFF_BYTES), 0)):
+                # Not a log: never quarantined line by line (a key, a database file).
+                self._reject(tf.path, st, "not a text log (binary content)")
+                self._drop(tf)
+                return
+        if tf.asm.fp is None:
+            tf.asm.size_hint = size  # a checkpoint past the end: truncated since
         got = 0
         while got < budget:
             pos = tf.asm.read_offset
@@ -441,6 +534,7 @@ class TailSource:
             asm.line_no += data.count(b"\n")
             asm.offset += len(data)
             asm.skipped_bytes += len(data)
+            asm.mark = data[-MARK_BYTES:]
         if asm.skip_to > size:
             return None  # checkpoint beyond the end: wait for the file to grow
         return b""
@@ -462,6 +556,15 @@ class TailSource:
                 idle_since = max(tf.last_growth, tf.detached_at)
                 if now - idle_since >= self.rotate_wait_s:
                     yield from self._close(key, tf)
+
+    def _drop(self, tf: TailedFile) -> None:
+        """Close a file set aside unread; it is not retried until it changes."""
+        with_key = self.files.pop(tf.key, None)
+        if with_key is not None:
+            os.close(tf.fd)
+            self.counters.files_closed += 1
+        # Remember it like a compressed file (negative inode): not reopened every poll.
+        self.by_path[tf.path] = (tf.dev, -tf.ino)
 
     def _close(self, key: tuple[int, int], tf: TailedFile) -> Iterator[RawBatch]:
         if tf.asm.buf and tf.asm.fp is not None:
@@ -517,6 +620,7 @@ class FileTailLive(LiveSource):
     Parameters
     ----------
     patterns, checkpoints, read_bytes, rotate_wait_s, start_at_end, max_line_bytes
+    follow_symlinks
         See :class:`TailSource`.
     poll_interval_s
         Sleep between polls that found nothing.
@@ -535,12 +639,14 @@ class FileTailLive(LiveSource):
         start_at_end: bool = False,
         max_line_bytes: int = 1_048_576,
         poll_interval_s: float = 0.1,
+        follow_symlinks: bool = False,
     ):
         super().__init__()
         self.committed = dict(checkpoints)
         self.reader = TailSource(patterns, checkpoints, read_bytes=read_bytes,
                                  rotate_wait_s=rotate_wait_s, start_at_end=start_at_end,
-                                 max_line_bytes=max_line_bytes)
+                                 max_line_bytes=max_line_bytes,
+                                 follow_symlinks=follow_symlinks)
         self.idle_wait_s = poll_interval_s
 
     def poll(self, timeout: float) -> Iterator[Item]:
@@ -569,7 +675,11 @@ class FileTailLive(LiveSource):
         c = self.reader.counters
         self.counters.dropped = c.lost_partial_bytes
         self.counters.extra = dict(c.__dict__)
-        return {"lag": {"bytes": self.reader.lag_bytes()}, "sources": self.reader.streams()}
+        sources: dict[str, Any] = self.reader.streams()
+        if self.reader.rejected:  # paths set aside unread, with the reason
+            sources["rejected_files"] = {display_name(p): r
+                                         for p, r in self.reader.rejected.items()}
+        return {"lag": {"bytes": self.reader.lag_bytes()}, "sources": sources}
 
     def close(self) -> None:
         """Close every file (partial lines stay: a restart resumes them)."""

@@ -40,6 +40,9 @@ class SpoolLive(LiveSource):
         Read size per call; line cut length.
     poll_interval_s
         Sleep between polls that found nothing.
+    writer_grace_s
+        How long a final pass waits for a child of an exited server that still writes
+        to its spool (see :meth:`toolwatch.spool.SpoolSource.draining`).
     """
 
     name = "spool"
@@ -56,12 +59,15 @@ class SpoolLive(LiveSource):
         read_bytes: int = 4 << 20,
         max_line_bytes: int = 1_048_576,
         poll_interval_s: float = 0.1,
+        writer_grace_s: float | None = None,
     ):
-        from toolwatch.spool import SpoolSource
+        from toolwatch.spool import WRITER_GRACE_S, SpoolSource
 
         super().__init__()
-        self.reader = SpoolSource(data_dir, checkpoints, orphans_only=orphans_only,
-                                  read_bytes=read_bytes, max_line_bytes=max_line_bytes)
+        self.reader = SpoolSource(
+            data_dir, checkpoints, orphans_only=orphans_only, read_bytes=read_bytes,
+            max_line_bytes=max_line_bytes,
+            writer_grace_s=WRITER_GRACE_S if writer_grace_s is None else writer_grace_s)
         self.orphans_only = orphans_only
         self.idle_wait_s = poll_interval_s
         self._ending: list[str] = []  # finished spools waiting for their acknowledgement
@@ -100,6 +106,11 @@ class SpoolLive(LiveSource):
         """More than one read step (``read_bytes``) of the spools is unread."""
         return self.reader.lag_bytes() >= self.reader.read_bytes
 
+    def draining(self) -> bool:
+        """After a stop: the final pass has more to read (the whole spool, and a child
+        of an exited server still writing, for up to the grace)."""
+        return self.reader.draining()
+
     def exhausted(self) -> bool:
         """Recovery only: every orphaned spool has been ingested."""
         return self.orphans_only and not self.reader.entries
@@ -111,9 +122,13 @@ class SpoolLive(LiveSource):
     def status(self) -> dict[str, Any]:
         """Unread spool bytes and the spools being read."""
         src = self.reader
-        self.counters.extra = {"spools_removed": self.removed}
+        self.counters.extra = {"spools_removed": self.removed,
+                               "files_rejected": len(src.rejected),
+                               "truncations": src.truncations}
+        self.counters.dropped = src.lost_partial_bytes
         return {"lag": {"bytes": src.lag_bytes()},
-                "sources": {"spools": sorted(src.entries), "spool_bytes_read": src.bytes_read}}
+                "sources": {"spools": sorted(src.entries), "spool_bytes_read": src.bytes_read,
+                            "rejected_files": dict(src.rejected)}}
 
     def close(self) -> None:
         """Close the spools (they stay for the next collector)."""

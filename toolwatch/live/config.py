@@ -102,6 +102,18 @@ class LiveConfig:
         "their beginning (files created later are always read whole).",
         False,
     )
+    follow_symlinks: bool = doc(
+        "tail: read a followed path that is a symlink (off: it is reported and set aside, "
+        "never read; a log directory writable by a monitored server could otherwise "
+        "point a log name at any readable file).",
+        False,
+    )
+    writer_grace_s: float = doc(
+        "run/collect: after a wrapped server exits, a final pass keeps reading its spool "
+        "this long while a child it forked still writes there; the rest is left to the "
+        "next collector.",
+        5.0,
+    )
     detect: bool = doc("Run the detectors incrementally (off: store events only).", True)
     backlog_detect_interval_s: float = doc(
         "Under a backlog (size-triggered flushes) with overlap_detection, micro-batches "

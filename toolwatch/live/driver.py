@@ -225,7 +225,16 @@ class Driver:
                 now = time.monotonic()
                 if got:
                     last_data = now
-                if final or src.exhausted():
+                if final:
+                    # A draining source's final pass is every poll until it has read what
+                    # was there (a wrapper's whole spool, not one 64 MiB step).
+                    draining = getattr(src, "draining", None)
+                    if not (src.drain_on_stop and draining is not None and draining()):
+                        break
+                    if not got:
+                        time.sleep(src.idle_wait_s)  # the stop flag is set: no wait there
+                    continue
+                if src.exhausted():
                     break
                 if self.max_seconds is not None and now - started >= self.max_seconds:
                     break

@@ -1048,9 +1048,13 @@ WITH e AS (
          count(DISTINCT tool) AS distinct_tools,
          count(DISTINCT resource_id) AS distinct_resources,
          -- Each stored value is < 2^53, but a session's sum can pass 2^63: saturate
-         -- instead of failing every query on the view with an overflow.
-         CAST(least(sum(bytes), 9223372036854775807) AS BIGINT) AS total_bytes,
-         CAST(least(sum(rows), 9223372036854775807) AS BIGINT) AS total_rows,
+         -- instead of failing every query on the view with an overflow. Not least():
+         -- DuckDB's least() skips NULLs, so a session that logged no bytes (sum NULL)
+         -- would read 2^63-1 and outrank every real exfiltration.
+         CAST(CASE WHEN sum(bytes) > 9223372036854775807 THEN 9223372036854775807
+                   ELSE sum(bytes) END AS BIGINT) AS total_bytes,
+         CAST(CASE WHEN sum(rows) > 9223372036854775807 THEN 9223372036854775807
+                   ELSE sum(rows) END AS BIGINT) AS total_rows,
          count(*) FILTER (WHERE status = 'auth_failed') AS auth_failures,
          count(*) FILTER (WHERE status = 'not_found') AS not_found,
          count(*) FILTER (WHERE status = 'denied') AS denied,

@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - an environment installed before it was
 
 from toolwatch.ingest.arrays import to_numpy
 from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
+from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES  # noqa: F401
 
 HASH_PREFIX = "hmac:"
 _DIGEST_LEN = len(HASH_PREFIX) + 32
@@ -114,10 +115,22 @@ DEFAULT_EXCEPTIONS: tuple[str, ...] = (
     "prompttokens", "completiontokens", "totaltokens", "inputtokens", "outputtokens",
     "numtokens", "tokencount", "tokensused", "cachedtokens", "reasoningtokens", "tokenlimit",
 )
-#: Parameter names hashed only in ``?name=value`` / ``&name=value`` form (signed URLs,
-#: ``?key=`` API keys); too common as JSON keys to hash there.
-QUERY_NEEDLES: tuple[str, ...] = ("sig", "signature", "key", "x-amz-signature")
 
+#: Words that make a key secret when they *end* it (``STRIPE_KEY``, ``AccountKey``,
+#: ``Ocp-Apim-Subscription-Key``, ``X-Goog-Signature``, ``sid``, ``salt``): the rule set's
+#: keyword vocabulary (:data:`RULE_WORDS`; not ``api``, which names a service: ``api_url``)
+#: and the signature words of signed URLs and cookies. Filled below, once it is read.
+LAST_WORDS: frozenset[str] = frozenset()
+#: A word before a last word that makes the key a reference, not a credential: business,
+#: idempotency and resource keys (``idempotencyKey``, ``orderKey``, ``partitionKey``,
+#: ``publicKey``) are what the detectors compare, and are never hashed.
+REFERENCE_WORDS = frozenset({
+    "idempotency", "idempotence", "dedup", "dedupe", "deduplication", "business", "order",
+    "cache", "partition", "sort", "primary", "foreign", "routing", "object", "message",
+    "public", "row", "lookup", "map", "index", "shard", "group", "request", "correlation",
+    "trace", "tracking", "resource", "document", "item", "record", "entity", "hash", "next",
+    "page", "cursor", "continuation", "range", "composite", "natural", "surrogate", "unique",
+})
 _WORD_RE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _NON_ALNUM = re.compile(r"[^A-Za-z0-9]+")
 
@@ -186,79 +199,76 @@ def key_skeleton(key: str) -> str:
     return "".join(out)
 
 
-# --------------------------------------------------------------------------- shapes
-_B64U = r"[A-Za-z0-9_\-]"
-#: Well-known credential formats, hashed wherever they appear (whole match), each with
-#: the literals one of which it must contain. Each pattern starts with a literal and
-#: checks the character before it with a look-behind placed after it: Python's ``re``
-#: scans for a leading literal quickly, not for a leading look-behind.
-_TOKEN_SHAPES: tuple[tuple[tuple[str, ...], str], ...] = (
-    # up to its END line, else to the end of the JSON string (raw text) or of the text
-    (("-----BEGIN",),
-     r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^\"\\]|\\.)*?"
-     r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|(?=\")|\Z)"),
-    (("eyJ",), rf"eyJ(?<![A-Za-z0-9_\-]eyJ){_B64U}{{6,}}(?:\.{_B64U}*){{0,2}}"),
-    (("sk-",), rf"sk-(?<![A-Za-z0-9]sk-){_B64U}{{8,}}"),
-    (("k_live_", "k_test_"),
-     r"[rsp]k_(?:live|test)_(?<![A-Za-z0-9][rsp]k_[a-z]{4}_)[A-Za-z0-9]{8,}"),
-    (("hp_", "ho_", "hu_", "hs_", "hr_", "github_pat_"),
-     r"gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)[A-Za-z0-9]{8,}"
-     r"|github_pat_(?<![A-Za-z0-9]github_pat_)[A-Za-z0-9_]{8,}"),
-    (("xox",), r"xox[abposre]-(?<![A-Za-z0-9]xox[abposre]-)[A-Za-z0-9\-]{8,}"),
-    (("AKIA", "ASIA", "ABIA", "ACCA"),
-     r"(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4})[A-Z0-9]{12,}"),
-    (("AIza",), r"AIza(?<![A-Za-z0-9]AIza)[A-Za-z0-9_\-]{20,}"),
-    # GitLab, Slack app-level, npm and Hugging Face tokens (session 4)
-    (("glpat-", "xapp-", "npm_", "hf_"),
-     r"glpat-(?<![A-Za-z0-9]glpat-)[A-Za-z0-9_\-]{16,}"
-     r"|xapp-(?<![A-Za-z0-9]xapp-)[A-Za-z0-9\-]{16,}"
-     r"|npm_(?<![A-Za-z0-9]npm_)[A-Za-z0-9]{30,}"
-     r"|hf_(?<![A-Za-z0-9]hf_)[A-Za-z0-9]{30,}"),
-    # secrets that are a URL's path: Slack and Discord webhooks, Telegram bot tokens
-    (("hooks.slack.com/", "/api/webhooks/", "api.telegram.org/bot"),
-     # (the host and path stay readable: the part after them is hashed)
-     r"services/(?<=hooks\.slack\.com/services/)[A-Za-z0-9_/\-]{8,}"
-     r"|workflows/(?<=hooks\.slack\.com/workflows/)[A-Za-z0-9_/\-]{8,}"
-     r"|triggers/(?<=hooks\.slack\.com/triggers/)[A-Za-z0-9_/\-]{8,}"
-     r"|webhooks/(?<=/api/webhooks/)[0-9]+/[A-Za-z0-9_\-]{16,}"
-     r"|bot(?<=api\.telegram\.org/bot)[0-9]+:[A-Za-z0-9_\-]{16,}"),
+# --------------------------------------------------------------------------- rule set
+# Token formats and key words come from a maintained rule set (toolwatch/secret_rules.py).
+LAST_WORDS = (frozenset(RULE_WORDS) - {"api"}) | {"sid", "signature", "sig"}
+#: Secret names matched in prose (``invalid token X``, ``the password is X``, ``auth: X``):
+#: toolwatch's and the last words of the rule set's vocabulary, each with a plural.
+_PROSE_WORDS = tuple(sorted(
+    {"token", "key", "password", "passwd", "passphrase", "passcode", "pwd", "pin", "otp",
+     "secret", "credential", "apikey", "authorization"} | LAST_WORDS, key=lambda w: (-len(w), w)
+))
+_PROSE_NAMES_ALT = "(?:" + "|".join(f"{w}s?" for w in _PROSE_WORDS) + ")"
+
+
+# --------------------------------------------------------------------------- structure
+#: Secrets of file and statement formats (toolwatch's structural rules, on top of the
+#: rule set's token formats): a PEM private key up to its END line (else to the end of the
+#: JSON string or the text), and PuTTY key fields, SQL ``IDENTIFIED BY``, crypt hashes of
+#: shadow / htpasswd lines and pgpass lines (group ``v`` is hashed). Possessive: linear.
+_PEM_PATTERN = (
+    r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^\"\\]|\\.)*?"
+    r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|(?=\")|\Z)"
 )
-_SHAPES = tuple((lits, re.compile(p, re.S)) for lits, p in _TOKEN_SHAPES)
-_SHAPES_B = tuple(
-    (tuple(x.encode() for x in lits), re.compile(p.encode(), re.S)) for lits, p in _TOKEN_SHAPES
+_PEM_RE = re.compile(_PEM_PATTERN, re.S)
+_PEM_RE_B = re.compile(_PEM_PATTERN.encode(), re.S)
+_STRUCT_RES = (
+    re.compile(r"(?:Private-(?:Lines:\s*+\d++\s*+|MAC:\s*+)|Argon2-Salt:\s*+)"
+               r"(?P<v>[A-Za-z0-9+/=]++(?:(?:\s|\\[nr])++[A-Za-z0-9+/=]{16,}+)*+)"),
+    re.compile(r"(?i:\bidentified(?:\s++with\s++\S++)?\s++(?:by|as)\s++(?:password\s*+)?)"
+               r"(?:'(?P<v>[^'\n]++)|\"(?P<w>[^\"\n]++)|(?P<x>[^\s'\";,)]++))"),
+    re.compile(r"(?<![^\s\"'\[,{(|])[A-Za-z0-9_.@\-]{1,64}+:"
+               r"(?P<v>(?:\$[0-9A-Za-z]{1,8}+\$|\{[A-Z0-9\-]{3,10}+\})[^:\s\"',]++)"),
+    # a Telegram bot token as a URL's path (the rule set's needs a delimiter before it)
+    re.compile(r"api\.telegram\.org/bot(?P<v>[0-9]++:[A-Za-z0-9_\-]{16,}+)"),
+    # host:port:database:user:password (a host holds a letter, a dot or "*": no IPv6)
+    re.compile(r"(?<![^\s\"'])(?=[^:\s\"']*[A-Za-z.*])[A-Za-z0-9_.*\-]++:(?:\d{1,5}+|\*):"
+               r"[^:\s\"']++:[^:\s\"']++:(?P<v>[^\s\"':]++)(?=[\s\"']|\Z)"),
 )
-_SHAPE_LITERALS = tuple(x for lits, _ in _TOKEN_SHAPES for x in lits)
-#: A token format's prefix cut short by the end of the text (a truncated line): hashed
-#: by :meth:`SecretHasher.scrub_text` so no piece of a cut secret survives.
+_STRUCT_LITERALS = ("Private-", "Argon2-Salt", "dentified", "DENTIFIED", "$", "{", ":")
+#: Literals one of which a token format's cut prefix holds (4+ characters: shorter ones
+#: match ordinary words), for a line cut short by the end of the text.
+_TAIL_LITERALS = tuple(sorted(
+    {x for r in TOKEN_RULES for x in r.literals if len(x) >= 4} | {"-----BEGIN"}
+))
 _SHAPE_TAIL_RE = re.compile(
-    # literal first, look-behind after: ``re`` skips to a possible first character
-    # instead of trying every alternative at every position
-    r"(?:-----BEGIN[ A-Z0-9]*PRIV|eyJ(?<![A-Za-z0-9_\-]eyJ)|sk-(?<![A-Za-z0-9]sk-)"
-    r"|[rsp]k_(?<![A-Za-z0-9][rsp]k_)|gh[pousr]_(?<![A-Za-z0-9]gh[pousr]_)"
-    r"|github_pat_(?<![A-Za-z0-9]github_pat_)|xox[abposre]-(?<![A-Za-z0-9]xox[abposre]-)"
-    r"|AIza(?<![A-Za-z0-9]AIza)|(?:AKIA|ASIA|ABIA|ACCA)(?<![A-Z0-9][A-Z]{4})"
-    r"|glpat-(?<![A-Za-z0-9]glpat-)|xapp-(?<![A-Za-z0-9]xapp-)|npm_(?<![A-Za-z0-9]npm_)"
-    r"|hf_(?<![A-Za-z0-9]hf_))"
-    r"[A-Za-z0-9_.=+/\-]*\Z"
+    "(?:" + "|".join(re.escape(x) for x in _TAIL_LITERALS) + r")[A-Za-z0-9_.=+/\-]*\Z"
 )
+_SHAPE_LITERALS = tuple(sorted({x for r in TOKEN_RULES for x in r.literals}))
 #: Characters a token format's tail may hold (see :data:`_SHAPE_TAIL_RE`).
-#: Literals one of which a token format's cut prefix holds.
-_TAIL_LITERALS = (
-    "-----BEGIN", "eyJ", "sk-", "k_", "gh", "github_pat_", "xox", "AIza", "AKIA", "ASIA",
-    "ABIA", "ACCA", "glpat-", "xapp-", "npm_", "hf_",
-)
 _TAIL_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.=+/-"
+#: The batch prefilter's copy of every token rule, case-sensitive inside the
+#: case-insensitive candidate pattern.
+_TOKENS_PREFILTER = (
+    "(?-i:" + "|".join(r.prefilter for r in TOKEN_RULES) + "|-----BEGIN[ A-Z0-9]*PRIV"
+    "|(?:" + "|".join(re.escape(x) for x in _TAIL_LITERALS) + r")[A-Za-z0-9_.=+/\-]*$)"
+)
+#: ANSI escape sequences (colours, cursor moves): dropped before scanning, so that
+#: ``\x1b[33mtoken\x1b[0m=S`` reads ``token=S``.
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*+[ -/]*+[@-~]|\x1b[@-Z\\-_]")
 #: Characters a cut URL (:data:`_URL_TAIL_RE`) never holds: it lies after the last one.
 _URL_TAIL_STOPS = " \t\n\r\f\v\"'<>@"
 #: ``name:`` outside JSON syntax (a JSON key's colon follows a quote, a time's a digit).
 #: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
 _NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-]:)|:(?<=[A-Za-z_.\-]\s:)")
-_STRINGS_GATE_B = (b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic")
+_STRINGS_GATE_B = (
+    b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic", b"\x1b", b"dentified",
+    b"DENTIFIED",
+)
 #: A secret name in prose followed by a value (see ``_PROSE_RE``), or ``x:y@``
 #: (``user:pass@host`` with no scheme), in a raw line.
 _PROSE_USERINFO_PATTERN = (
-    r"(?i:(?:^|[^a-z0-9])(?:tokens?|keys?|passwords?|passwd|passphrase|passcode|pwd|pin|otp"
-    r"|secrets?|credentials?|apikey|authorization)[ \t\n\r\f\v:=])"
+    rf"(?i:(?:^|[^a-z0-9]){_PROSE_NAMES_ALT}[ \t\n\r\f\v:=])"
     r"|[^ \t\n\r\f\v\"'<>@:/]:[^ \t\n\r\f\v\"'<>@/]*@"
 )
 #: Commands that take a password as a short flag (``mysql -pS``, ``sshpass -p S``,
@@ -298,12 +308,14 @@ _PROSE_USERINFO_B_RE: Any = (
 #: then :func:`_strings_may_hold_shape` (same characters; RE2 has no look-behind, so the
 #: name character before ``:`` is matched instead).
 _PLAN_PATTERNS: tuple[str, ...] = (
-    *("|".join(re.escape(x) for x in lits) for lits, _ in _TOKEN_SHAPES),
-    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:|" + _PROSE_USERINFO_PATTERN,
+    _TOKENS_PREFILTER,
+    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:|\x1b|(?i:identified)|"
+    + _PROSE_USERINFO_PATTERN,
 )
-_PLAN_SHAPE_BITS = (1 << len(_TOKEN_SHAPES)) - 1
+#: :meth:`SecretHasher.plan` bit: some token format (or a PEM key) may be in the line.
+PLAN_TOKENS = 1
 #: :meth:`SecretHasher.plan` bit: some string of the line may hold a per-string shape.
-PLAN_STRINGS = 1 << len(_TOKEN_SHAPES)
+PLAN_STRINGS = 2
 
 
 #: _PLAN_PATTERNS compiled for _plan_buffer (on first use; bound whole, never filled in
@@ -505,19 +517,20 @@ _NOT_USERS = frozenset({"mailto", "sip", "sips", "tel", "xmpp", "im", "pres", "n
 #: a possessive run, and the search resumes after the name word: linear.
 _PROSE_VALUE = r"[^\s'\"`,;<>()\[\]{}]"
 _PROSE_RE = re.compile(
-    r"(?i)(?<![a-z0-9])(tokens?|keys?|passwords?|passwd|passphrase|passcode|pwd|pin|otp"
-    r"|secrets?|credentials?|apikey|authorization)(?![a-z0-9])"
+    rf"(?i)(?<![a-z0-9])({_PROSE_NAMES_ALT})(?![a-z0-9])"
     # after ":" / "=": any value; after a space: 6+ characters holding a digit and a
     # letter (tested here, so ordinary prose yields no match to look at in Python)
     rf"(?:(\s?+:\s*+|\s*+=\s*+)['\"]?({_PROSE_VALUE}++)"
-    rf"|\s++(?:(?:is|was)\s++)?['\"]?(?={_PROSE_VALUE}{{6}})"
+    rf"|\s++(?:(?:is|was)\s++)?['\"]?(?:(?={_PROSE_VALUE}{{6}})"
     rf"(?=(?:(?!\d){_PROSE_VALUE})*+\d)(?=(?:(?![a-z]){_PROSE_VALUE})*+[a-z])"
+    # or, with no digit (a JSON-RPC error's "invalid key xQzVbNmKpLwR"): 12+ characters
+    # with 3+ capitals and 3+ small letters
+    rf"|(?={_PROSE_VALUE}{{12}})(?-i:(?=(?:(?:(?![A-Z]){_PROSE_VALUE})*+[A-Z]){{3}})"
+    rf"(?=(?:(?:(?![a-z]){_PROSE_VALUE})*+[a-z]){{3}})))"
     rf"({_PROSE_VALUE}++))"
 )
 #: Literals one of which (lower-cased) a text must hold for :data:`_PROSE_RE` to match.
-_PROSE_LITERALS = (
-    "token", "key", "pass", "pwd", "pin", "otp", "secret", "credential", "authorization"
-)
+_PROSE_LITERALS = (*_PROSE_WORDS, "pass")
 _PREV_WORD_RE = re.compile(r"([A-Za-z]{1,32})[ _\-]\Z")
 #: Names that are vocabulary, not values: ``["password", "token"]`` is a list of field
 #: names, not a name and its value.
@@ -745,6 +758,15 @@ def _is_name(value: Any) -> bool:
     )
 
 
+def _looks_mixed_case(value: str) -> bool:
+    """Whether a word with no digit looks random: 12+ characters, 3+ capitals and 3+
+    small letters (``xQzVbNmKpLwR``; ``OpenTelemetry``, ``JavaScript`` do not)."""
+    return (
+        len(value) >= 12 and sum(c.isupper() for c in value) >= 3
+        and sum(c.islower() for c in value) >= 3
+    )
+
+
 def _looks_like_secret(value: str) -> bool:
     """Whether a word that follows a secret name in prose is a credential, not prose:
     6+ characters mixing letters and digits (``invalid token expired`` stays)."""
@@ -795,6 +817,17 @@ _KV_VALUE_RE = re.compile(
     r"(?i:(?:bearer|basic|digest|token|negotiate|ntlm)\s+)?"
     r"(?:'([^'\n]*)'?|\"((?:[^\"\\\n]|\\.)*)\"?|((?:[^\s&;,\"'<>\\]|\\.)+))"
 )
+#: A header list's value (to the end of the line or of a quoted string) and its pairs.
+_COOKIE_LIST_RE = re.compile(r"[^\"\n\r]*+")
+_COOKIE_PAIR_RE = re.compile(r"([^=;,\s]++=)([^;,\s]*+)")
+#: A Python-repr key (``'secret':``, ``b'token':``) and the value after it: a quoted
+#: string (cut or not), a container's opening bracket, or a bare scalar.
+_REPR_PAIR_RE = re.compile(r"(?<![\w'])[bu]?'([^'\\\n]{1,128}+)'\s*+:\s*+")
+_REPR_VALUE_RE = re.compile(
+    r"[bu]?'((?:[^'\\\n]|\\.)*+)'?|[bu]?\"((?:[^\"\\\n]|\\.)*+)\"?|([\[{(])"
+    r"|([^\s,}\])'\"]++)"
+)
+_REPR_BRACKET_RE = re.compile(r"[\[\]{}()]")
 #: A percent-escape (``%3D``): a URL- or form-encoded text is scanned decoded too.
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 #: ``Bearer+token`` / ``Basic+…``: a form-encoded space after a scheme name.
@@ -814,7 +847,10 @@ _PAIR_NAME_TEXT_RE = re.compile(r'"([A-Za-z]{1,9})"\s*+:\s*+"([^"\\]*+(?:\\.[^"\
 #: the structure-free scan when it mixes upper case, lower case and digits.
 _B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
 _B64_CLASSES_B = (re.compile(rb"[0-9]"), re.compile(rb"[A-Z]"), re.compile(rb"[a-z]"))
-_GATE_LITERALS = ("=", ":", '"', "%", "earer", "EARER", "asic", *_SHAPE_LITERALS)
+_GATE_LITERALS = (
+    "=", ":", '"', "%", "earer", "EARER", "asic", "\x1b", "'", *_STRUCT_LITERALS,
+    *_SHAPE_LITERALS,
+)
 #: A text that starts with the end of a name and its separator: a line whose head was
 #: cut off (``word": "S"}``, ``ssword=S``: interleaved or cut writes, a read that
 #: started mid-line). Group 1 is the name's remaining part.
@@ -1013,20 +1049,16 @@ class SecretHasher:
         # every secret name, longest first (cut off the ends of key parts)
         self._vocabulary = tuple(sorted(set(self._needles) | self._words, key=len, reverse=True))
         self._re2_gate: Any = None  # compiled on first use (~6 ms)
-        shape_prefixes = (
-            r"(?-i:(?:^|[^A-Za-z0-9_\-])eyJ|(?:^|[^A-Za-z0-9])(?:sk-|[rsp]k_(?:live|test)_|"
-            r"gh[pousr]_|github_pat_|xox[abposre]-|AIza|glpat-|xapp-|npm_|hf_)"
-            r"|(?:^|[^A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA)"
-            r"|hooks\.slack\.com/|/api/webhooks/|api\.telegram\.org/bot"
-            r"|-----BEGIN[ A-Z0-9]*PRIV|[Bb]asic\s)"
-        )
         parts = [
-            *(_word_forms_re2(w) for w in sorted(self._words)),
+            *(_word_forms_re2(w) for w in sorted(self._words | LAST_WORDS)),
             *(_joined_re2(n) for n in self._needles),
-            shape_prefixes,
+            _TOKENS_PREFILTER,  # the rule set's token formats, a PEM key, a cut token
+            r"(?-i:[Bb]asic\s)|\x1b\[|identified\s|api\.telegram\.org/bot",
+            # (PuTTY fields and shadow, htpasswd and pgpass lines: name:, "$x$", host:port:)
+            r"(?:private-(?:lines|mac)|argon2-salt):|:(?:\$[0-9a-z]{1,8}\$|\{[a-z0-9\-]{3,10}\})"
+            r"|(?:^|[\s\"'])[a-z0-9_.*\-]+:(?:\d{1,5}|\*):[^:\s\"']+:[^:\s\"']+:[^\s\"':]",
             r"(?:\\?/){2}[^/\s\"]*@",  # URL userinfo (scheme-relative too)
             r":(?:\\?/){2}[^/\s\"@]*:[^/\s\"@]*\s*$",  # ... cut before its "@"
-            r"[?&;](?:" + "|".join(re.escape(q) for q in QUERY_NEEDLES) + r")=",
             r"%[0-9a-f]{2}",  # URL- or form-encoded text (scanned decoded)
             r"^\s*[a-z0-9+/]{20,}={0,2}\s*$",  # a bare base64 line (PEM body)
             # user:pass@host with no scheme; curl -u user:pass
@@ -1036,7 +1068,7 @@ class SecretHasher:
             # a name in prose ("invalid token X", "auth key: X"); the other names of
             # _PROSE_RE are long needles, matched above wherever they are
             # ("token: X" is a word form above; "api key: X" a long needle)
-            r"(?:^|[^a-z0-9])(?:tokens?|pwd|pin|otp|keys?)\s",
+            rf"(?:^|[^a-z0-9]){_PROSE_NAMES_ALT}\s",
             # a name-shaped string naming the next list element (["token", S],
             # [{"k": "pin"}, {"v": S}]); long needles are matched above anywhere
             r'\\*"[a-z0-9_.\-]*(?:' + "|".join(sorted(self._words))
@@ -1114,9 +1146,14 @@ class SecretHasher:
 
     def _names_secret_word(self, key: str) -> bool:
         joined = normalize_key(key)
-        return joined not in self._exceptions and (
-            any(w in self._words for w in key_words(key))
+        if joined in self._exceptions:
+            return False
+        words = key_words(key)
+        return (
+            any(w in self._words for w in words)
             or any(n in joined for n in self._needles)
+            or (bool(words) and words[-1] in LAST_WORDS
+                and (len(words) == 1 or words[-2] not in REFERENCE_WORDS))
         )
 
     def _wildcard_secret(self, skel: str) -> bool:
@@ -1143,9 +1180,6 @@ class SecretHasher:
                     if probe in rest and (n not in self._words or rest == probe):
                         return True
         return False
-
-    def _is_query_secret(self, name: str) -> bool:
-        return name.lower() in QUERY_NEEDLES or self.is_secret_key(name)
 
     # ------------------------------------------------------------------ digests
     def digest(self, value: Any) -> str:
@@ -1215,7 +1249,9 @@ class SecretHasher:
                         # {"name": "DB_PASSWORD", "value": …} (k8s env, HAR headers, tags)
                         secret = self._names_secret(f[0])
                     if secret:
-                        new = self._hash_value(v, found)
+                        # a secret *name* is no secret: {"key": "client_secret"}, S
+                        new = (v if k in _PAIR_NAME_KEYS and self._names_next(v)
+                               else self._hash_value(v, found))
                         # a key can hold a secret too ("Bearer …", "token=…", "secret_S")
                         new_k = self.scrub_str(k, found) if strings and gate(k) else k
                         new_k = self._scrub_key_name(new_k, found)
@@ -1394,19 +1430,9 @@ class SecretHasher:
         # parsing (one pass over the line, not one per string). Which formats to run is
         # decided by plain substring tests (C, linear, no per-match Python work however
         # many times a literal repeats).
-        if plan is None:
-            for lits, rx in _SHAPES_B:  # in _TOKEN_SHAPES order, like the string path
-                for x in lits:
-                    if x in line:
-                        src = rx.sub(lambda m: self._hash_bytes(m.group(0), found), src)
-                        break
-            strings = _strings_may_hold_shape(line)
-        else:
-            if plan & _PLAN_SHAPE_BITS:
-                for i, (_, rx) in enumerate(_SHAPES_B):
-                    if plan >> i & 1:
-                        src = rx.sub(lambda m: self._hash_bytes(m.group(0), found), src)
-            strings = bool(plan & PLAN_STRINGS)
+        if plan is None or plan & PLAN_TOKENS:
+            src = self._tokens_bytes(src, found)
+        strings = _strings_may_hold_shape(line) if plan is None else bool(plan & PLAN_STRINGS)
         try:
             obj = orjson.loads(src)
         except orjson.JSONDecodeError:
@@ -1440,6 +1466,41 @@ class SecretHasher:
             return orjson.dumps(red), (found[0] if found else None)
         except (ValueError, TypeError, RecursionError):
             return self._scrub_bytes(line)
+
+    def _tokens_bytes(self, src: bytes, found: list[str]) -> bytes:
+        """``src`` with every token format of the rule set (and a PEM key) hashed; a rule
+        runs only when one of its literals is in the text (substring tests, in C)."""
+        if b"-----BEGIN" in src:
+            src = _PEM_RE_B.sub(lambda m: self._hash_bytes(m.group(0), found), src)
+        for r in TOKEN_RULES:
+            for x in r.literals_b:
+                if x in src:
+                    src = r.rx_b.sub(lambda m, g=r.group: self._value_b(m, g, found), src)
+                    break
+        return src
+
+    def _tokens_str(self, text: str, found: list[str]) -> str:
+        """:meth:`_tokens_bytes` for a string (as UTF-8: token formats are ASCII; lone
+        surrogates, which RE2 refuses in a string, pass through)."""
+        raw = text.encode("utf-8", "surrogatepass")
+        out = self._tokens_bytes(raw, found)
+        return text if out is raw else out.decode("utf-8", "surrogatepass")
+
+    def _value_b(self, m: Any, g: int, found: list[str]) -> bytes:
+        s, e = m.span(g)
+        base, whole = m.start(), m.group(0)
+        d = _DIGEST_B_RE.match(m.string, max(0, s - len(HASH_PREFIX)))
+        if d is not None and d.start() <= s < d.end():  # hashed before: kept, recorded
+            found.append(d.group(0).decode())
+            return whole
+        return whole[: s - base] + self._hash_bytes(m.group(g), found) + whole[e - base :]
+
+    def _hash_named(self, m: re.Match[str], found: list[str]) -> str:
+        """A structural rule's match with its (one) set value group hashed."""
+        g = next(k for k in ("v", "w", "x") if k in m.re.groupindex and m.group(k))
+        s, e = m.span(g)
+        base, whole = m.start(), m.group(0)
+        return whole[: s - base] + self._hash_match(m.group(g), found) + whole[e - base :]
 
     def _hash_bytes(self, secret: bytes, found: list[str]) -> bytes:
         return self._hash_match(secret.decode("utf-8", "surrogateescape"), found).encode()
@@ -1527,9 +1588,14 @@ class SecretHasher:
         if found is None:
             found = []
         out = text
-        for lits, rx in _SHAPES:
-            if any(x in out for x in lits):
-                out = rx.sub(lambda m: self._hash_match(m.group(0), found), out)
+        if "\x1b" in out:  # ANSI colours around a name or its separator
+            out = _ANSI_RE.sub("", out)
+        out = self._tokens_str(out, found)
+        for x in _STRUCT_LITERALS:  # (a plain loop: faster than any())
+            if x in out:
+                for rx in _STRUCT_RES:
+                    out = rx.sub(lambda m: self._hash_named(m, found), out)
+                break
         if tail:
             # Both tail rules match only at the end: run them on a window that holds any
             # possible match (not the whole text, where ``re`` would try every position).
@@ -1570,6 +1636,8 @@ class SecretHasher:
                 out = self._scan_kv(out, found)
             if '"' in out:
                 out = self._scan_json_text(out, found, _depth)
+        if "'" in out and ":" in out:  # Python repr: {'secret': 'S'} (what print(args) writes)
+            out = self._scan_repr(out, found)
         if "<" in out and ">" in out:
             out = self._scan_xml(out, found)
         if '-p' in out or '-P' in out:
@@ -1782,7 +1850,8 @@ class SecretHasher:
             if (
                 not value
                 or _digest_at(src, m.start(g), found)
-                or (not explicit and not _looks_like_secret(value))
+                or (not explicit and not _looks_like_secret(value)
+                    and not _looks_mixed_case(value))
             ):
                 continue
             s = m.start(g)
@@ -1813,6 +1882,37 @@ class SecretHasher:
             pieces.append(text[last : m.start(1)])
             pieces.append(self._hash_match(v, found))  # (the value as parsed: ingest's digest)
             last = m.end(1)
+        if not pieces:
+            return text
+        pieces.append(text[last:])
+        return "".join(pieces)
+
+    def _scan_repr(self, text: str, found: list[str]) -> str:
+        """Hash values under secret keys in Python-repr pairs (``{'secret': 'S'}``,
+        ``{'token': b'S'}``, ``{'auth': {'user': 'u'}}``), read like JSON pairs."""
+        pieces: list[str] = []
+        last = 0
+        for m in _REPR_PAIR_RE.finditer(text):
+            if not self.is_secret_key(m.group(1)):
+                continue
+            s = m.end(1) + 1
+            vm = _REPR_VALUE_RE.match(text, m.end())
+            if vm is None or not vm.group(vm.lastindex or 1):
+                continue
+            g = vm.lastindex or 1
+            vs, ve = vm.span(g)
+            if vm.group(g)[:1] in "[{(":  # a container: up to its closing bracket
+                depth, ve = 0, len(text)
+                for b in _REPR_BRACKET_RE.finditer(text, vs):
+                    depth += 1 if b.group(0) in "[{(" else -1
+                    if depth == 0:
+                        ve = b.end()
+                        break
+            if vs < last or _digest_at(text, vs, found):
+                continue
+            pieces.append(text[last:vs])
+            pieces.append(self._hash_match(text[vs:ve], found))
+            last = max(ve, s)
         if not pieces:
             return text
         pieces.append(text[last:])
@@ -1853,7 +1953,7 @@ class SecretHasher:
                 break
             pos = m.end()
             run, sep = m.group(1), m.group(2)
-            if cache.get(run) is False and (sep != "=" or run.lower() not in QUERY_NEEDLES):
+            if cache.get(run) is False:
                 continue  # the common case, cheaply
             # the name as a bounded pattern found it: the run's last 64 characters, from
             # the first letter among them
@@ -1863,15 +1963,18 @@ class SecretHasher:
             name = nm.group(0)
             if sep != "=" and name[-1].isdigit():  # "T10:00" is a time, not a pair
                 continue
-            # a query-only name (sig, key) counts only as a query parameter: "key: value"
-            # in prose is not one
-            if not (
-                self.is_secret_key(name)
-                or (sep == "=" and name.lower() in QUERY_NEEDLES
-                    and m.start(1) + len(run) - len(name) > 0
-                    and text[m.start(1) + len(run) - len(name) - 1] in "?&;#")
-            ):
+            if not self.is_secret_key(name):
                 continue
+            if sep != "=" and normalize_key(name).endswith("cookie"):
+                # a header list: every cookie of ``Cookie: a=1; sid=S`` (names kept)
+                c = _COOKIE_LIST_RE.match(text, pos)
+                if c is not None and "=" in c.group(0):
+                    pieces.append(text[last:pos])
+                    pieces.append(_COOKIE_PAIR_RE.sub(
+                        lambda cm: cm.group(1) + self._hash_match(cm.group(2), found)
+                        if cm.group(2) else cm.group(0), c.group(0)))
+                    last = pos = c.end()
+                    continue
             v = _KV_VALUE_RE.match(text, pos)
             if v is None:
                 continue
@@ -1965,7 +2068,7 @@ class SecretHasher:
                 last = end
             if vstart >= n:
                 continue
-            vend, rep = self._value_at(text, vstart, found)
+            vend, rep = self._value_at(text, vstart, found, key in _PAIR_NAME_KEYS)
             if rep is not None:
                 pieces.append(text[last:vstart])
                 pieces.append(rep)
@@ -1993,13 +2096,19 @@ class SecretHasher:
                 return True
         return False
 
-    def _value_at(self, text: str, start: int, found: list[str]) -> tuple[int, str | None]:
-        """End of the JSON value starting at ``start`` and its replacement (or None)."""
+    def _value_at(
+        self, text: str, start: int, found: list[str], name_slot: bool = False
+    ) -> tuple[int, str | None]:
+        """End of the JSON value starting at ``start`` and its replacement (or None);
+        ``name_slot``: under a name key (``{"key": "client_secret"}``), a secret name
+        is kept (it names the next value)."""
         ch = text[start]
         if ch == '"':
             m = _STR_RE.match(text, start)
             assert m is not None
             value = _loose_unescape(m.group(1))
+            if name_slot and self._names_next(value):
+                return start, None  # (scanned next as a list element naming the next)
             if _starts_with_digest(value, found):
                 return m.end(), None
             close = '"' if m.group(2) else ""

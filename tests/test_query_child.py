@@ -238,3 +238,34 @@ def test_result_bytes_are_capped(store: Store):
     assert res.truncated and res.cut == "bytes"
     assert 0 < res.table.num_rows < 100
     assert res.table.nbytes <= 1 << 20
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_both_start_methods_answer_and_bound(store: Store, method: str):
+    """The CLI forks itself (one thread); the dashboard (Streamlit's threads) forks the
+    fork server. Both answer, and both keep the memory cap."""
+    from toolwatch import query_child
+    from toolwatch.store import DATASETS
+
+    files = {n: store.files(n) for n in DATASETS}
+    res = query_child.run(store.root, files, "SELECT count(*) AS n FROM events", None,
+                          QueryConfig(), start_method=method)
+    assert res.table.to_pylist() == [{"n": 40}]
+    with pytest.raises(QueryMemoryError):
+        query_child.run(store.root, files, "SELECT len(range(250000000))", None,
+                        QueryConfig(), start_method=method)
+
+
+def test_a_threaded_caller_uses_the_fork_server():
+    import threading
+
+    from toolwatch import query_child
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert not query_child._fork_is_safe()
+    finally:
+        stop.set()
+        t.join()

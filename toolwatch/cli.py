@@ -169,12 +169,7 @@ def query(
 
     from toolwatch.errors import QueryRefusedError
     from toolwatch.output import write_rows
-    from toolwatch.query_child import (
-        QueryCrashedError,
-        QueryMemoryError,
-        QueryTimeoutError,
-        warm,
-    )
+    from toolwatch.query_child import QueryCrashedError, QueryMemoryError, QueryTimeoutError
 
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
@@ -187,9 +182,8 @@ def query(
             **({"max_rows": max_rows} if max_rows is not None else {}),
             **({"timeout_seconds": timeout} if timeout is not None else {}),
         )
-        store = _existing_store(cfg.data_dir)
-        warm()  # the fork server imports while this process lists the store's files
-        res = store.run_query(sql, limits=limits)
+        # A plain fork of this single-threaded process runs the query (no fork server).
+        res = _existing_store(cfg.data_dir).run_query(sql, limits=limits)
     except QueryRefusedError as exc:
         raise fail(exc, 2) from None
     except QueryTimeoutError as exc:
@@ -229,15 +223,12 @@ def schema_cmd(
     Example: toolwatch schema -d .toolwatch/demo/store -f csv
     """
     from toolwatch.output import write_rows
-    from toolwatch.query_child import warm
 
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     try:
         cfg = config_for(config, data_dir)
-        store = _existing_store(cfg.data_dir)
-        warm()
-        tbl = store.schema_listing(cfg.query)
+        tbl = _existing_store(cfg.data_dir).schema_listing(cfg.query)
     except ToolwatchError as exc:
         raise fail(exc) from None
     try:

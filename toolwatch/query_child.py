@@ -94,6 +94,31 @@ class _Process(_CTX.Process):  # type: ignore[name-defined,misc]
         return _Popen(process_obj)
 
 
+_FORK = multiprocessing.get_context("fork")
+
+
+def _os_threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1 << 30
+
+
+#: OS threads once DuckDB and pyarrow are imported: pyarrow starts jemalloc's background
+#: thread and one more of its own at import, both fork-aware (pthread_atfork handlers).
+_IMPORT_THREADS = _os_threads()
+
+
+def _fork_is_safe() -> bool:
+    """Whether a plain fork of this process copies no lock another thread may hold: no
+    Python thread but this one, and no OS thread beyond those of the imports (a DuckDB
+    connection's workers, Streamlit's threads, a live pipeline's would all show). The
+    CLI: yes; the dashboard: no."""
+    import threading
+
+    return threading.active_count() == 1 and _os_threads() <= _IMPORT_THREADS
+
+
 class QueryTimeoutError(QueryError):
     """The query's child was killed at the timeout."""
 
@@ -133,6 +158,7 @@ def run(
     *,
     incident_config: Any = None,
     mode: str = "query",
+    start_method: str | None = None,
 ) -> ChildResult:
     """Run ``sql`` in a child process with the bounds of ``limits``.
 
@@ -152,6 +178,10 @@ def run(
     mode
         ``"query"``, or ``"schema"``: ``sql`` is ignored and the result lists every view
         through the guard (view, column, type).
+    start_method
+        ``"fork"`` or ``"forkserver"``; by default a plain fork when no other thread
+        could hold a lock (:func:`_fork_is_safe`; the CLI: no second interpreter to
+        start), else a fork of the fork server (threads and fork do not mix).
 
     Raises
     ------
@@ -177,8 +207,10 @@ def run(
         "catalog": query_guard.catalog(),
     }
     reader, writer = _CTX.Pipe(duplex=False)
-    proc = _Process(target=_child_main, args=(writer, spec), daemon=True,
-                        name="toolwatch-query")
+    if start_method is None:
+        start_method = "fork" if _fork_is_safe() else "forkserver"
+    cls = _FORK.Process if start_method == "fork" else _Process
+    proc = cls(target=_child_main, args=(writer, spec), daemon=True, name="toolwatch-query")
     try:
         proc.start()
         writer.close()

@@ -18,25 +18,35 @@ from pathlib import Path
 
 import streamlit as st
 from toolwatch.dashboard import ui
-from toolwatch.dashboard.launch import LOGIN_THROTTLE
+from toolwatch.dashboard.launch import LOGIN_THROTTLE, PROXY_HEADER_ENV, client_address
 
 ICON = Path(__file__).resolve().parent / "icon.png"
 
 
 def _client_address() -> str | None:
+    """The client's address: the trusted proxy header's when configured, else the peer's."""
     try:
         addr = st.context.ip_address
     except Exception:  # no client context
-        return None
-    return addr if isinstance(addr, str) else None  # None on localhost (and in AppTest)
+        addr = None
+    peer = addr if isinstance(addr, str) else None  # None on localhost (and in AppTest)
+    header = os.environ.get(PROXY_HEADER_ENV, "")
+    if not header:
+        return peer
+    try:
+        headers = dict(st.context.headers)
+    except Exception:  # no request context
+        headers = {}
+    return client_address(peer, headers, header)
 
 
 def _password_gate() -> bool:
     """Ask for the shared password once per session; True when access is granted.
 
     Wrong guesses are throttled per client address and for the whole process
-    (:data:`toolwatch.dashboard.launch.LOGIN_THROTTLE`), not per browser session: a password is not
-    even checked while its address (or the process) is in its back-off.
+    (:data:`toolwatch.dashboard.launch.LOGIN_THROTTLE`), not per browser session: during a
+    back-off an attempt is held before it is checked, but the right password is never
+    refused (so nobody can lock the analysts out by failing on purpose).
     """
     expected = os.environ.get("TOOLWATCH_DASHBOARD_PASSWORD", "")
     if not expected or st.session_state.get("_authed"):
@@ -46,19 +56,15 @@ def _password_gate() -> bool:
         pw = st.text_input("Password", type="password")
         ok = st.form_submit_button("Sign in")
     if ok:
-        addr = _client_address()
-        wait = LOGIN_THROTTLE.wait_s(addr)
-        if wait > 0:
-            st.error(f"Too many wrong passwords: try again in {wait:.0f} s.")
-            return False
-        good = hmac.compare_digest(
-            hashlib.sha256(pw.encode()).digest(), hashlib.sha256(expected.encode()).digest()
+        good, _held = LOGIN_THROTTLE.attempt(
+            _client_address(),
+            lambda: hmac.compare_digest(
+                hashlib.sha256(pw.encode()).digest(), hashlib.sha256(expected.encode()).digest()
+            ),
         )
         if good:
-            LOGIN_THROTTLE.succeeded(addr)
             st.session_state["_authed"] = True
             st.rerun()
-        LOGIN_THROTTLE.failed(addr)
         st.error("Wrong password.")
     return False
 

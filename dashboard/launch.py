@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -22,6 +22,7 @@ import typer
 
 APP = Path(__file__).resolve().parent / "app.py"
 PASSWORD_ENV = "TOOLWATCH_DASHBOARD_PASSWORD"  # noqa: S105 - a variable name
+PROXY_HEADER_ENV = "TOOLWATCH_DASHBOARD_TRUSTED_PROXY_HEADER"
 
 
 @dataclass
@@ -44,6 +45,13 @@ class LoginThrottle:
     ``process_per_min`` per minute, so spoofed or rotating addresses cannot multiply the
     rate either. A success clears its address's count (not the process bucket).
 
+    The back-off *delays* attempts, it never refuses one (:meth:`attempt`): an attempt
+    made during a wait is held for the wait (at most ``max_delay_s``) and then checked,
+    so the right password always gets in and nobody can lock the analysts out by
+    failing on purpose. Attempts from one address are checked one at a time, so parallel
+    sessions from that address do not multiply its rate; the delay is applied before
+    the check, so its length tells nothing about the guess.
+
     Parameters
     ----------
     base_s
@@ -56,6 +64,8 @@ class LoginThrottle:
         Failures per minute the whole process tolerates in the long run.
     free_failures
         Failures per address before its back-off starts.
+    max_delay_s
+        Longest an attempt is held before its password is checked, in seconds.
     clock
         Monotonic clock (a parameter so tests need not sleep).
     """
@@ -65,11 +75,14 @@ class LoginThrottle:
     process_burst: float = 10.0
     process_per_min: float = 10.0
     free_failures: int = 1
+    max_delay_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
     _by_addr: dict[str, _Failures] = field(default_factory=dict)
     _tokens: float | None = None
     _stamp: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _addr_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
     def _refill(self, now: float) -> None:
         if self._tokens is None:
@@ -109,6 +122,74 @@ class LoginThrottle:
         """Clear ``addr``'s failures after a correct password."""
         with self._lock:
             self._by_addr.pop(addr or "?", None)
+
+    def _addr_lock(self, addr: str | None) -> threading.Lock:
+        with self._lock:
+            if len(self._addr_locks) > 10_000:  # bounded: drop locks nobody holds
+                self._addr_locks = {a: k for a, k in self._addr_locks.items() if k.locked()}
+            return self._addr_locks.setdefault(addr or "?", threading.Lock())
+
+    def attempt(self, addr: str | None, check: Callable[[], bool]) -> tuple[bool, float]:
+        """Check one password attempt from ``addr`` under the back-off.
+
+        Parameters
+        ----------
+        addr
+            The client's address (None when unknown: all such clients share one key).
+        check
+            Compares the submitted password with the expected one (constant time).
+
+        Returns
+        -------
+        tuple of (bool, float)
+            Whether the password was right, and how long the attempt was held first.
+            A right password is always accepted, whatever the back-off.
+        """
+        with self._addr_lock(addr):  # one attempt at a time per address
+            delay = min(self.wait_s(addr), self.max_delay_s)
+            if delay > 0:
+                self.sleep(delay)
+            good = bool(check())
+            if good:
+                self.succeeded(addr)
+            else:
+                self.failed(addr)
+            return good, delay
+
+
+def client_address(
+    peer: str | None, headers: Mapping[str, str] | None, trusted_header: str
+) -> str | None:
+    """The address the login back-off is keyed by.
+
+    Parameters
+    ----------
+    peer
+        The TCP peer address Streamlit reports (None on localhost).
+    headers
+        The request headers (any case).
+    trusted_header
+        Header set by a trusted reverse proxy (e.g. ``X-Forwarded-For``); empty means
+        headers are never trusted. Behind a proxy the peer is the proxy, so without this
+        every client would share one key.
+
+    Returns
+    -------
+    str or None
+        The last address in the header (the one the proxy appended; entries to its
+        left are whatever the client sent) when it parses as an IP address, else the peer.
+    """
+    if trusted_header and headers:
+        want = trusted_header.lower()
+        for name, value in headers.items():
+            if name.lower() != want or not isinstance(value, str):
+                continue
+            last = value.rsplit(",", 1)[-1].strip().strip("[]")
+            try:
+                return str(ipaddress.ip_address(last))
+            except ValueError:
+                break
+    return peer
 
 
 #: The dashboard process's throttle (imported by dashboard/app.py in every session).
@@ -183,6 +264,14 @@ def dashboard_command(
             "--insecure-no-auth", help="Allow binding beyond localhost without a password."
         ),
     ] = False,
+    trusted_proxy_header: Annotated[
+        str | None,
+        typer.Option(
+            "--trusted-proxy-header",
+            help="Header a reverse proxy sets to the client address (e.g. X-Forwarded-For); "
+            "the login back-off is keyed by it. Default: [dashboard] trusted_proxy_header.",
+        ),
+    ] = None,
 ) -> None:
     """Open the review dashboard (Streamlit) on the store; prints its URL.
 
@@ -217,6 +306,15 @@ def dashboard_command(
             f"note: store {root} does not exist yet; the dashboard will show it empty", err=True
         )
     env["TOOLWATCH_DATA_DIR"] = str(root)
+    header = (
+        trusted_proxy_header
+        if trusted_proxy_header is not None
+        else cfg.dashboard.trusted_proxy_header
+    )
+    if header:
+        env[PROXY_HEADER_ENV] = header
+    else:
+        env.pop(PROXY_HEADER_ENV, None)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host  # noqa: S104
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"

@@ -171,6 +171,19 @@ class AnalyzeConfig:
 
 
 @dataclass
+class DashboardConfig:
+    """Settings of ``toolwatch dashboard``."""
+
+    trusted_proxy_header: str = doc(
+        "Header a reverse proxy in front of the dashboard sets to the client's address "
+        "(e.g. 'X-Forwarded-For'; its last entry is used). Empty (default): the header is "
+        "never trusted and the login back-off is keyed by the TCP peer address. Set it "
+        "only when every request passes through that proxy: a client could forge it.",
+        "",
+    )
+
+
+@dataclass
 class Config:
     """Root of the toolwatch configuration."""
 
@@ -179,6 +192,7 @@ class Config:
     secrets: SecretsConfig = doc("Secret hashing settings.", factory=SecretsConfig)
     query: QueryConfig = doc("Bounds of forensic SQL queries.", factory=QueryConfig)
     analyze: AnalyzeConfig = doc("Memory bounds of analyze.", factory=AnalyzeConfig)
+    dashboard: DashboardConfig = doc("Dashboard settings.", factory=DashboardConfig)
     detectors: dict[str, Any] = doc(
         "Detector thresholds and windows (see docs/detectors.md); parsed by "
         "detectors.config.DetectorsConfig.",

@@ -5,15 +5,20 @@ secret (a one-pass RE2 prefilter, :attr:`SecretHasher.candidate_pattern`, picks 
 of a batch, so lines without one cost nearly nothing):
 
 1. **By key.** The value under a secret-like key (``apiKey``, ``password``, ``pwd``,
-   ``privateKey``, ``credentials`` … see :data:`WORD_NEEDLES` / :data:`LONG_NEEDLES`) is
+   ``privateKey``, ``credentials`` … see :data:`WORD_NEEDLES` / :data:`LONG_NEEDLES`; a
+   key *ending* in a word of the rule set's vocabulary, :data:`LAST_WORDS`: ``STRIPE_KEY``,
+   ``X-Goog-Signature``, ``sid``; never a business or idempotency key) is
    replaced *whole* — string, number, boolean, list or object — by one ``hmac:<32 hex>``
    digest of its canonical serialization, so neither the secret nor its structure is kept.
    Key names are normalized (camelCase, snake_case, kebab-case, dotted, any case) first.
 2. **By shape.** In any string: URL credentials (``scheme://user:pass@``), query and
    ``name=value`` parameters (``?token=``, ``api_key=``, ``sig=``), ``Bearer``/``Basic``
-   credentials, and well-known token formats (JWT, ``sk-``, ``ghp_``, ``xoxb-``,
-   ``AKIA…``, PEM private keys) are hashed in place; JSON embedded in a string is
-   scanned too.
+   credentials, every cookie of a ``Cookie:`` header, Python-repr pairs, file formats
+   (PEM and PuTTY keys, shadow/htpasswd/pgpass lines, SQL ``IDENTIFIED BY``) and the
+   token formats of a maintained rule set (CredSweeper's, read by
+   :mod:`toolwatch.secret_rules`: ``ya29.``, ``whsec_``, ``hvs.``, ``SG.``, ``ghp_`` …)
+   are hashed in place; JSON embedded in a string is scanned too, and ANSI escapes are
+   dropped first.
 3. **Without structure.** A line that does not parse (truncated, over-long, nested
    beyond the JSON library's limit) is scrubbed by :meth:`SecretHasher.scrub_text`, a
    scanner that needs no closing quote or bracket: from a secret-like key everything up
@@ -1192,8 +1197,9 @@ class SecretHasher:
         Returns
         -------
         list[int]
-            Per line, a bit mask: bit ``i`` = token format ``i`` of :data:`_TOKEN_SHAPES`
-            may be present, bit :data:`PLAN_STRINGS` = some string may hold a shape.
+            Per line, a bit mask: bit :data:`PLAN_TOKENS` = some token format of the
+            rule set (or a PEM key) may be present, bit :data:`PLAN_STRINGS` = some
+            string may hold a shape.
         """
         n = len(lines)
         if n == 0:

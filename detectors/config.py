@@ -378,6 +378,17 @@ class ToolLoopConfig:
         "with jitter).",
         0.25,
     )
+    probe_quiet: bool = doc(
+        "A read repeated on a fixed timer is a scheduled probe (a CI health check, a "
+        "monitor), not a loop: one read call whose gaps are at least probe_min_gap_s and "
+        "vary by at most probe_max_cv (coefficient of variation), below streak_hi repeats. "
+        "An agent stuck in a loop is paced by its own inference, which varies; a loop of "
+        "writes or of several calls, or a timer that runs past streak_hi, still counts.",
+        True,
+    )
+    probe_min_gap_s: float = doc("Median seconds between a probe's calls, at least.", 5.0)
+    probe_max_cv: float = doc(
+        "Largest coefficient of variation of a probe's gaps (a timer with jitter).", 0.15)
     reread_quiet: bool = doc(
         "A streak at human pace whose responses keep changing is someone re-reading the "
         "files they are working on (a review loop over one's own documents), not a stuck "

@@ -216,7 +216,7 @@ class ToolLoopDetector(_SequenceDetector):
         # in-memory query up to the streaks (the steps were ~7 eager queries, a fixed cost
         # of every pass); rows are sorted by (session, time, event), as before.
         ev = _seq(features).lazy().select(
-            "sh", "t", "i", "ch", "status", "tool", "server", "bk", "bkh", "bytes",
+            "sh", "t", "i", "ch", "status", "tool", "server", "bk", "bkh", "bytes", "tool_role",
         ).join(cand.lazy().select("sh"), on="sh", how="semi", maintain_order="left").sort(
             ["sh", "t", "i"])
         key = pl.struct("ch", pl.col("status").fill_null("")).hash(SEED)
@@ -229,7 +229,7 @@ class ToolLoopDetector(_SequenceDetector):
         if poll:
             ev = self._changes(ev)
         reread = s.reread_quiet
-        if reread:
+        if reread or poll:
             # A repeat is "new" when its call never returned this result (size, outcome)
             # before in the session: the thing read has changed since.
             ev = ev.with_columns(pl.struct(
@@ -248,9 +248,19 @@ class ToolLoopDetector(_SequenceDetector):
                 *(self._change_point() if poll else []),
                 *([pl.col("_new").mean().alias("_new_share"),
                    (pl.col("t").diff().median() / 1e6).alias("_gap_s")] if reread else []),
+                *(self._schedule() if s.probe_quiet else []),
             )
             .collect(engine="in-memory")
         )
+        if s.probe_quiet:
+            # A read on a fixed timer (a health check, a monitor) is a scheduled probe: a
+            # machine's clock paces it, where an agent stuck in a loop is paced by its own
+            # inference and tool latency, which vary.
+            probe = ((pl.col("cycle") == 1) & pl.col("_p_read")
+                     & (pl.col("streak") < s.streak_hi)
+                     & (pl.col("_p_med_s") >= s.probe_min_gap_s)
+                     & (pl.col("_p_cv") <= s.probe_max_cv)).fill_null(False)
+            streaks = streaks.filter(~probe).drop("_p_read", "_p_med_s", "_p_cv")
         if poll:
             streaks = self._drop_finished_polls(streaks, ev)
         if reread:
@@ -293,6 +303,17 @@ class ToolLoopDetector(_SequenceDetector):
         )
 
     @staticmethod
+    def _schedule() -> list[pl.Expr]:
+        """Aggregations of a streak for the scheduled-probe rule: read-only, the median gap
+        and the gaps' coefficient of variation."""
+        gaps = pl.col("t").diff().drop_nulls().cast(pl.Float64)
+        return [
+            pl.col("tool_role").is_in(["read", "list_search"]).all().alias("_p_read"),
+            (gaps.median() / 1e6).alias("_p_med_s"),
+            (gaps.std() / gaps.mean()).alias("_p_cv"),
+        ]
+
+    @staticmethod
     def _change_point() -> list[pl.Expr]:
         """Aggregations of a streak: whether it is a poll whose response changed at its end
         (``_fin``) and that change's time, business key and tool (``_c_t``, ``_c_bkh``,
@@ -311,7 +332,10 @@ class ToolLoopDetector(_SequenceDetector):
             (at_last | after).alias("_fin"),
             # The poll's shape: gaps that (almost) never shrink — a back-off, or a fixed
             # interval — and their spread, for _drop_finished_polls.
-            ((pl.col("_chg").cum_sum() > 0).sum().cast(pl.Int64) - 1).clip(0).alias("_after_chg"),
+            # Repeats of an already-seen result once the response has changed: polling on
+            # after the job finished (a progress poll returns a new result every time).
+            ((pl.col("_chg").cum_sum() > 0) & ~pl.col("_new")).sum().cast(pl.Int64)
+            .alias("_after_chg"),
             (gaps >= gaps.shift(1) * 0.9).drop_nulls().mean().alias("_g_nondec"),
             (gaps.std() / gaps.mean()).alias("_g_cv"),
             (gaps.median() / 1e6).alias("_g_med_s"),
@@ -352,7 +376,9 @@ class ToolLoopDetector(_SequenceDetector):
         ).fill_null(False)
         cand = streaks.filter(pl.col("_fin") | shape).with_columns(shape.alias("_shape"))
         step = pl.DataFrame(schema={"sh": pl.UInt64, "_run": pl.UInt32})
-        keyed = cand.with_columns(pl.coalesce("_c_bkh", "_l_bkh").alias("_k_bkh")).filter(
+        # The streak's own key (the _c_* columns describe the next call even when it is
+        # no change of this one).
+        keyed = cand.with_columns(pl.col("_l_bkh").alias("_k_bkh")).filter(
             pl.col("_k_bkh").is_not_null()).select("sh", "_run", "_l_t", "_k_bkh", "_l_tool")
         if keyed.height:
             nxt = ev.select("sh", pl.col("bkh").alias("_k_bkh"), pl.col("t").alias("_t2"),

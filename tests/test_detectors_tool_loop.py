@@ -16,6 +16,7 @@ from toolwatch import detectors
 
 T = T0 + timedelta(hours=3)
 OFF = {"tool_loop": {"finished_poll_quiet": False}}
+NO_PROBE = {"tool_loop": {"probe_quiet": False}}
 
 
 def _poll(tr: Traffic, sid: str, *, polls: int = 40, gaps: list[float] | None = None,
@@ -49,33 +50,64 @@ def _loops(tr: Traffic, cfg: dict | None = None) -> set[str]:
     return set(res.alerts.filter(pl.col("category") == "tool_loop")["session_id"].to_list())
 
 
-@pytest.fixture(scope="module")
-def mixed() -> Traffic:
+#: Gaps of an agent's own pace (its inference and tool latency vary): no poll's shape.
+AGENT_GAPS = [3.0, 7.5, 4.2, 9.1, 5.5, 2.4]
+
+
+def _mixed(gaps: list[float]) -> Traffic:
     tr = Traffic(seed=3)
     tr.background(days=2, users=20, per_day=2)
-    _poll(tr, "finished", caller="a")
-    _poll(tr, "finished-error", end="outcome", follow="get_job_logs", caller="b")
-    _poll(tr, "never-changes", end=None, caller="c")
-    _poll(tr, "loops-after-change", after=30, follow=None, caller="d")
-    _poll(tr, "loops-after-change-then-next", after=30, caller="e")
-    _poll(tr, "changed-no-next-step", follow=None, caller="f")
-    _poll(tr, "next-step-other-key", caller="g", follow=None)
+    _poll(tr, "finished", caller="a", gaps=gaps)
+    _poll(tr, "finished-error", end="outcome", follow="get_job_logs", caller="b", gaps=gaps)
+    _poll(tr, "never-changes", end=None, caller="c", gaps=gaps)
+    _poll(tr, "loops-after-change", after=30, follow=None, caller="d", gaps=gaps)
+    _poll(tr, "loops-after-change-then-next", after=30, caller="e", gaps=gaps)
+    _poll(tr, "changed-no-next-step", follow=None, caller="f", gaps=gaps)
+    _poll(tr, "next-step-other-key", caller="g", follow=None, gaps=gaps)
     tr.call("next-step-other-key", T + timedelta(hours=1), "download_result", caller="g",
             server="analytics", resource_key="jobId", resource_id="job_other")
     return tr
 
 
+@pytest.fixture(scope="module")
+def mixed() -> Traffic:
+    return _mixed(AGENT_GAPS)
+
+
 def test_finished_poll_is_quiet_and_loops_alert(mixed: Traffic) -> None:
-    """A fixed-interval poll that ends (its response changes, or the job's next step
-    follows on the same key) is quiet; one that goes on repeating after its response
-    changed is a loop, whatever follows."""
-    assert _loops(mixed) == {"loops-after-change", "loops-after-change-then-next"}
+    """At an agent's irregular pace a streak is a finished poll only when its response
+    changes *and* the job's next step follows on the same key."""
+    assert _loops(mixed) == {"never-changes", "loops-after-change",
+                             "loops-after-change-then-next", "changed-no-next-step",
+                             "next-step-other-key"}
+
+
+def test_poll_shaped_streak_that_ends_is_quiet() -> None:
+    """Gaps growing like a back-off: one end (a changed response, or the next step on the
+    same key) is enough; polling on after the response changed is still a loop."""
+    tr = _mixed([min(2.0 * 1.5 ** k, 30.0) for k in range(40)])
+    assert _loops(tr) == {"loops-after-change", "loops-after-change-then-next"}
+
+
+def test_read_on_a_fixed_timer_is_a_probe_but_a_write_loop_is_not() -> None:
+    """A health check every 10 s (±0.3 s) is monitoring; the same timer on a write, or an
+    agent's irregular pace on the read, is a loop."""
+    tr = Traffic(seed=8)
+    for k in range(30):
+        jitter = 0.3 * ((k * 7) % 3 - 1)
+        tr.call("probe", T + timedelta(seconds=10 * k + jitter), "get_health", caller="ci",
+                server="ops", args={"service": "api", "env": "prod"}, nbytes=90)
+        tr.call("writes", T + timedelta(seconds=10 * k + jitter), "add_comment", caller="w",
+                server="tickets", args={"id": "T-1", "body": "same"}, nbytes=90)
+        tr.call("agent", T + timedelta(seconds=sum(AGENT_GAPS[: k % 6]) + 40 * (k // 6)),
+                "get_health", caller="ag", server="ops", args={"service": "api"}, nbytes=90)
+    assert _loops(tr) == {"writes", "agent"}
 
 
 def test_poll_that_never_ends_alerts(mixed: Traffic) -> None:
     """No changed response and no next step on the job: a loop, at any shape."""
     tr = Traffic(seed=4)
-    _poll(tr, "stuck", end=None, follow=None, caller="h")
+    _poll(tr, "stuck", end=None, follow=None, caller="h", gaps=AGENT_GAPS)
     _poll(tr, "stuck-backoff", end=None, follow=None, caller="i", polls=14,
           gaps=[2.0 * 1.5 ** k for k in range(14)])
     assert _loops(tr) == {"stuck", "stuck-backoff"}
@@ -120,7 +152,8 @@ def test_finished_poll_any_pace_is_quiet(polls: int, gaps: list[float], end: str
     _poll(tr, "done", polls=polls, gaps=gaps, end=end, caller="a")
     _poll(tr, "stuck", polls=polls + 1, gaps=gaps, end=None, caller="b", job="job_2",
           follow=None)
-    assert _loops(tr) == {"stuck"}
+    # (A read on a fixed timer is a probe, whatever else: that rule is tested apart.)
+    assert _loops(tr, NO_PROBE) == {"stuck"}
 
 
 _CALL = st.tuples(st.sampled_from(["get_job_status", "list_jobs"]),
@@ -201,8 +234,10 @@ def test_reread_switch_off_flags_the_review_again(rereads: Traffic) -> None:
        sizes=st.sampled_from(["changing", "same"]), n_files=st.integers(1, 4))
 def test_model_paced_loops_alert_whatever_their_responses(reps: int, gap: float, sizes: str,
                                                           n_files: int) -> None:
-    """Any loop at under a minute per call (changing responses or not) still alerts, so the
-    generator's loops (2-15 s) cannot hide behind the re-read rule."""
+    """Any loop at under a minute per call at a model's varying pace (changing responses or
+    not) still alerts, so the generator's loops (2-15 s) cannot hide behind the re-read
+    rule. (A fixed timer is the scheduled-probe rule's, tested above.)"""
     tr = Traffic(seed=17)
-    _cycle(tr, "loop", reps=reps, gap_s=gap, sizes=sizes, caller="x", n_files=n_files)
+    paced = [gap * f for f in (0.6, 1.3, 0.9, 1.5, 0.7)]
+    _cycle(tr, "loop", reps=reps, gap_s=paced, sizes=sizes, caller="x", n_files=n_files)
     assert _loops(tr) == {"loop"}

@@ -9,7 +9,9 @@ nothing, refreshes live, and saves screenshots to ``artifacts/`` (the session de
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -55,6 +57,30 @@ def _free_port() -> int:
 def server(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("browser-store")
     info = build_store(data_dir)
+    with _dashboard(data_dir, tmp_path_factory) as url:
+        yield url, info
+
+
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory):
+    """The dashboard on the demo store (``toolwatch analyze sample_logs/demo/*.jsonl*``)."""
+    import glob
+
+    data_dir = tmp_path_factory.mktemp("demo-store") / "store"
+    logs = sorted(glob.glob(str(ROOT / "sample_logs" / "demo" / "*.jsonl*")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("demo-config"))
+    r = subprocess.run([sys.executable, "-m", "toolwatch.cli", "analyze", *logs, "-d",
+                        str(data_dir), "-q"], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with _dashboard(data_dir, tmp_path_factory) as url:
+        yield url, data_dir
+
+
+@contextlib.contextmanager
+def _dashboard(data_dir, tmp_path_factory):
+    """``toolwatch dashboard`` on ``data_dir`` until the block ends; its URL."""
     port = _free_port()
     log = open(tmp_path_factory.mktemp("browser-log") / "dashboard.log", "w+")  # noqa: SIM115
     env = {**os.environ, "TOOLWATCH_ANALYST": "browser-test"}
@@ -93,7 +119,7 @@ def server(tmp_path_factory):
     log.seek(0)
     assert f"{url}/" in log.read(), "toolwatch dashboard prints its URL"
     try:
-        yield url, info
+        yield url
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -142,11 +168,8 @@ def test_flagged_list_and_click_through(server, page):
     page.get_by_text("Times shown in Europe/Berlin.").wait_for()
     grid = page.locator('[data-testid="stDataFrame"]').first
     # the grid's accessible table carries the cell text
-    for entity in (
-        "session: sess-enum-1",
-        f"client_ip: {info.stuffing_ip}",
-        "caller_id: crawler-9",
-    ):
+    # who comes first: caller and address columns, in view
+    for entity in ("agent-harvester", info.stuffing_ip, "crawler-9"):
         grid.locator("td", has_text=entity).first.wait_for(state="attached")
     page.wait_for_timeout(500)
     _click_row(page, grid, 1)  # the enumeration alert (second by severity)
@@ -168,7 +191,7 @@ def test_flagged_list_and_click_through(server, page):
     if os.environ.get("TOOLWATCH_UPDATE_SCREENSHOT") == "1":
         shutil.copy(out / "dashboard.png", ROOT / "docs" / "screenshot.png")
     # back to the list through the navigation: the clicked row must not navigate again
-    page.locator('[data-testid="stSidebarNav"] a[href$="/flagged"]').click()
+    page.locator('a[href$="/flagged"]').first.click()  # the navigation on top
     page.wait_for_url("**/flagged")
     page.get_by_text("6 alert(s). Click a row").wait_for()
     page.wait_for_timeout(2500)
@@ -177,20 +200,123 @@ def test_flagged_list_and_click_through(server, page):
     assert not page.dialogs
 
 
+def _no_horizontal_scroll(pg, grids: bool = True) -> None:
+    """Neither the page nor (``grids``) any table scrolls sideways at this viewport."""
+    assert pg.evaluate("document.documentElement.scrollWidth") <= pg.viewport_size["width"]
+    if not grids:
+        return
+    wide = pg.evaluate(
+        "[...document.querySelectorAll('[data-testid=\"stDataFrame\"] .dvn-scroller')]"
+        ".filter(e => e.scrollWidth > e.clientWidth + 2).length"
+    )
+    assert wide == 0, "a table scrolls horizontally"
+
+
 def test_flagged_and_overview_screenshots(server, page):
-    url, _ = server
+    """At 1440x900 the flagged list shows caller and address first, in view, without
+    horizontal scrolling; the overview has a severity breakdown and gives every
+    category its own colour."""
+    url, info = server
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{url}/flagged")
     page.get_by_text("6 alert(s). Click a row").wait_for()
     page.wait_for_timeout(1500)
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    headers = grid.locator("th").all_inner_texts()
+    assert [h.strip() for h in headers[:6] if h.strip()][:3] == ["caller", "address", "severity"]
+    box = grid.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 1440 and box["y"] < 900
+    grid.locator("td", has_text=info.stuffing_ip).first.wait_for(state="attached")
+    # the page does not scroll sideways; the list itself does, for its ids (last)
+    _no_horizontal_scroll(page, grids=False)
     out = ROOT / "artifacts"
     out.mkdir(exist_ok=True)
     page.screenshot(path=str(out / "dashboard-flagged.png"))
-    page.goto(f"{url}/")
+    page.goto(f"{url}/overview")
     page.get_by_text("Alerts over time").wait_for()
-    page.locator('[data-testid="stMetric"]').first.wait_for()
+    page.get_by_text("By severity").wait_for()
+    page.get_by_text("Critical: incidents / alerts").wait_for()
+    page.locator(".js-plotly-plot").nth(1).wait_for()
     page.wait_for_timeout(1500)
+    # the alerts-over-time chart (coloured by category): one distinct colour per trace
+    colours = page.evaluate(
+        "(() => { const p = [...document.querySelectorAll('.js-plotly-plot')]"
+        ".find(e => (e.data || []).some(t => t.legendgroup === 'enumeration'));"
+        " return p ? p.data.map(t => [t.name, t.marker.color]) : null; })()"
+    )
+    assert colours and len(colours) >= 3, colours
+    assert len({c for _, c in colours}) == len(colours), colours
     page.screenshot(path=str(out / "dashboard-overview.png"))
+
+
+def test_demo_incident_queue_at_1440x900(demo_server, page):
+    """Issue 27: the first page, unscrolled at 1440x900, is an incident queue: far fewer
+    incidents than alerts, each row with who, stages, risk and action; opening one shows
+    its alerts in kill-chain stage order."""
+    from toolwatch.detectors.incidents import STAGES
+
+    url, data_dir = demo_server
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{url}/")
+    head = page.get_by_text(re.compile(r"\d+ incident\(s\) from \d+ alert\(s\)"))
+    head.wait_for()
+    found = re.findall(r"(\d+) incident\(s\) from (\d+) alert", head.inner_text())
+    n_inc, n_alerts = map(int, found[0])
+    assert 0 < n_inc < n_alerts, (n_inc, n_alerts)
+    grid = page.locator('[class*="st-key-iq_table"] [data-testid="stDataFrame"]').first
+    grid.wait_for()
+    page.wait_for_timeout(1500)
+    assert page.evaluate("window.scrollY") == 0
+    box = grid.bounding_box()
+    assert box is not None
+    visible_rows = int((900 - box["y"] - 36) // 35)  # header 36 px, rows 35 px
+    assert visible_rows >= 10, box
+    headers = [h.strip() for h in grid.locator("th").all_inner_texts() if h.strip()]
+    assert headers[:8] == ["caller", "address", "stages", "risk", "severity", "since",
+                           "status", "do first"], headers
+    _no_horizontal_scroll(page)
+    rows = grid.locator("tbody tr")
+    shown = min(visible_rows, rows.count())
+    assert shown >= 10 and shown < n_alerts
+    for i in range(shown):
+        cells = [c.strip() for c in rows.nth(i).locator("td").all_inner_texts()]
+        caller, address, stages, risk, _sev, _since, _status, action = cells[1:9]
+        assert caller or address, cells
+        assert stages and risk and len(action) > 10, cells
+    out = ROOT / "artifacts"
+    out.mkdir(exist_ok=True)
+    page.screenshot(path=str(out / "dashboard-incidents.png"))
+    if os.environ.get("TOOLWATCH_UPDATE_SCREENSHOT") == "1":
+        shutil.copy(out / "dashboard-incidents.png", ROOT / "docs" / "screenshot.png")
+
+    # open the first incident by clicking its row
+    _click_row(page, grid, 0)
+    page.wait_for_url("**/incident?**")
+    page.get_by_text("Recommended actions").wait_for()
+    page.get_by_text("Timeline (stage order)").wait_for()
+    page.get_by_role("button", name="Save verdict").wait_for()
+
+    # an incident of several stages: its alerts listed in stage order
+    import polars as pl
+    from toolwatch.dashboard import data
+
+    from toolwatch.store import Store
+
+    inc = data.list_incidents(Store(data_dir))
+    multi = inc.filter(pl.col("stages").list.len() >= 2).sort("n_alerts", descending=True)
+    assert multi.height, "the demo has a multi-stage actor"
+    iid = multi["incident_id"][0]
+    page.goto(f"{url}/incident?incident={iid}")
+    page.get_by_text("Timeline (stage order)").wait_for()
+    tl = page.locator('[class*="st-key-ic_alerts"] [data-testid="stDataFrame"]').first
+    tl.wait_for()
+    page.wait_for_timeout(1000)
+    stages = [r.locator("td").nth(1).inner_text().strip()
+              for r in tl.locator("tbody tr").all()]
+    assert len(stages) == multi["n_alerts"][0], stages
+    ranks = [STAGES.index(s) for s in stages]
+    assert ranks == sorted(ranks) and len(set(ranks)) >= 2, stages
+    assert not page.dialogs
 
 
 def test_hostile_log_strings_render_as_text(server, page):

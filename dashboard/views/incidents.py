@@ -49,26 +49,26 @@ def queue() -> None:
         st.info("No incident matches these filters.")
         return
     q = data.incident_queue(shown)
+    # Sized to fit 1440 px without horizontal scrolling; the other columns of ``q``
+    # (alerts, last seen, servers, id) are on the incident page.
     event = ui.table(
         q,
         key="iq_table",
         select=True,
         height=min(35 * (q.height + 1) + 3, 666),
+        column_order=["caller", "address", "stages", "risk", "severity", "since", "status",
+                      "do first"],
         column_config={
-            "caller": st.column_config.TextColumn("caller", width=105),
-            "address": st.column_config.TextColumn("address", width=115),
-            "stages": st.column_config.TextColumn("stages", width=140),
+            "caller": st.column_config.TextColumn("caller", width=100),
+            "address": st.column_config.TextColumn("address", width=112),
+            "stages": st.column_config.TextColumn("stages", width=130),
             "risk": st.column_config.ProgressColumn(
-                "risk", min_value=0.0, max_value=100.0, format="%.0f", width=80
+                "risk", min_value=0.0, max_value=100.0, format="%.0f", width=70
             ),
-            "severity": st.column_config.TextColumn("severity", width=65),
-            "since": st.column_config.DatetimeColumn("since", format="MM-DD HH:mm", width=85),
-            "status": st.column_config.TextColumn("status", width=80),
-            "do first": st.column_config.TextColumn("do first", width=700),
-            "alerts": st.column_config.NumberColumn("alerts", width=50),
-            "last_seen": st.column_config.DatetimeColumn(
-                "last seen", format="MM-DD HH:mm", width=85
-            ),
+            "severity": st.column_config.TextColumn("severity", width=62),
+            "since": st.column_config.DatetimeColumn("since", format="MM-DD HH:mm", width=82),
+            "status": st.column_config.TextColumn("status", width=75),
+            "do first": st.column_config.TextColumn("do first", width=600),
         },
     )
     row = ui.selected_row(event, q)

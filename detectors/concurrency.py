@@ -413,8 +413,13 @@ class ConcurrencyAbuseDetector(Detector):
             s = s.with_columns(pl.lit(None, pl.Float64).alias("usual_peak"),
                                pl.lit(None, pl.UInt32).alias("own_sessions"))
         pop = getattr(self, "pop_peak_", None)
+        s = self._read_only(s, features)
         peak = pl.col("peak").fill_null(0)
-        terms = [band(peak, c.peak_lo, c.peak_hi)]
+        # A fan-out of reads (a dashboard loading its panels) counts from read_peak_lo:
+        # the peak is scaled so that band() gives 0.5 there.
+        eff = pl.when(pl.col("_read_only")).then(
+            peak * (c.peak_lo / max(c.read_peak_lo, c.peak_lo))).otherwise(peak)
+        terms = [band(eff, c.peak_lo, c.peak_hi)]
         if pop is not None:
             terms.append(gate(peak / max(pop, 1.0), c.pop_ratio_lo))
         terms.append(
@@ -437,6 +442,21 @@ class ConcurrencyAbuseDetector(Detector):
         if ent.height == 0:
             return out
         return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
+
+    def _read_only(self, s: pl.DataFrame, features: FeatureSet) -> pl.DataFrame:
+        """``_read_only``: the session's calls all read (for sessions reaching peak_lo)."""
+        c = self.settings
+        hot = s.filter(pl.col("peak").fill_null(0) >= c.peak_lo).select("sh")
+        if hot.height == 0 or c.read_peak_lo <= c.peak_lo:
+            return s.with_columns(pl.lit(False).alias("_read_only"))
+        ev = features.events.select("sh", "server", "tool").join(hot, on="sh", how="semi")
+        roles = tool_table(ev.select("server", "tool").unique(), self.config).select(
+            "server", "tool", "tool_role")
+        ro = ev.join(roles, on=["server", "tool"], how="left", nulls_equal=True).group_by(
+            "sh").agg(pl.col("tool_role").is_in(["read", "list_search"]).all()
+                      .alias("_read_only"))
+        return s.join(ro, on="sh", how="left").with_columns(
+            pl.col("_read_only").fill_null(False))
 
     def _callers(self, features: FeatureSet) -> pl.DataFrame:
         """Entity rows: each caller's peak in flight across its sessions, per window."""

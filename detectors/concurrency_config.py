@@ -22,6 +22,12 @@ class ConcurrencyAbuseConfig:
         12,
     )
     peak_hi: int = doc("Peak in-flight calls that are critical.", 48)
+    read_peak_lo: int = doc(
+        "peak_lo for a session whose calls all read: a client fanning out a dozen queries "
+        "(a dashboard loading its panels) is ordinary; writes, sends and logins in "
+        "parallel race limits and quotas (seed 004) and count from peak_lo.",
+        24,
+    )
     pop_ratio_lo: float = doc(
         "The peak must also be at least this many times the population's typical peak "
         "(median peak of the sessions with min_calls or more calls; caller-wide peaks are "

@@ -472,6 +472,12 @@ class StepSkipConfig:
         ],
     )
     declared_score: float = doc("Score of a skipped declared step.", 0.9)
+    prerequisite_any_caller: bool = doc(
+        "A prerequisite done by anyone for the business key counts (the customer paid, the "
+        "warehouse fulfils: the order's state is what the workflow needs, seed 000). False: "
+        "only the caller's own earlier prerequisite counts.",
+        True,
+    )
     attempts: bool = doc(
         "Report steps the server refused (outcome error or denied) that had no prerequisite: "
         "the attempt is the finding (seed 000), at attempt_score.",

@@ -706,6 +706,9 @@ class StepSkipDetector(_SequenceDetector):
             rows = rows.with_columns(pl.coalesce(own, pl.col("bk")).alias("bk"))
             rows = rows.with_columns(pl.when(pl.col("bk").is_not_null())
                                      .then(pl.col("bk").hash(0x7077)).alias("bkh"))
+        if self.settings.prerequisite_any_caller:
+            # The order's state is what counts: a customer paid, the warehouse ships.
+            return rows.with_columns(pl.lit(0, pl.UInt64).alias("ck"))
         return rows.with_columns(pl.coalesce(pl.col("ceh"), pl.col("sh")).alias("ck"))
 
     def _prereqs(self, ev: pl.DataFrame) -> pl.DataFrame:
@@ -782,20 +785,23 @@ class StepSkipDetector(_SequenceDetector):
             pl.col("_refused").all().alias("refused"),
         ).join(chains, on="sh", how="left").select("sh", "_s", *schema)
 
+    def _by(self) -> str:
+        return " by anyone" if self.settings.prerequisite_any_caller else " by this caller"
+
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: which step ran for which key without which prerequisite."""
         src = row.get("rule_source") or "declared"
         if row.get("refused"):
             reasons = [
                 f"{row.get('skipped_step')} was attempted for {row.get('skipped_key')} with no "
-                f"earlier successful {row.get('missing')} for that key by this caller ({src} "
+                f"earlier successful {row.get('missing')} for that key{self._by()} ({src} "
                 "workflow rule); the server refused it, so this is an attempt, not a "
                 "completed skip.",
             ]
         else:
             reasons = [
                 f"{row.get('skipped_step')} succeeded for {row.get('skipped_key')} with no "
-                f"earlier successful {row.get('missing')} for that key by this caller ({src} "
+                f"earlier successful {row.get('missing')} for that key{self._by()} ({src} "
                 "workflow rule).",
             ]
         if (row.get("skips") or 0) > 1:

@@ -104,6 +104,10 @@ VERBS: dict[str, str] = {
          "validate", "estimate", "quote", "calculate", "wait", "ping", "health"), "read"),
 }
 
+#: Objects of an executing verb that make the call a read (``run_query``, ``runReport``).
+READ_OBJECTS = frozenset(("query", "report", "search", "lookup", "analysis", "analytics",
+                          "metrics", "stats", "forecast", "preview"))
+
 #: Nouns anywhere in the name that make a tool irreversible whatever its verb
 #: (``applyCoupon``, ``createPayment``, ``issueRefund``).
 IRREVERSIBLE_NOUNS = ("payment", "refund", "coupon", "payout", "transfer", "withdrawal",
@@ -136,6 +140,9 @@ def role_of(tool: str | None, server: str | None = None,
     words = _words(name)
     if words:
         role = VERBS.get(words[0])
+        if role == "admin_exec" and any(w in READ_OBJECTS for w in words[1:]):
+            # "run_query", "runReport": running a read is reading, not executing code.
+            return "read"
         if role is None and len(words) > 1:
             # "bulkDelete", "adminGrantRole": a qualifier before the verb.
             second = VERBS.get(words[1])

@@ -93,12 +93,27 @@ def test_modest_parallelism_stays_quiet(background: Traffic) -> None:
 def test_batch_job_with_its_own_parallel_history_stays_quiet(background: Traffic) -> None:
     tr = _with(background)
     for d in range(3):
-        tc.batch_job(tr, f"batch-{d}", T0 + timedelta(days=d, hours=1), width=22)
+        tc.batch_job(tr, f"batch-{d}", T0 + timedelta(days=d, hours=1), width=30)
     assert _flagged(tr, ConcurrencyAbuseDetector) == set()
     # ...while the same job's first night alone (no history yet) is unusual.
     tr2 = _with(background)
-    tc.batch_job(tr2, "batch-0", T0 + timedelta(hours=1), width=22)
+    tc.batch_job(tr2, "batch-0", T0 + timedelta(hours=1), width=30)
     assert _flagged(tr2, ConcurrencyAbuseDetector) == {"batch-0"}
+
+
+def test_read_fan_out_is_ordinary_but_parallel_sends_are_not(background: Traffic) -> None:
+    """A dashboard loading a dozen panels at once (reads) is ordinary; a dozen sends fired
+    together race a rate limiter (seed 004) and count from peak_lo."""
+    tr = _with(background)
+    at = T0 + timedelta(hours=3)
+    for k in range(14):
+        tc._call(tr, "dash", at + timedelta(milliseconds=tr.rng.uniform(0, 40)),
+                 tr.rng.uniform(800, 1500), "run_query", caller="analyst",
+                 args={"panel": k})
+        tc._call(tr, "mailer", at + timedelta(milliseconds=tr.rng.uniform(0, 40)),
+                 tr.rng.uniform(800, 1500), "sendEmail", caller="agent-m",
+                 args={"to": f"u{k}@example.com"})
+    assert _flagged(tr, ConcurrencyAbuseDetector) == {"mailer"}
 
 
 def test_batch_job_far_beyond_its_own_peak_is_flagged(background: Traffic) -> None:

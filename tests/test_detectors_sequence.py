@@ -132,16 +132,23 @@ def test_duplicate_counts_executions(scenario: detectors.DetectResult) -> None:
 
 def test_declared_workflow_from_config() -> None:
     tr = base()
-    for sid, pay in (("a", True), ("b", False)):
-        tr.call(sid, T, "reserveSeat", caller=sid, resource_key="seatId", resource_id="s-1")
+    for sid, pay, seat in (("a", True, "s-1"), ("b", False, "s-2")):
+        tr.call(sid, T, "reserveSeat", caller=sid, resource_key="seatId", resource_id=seat)
         if pay:
             tr.call(sid, T + timedelta(seconds=5), "holdSeat", caller=sid,
-                    resource_key="seatId", resource_id="s-1")
+                    resource_key="seatId", resource_id=seat)
         tr.call(sid, T + timedelta(seconds=9), "issueTicket", caller=sid,
-                resource_key="seatId", resource_id="s-1")
-    res = run(tr, step_skip={"workflows": [{"step": "issueTicket", "requires": ["holdSeat"]}]},
-              tools={"roles": {"issueTicket": "irreversible"}})
-    assert "step_skip" in cats(res, "b") and not cats(res, "a")
+                resource_key="seatId", resource_id=seat)
+    # The box office issues the ticket for a seat another caller held: the seat's state is
+    # what the workflow needs.
+    tr.call("office", T + timedelta(seconds=30), "issueTicket", caller="office",
+            resource_key="seatId", resource_id="s-1")
+    rule = {"workflows": [{"step": "issueTicket", "requires": ["holdSeat"]}]}
+    roles = {"roles": {"issueTicket": "irreversible"}}
+    res = run(tr, step_skip=rule, tools=roles)
+    assert "step_skip" in cats(res, "b") and not cats(res, "a") and not cats(res, "office")
+    own = run(tr, step_skip={**rule, "prerequisite_any_caller": False}, tools=roles)
+    assert "step_skip" in cats(own, "office")
 
 
 def test_train_saves_learned_workflows(tmp_path: Path) -> None:

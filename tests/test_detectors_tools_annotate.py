@@ -117,3 +117,11 @@ def test_annotate_matches_row_by_row_reading(rows: list[dict], which: int,
             if a is not None:
                 assert seen.setdefault(a, b) == b
     assert got.height == len(rows)
+
+
+def test_running_a_read_is_a_read() -> None:
+    """'run' executes code, but run_query / runReport run a read."""
+    from toolwatch.detectors.tools import role_of
+
+    assert role_of("run_query") == role_of("runReport") == "read"
+    assert role_of("runCommand") == role_of("run_script") == "admin_exec"

@@ -322,15 +322,24 @@ for p in sorted(OUT_DIR.iterdir()):
         """## 8. Record the verdict
 
 The dashboard's triage store (`<data_dir>/_triage/triage.sqlite`) keeps who decided what
-and when; the ingester never touches it. From a notebook:""",
+and when; the ingester never touches it. A notebook re-run must not page anyone: the
+verdict below is written to a **temporary copy** of the store's triage directory, never
+into the store this notebook was pointed at. Record the real verdict in the dashboard
+(incident page) once a person has read the evidence.""",
     ),
     (
         "code",
-        """from toolwatch.dashboard.triage import TriageStore
+        """import shutil
 
-triage = TriageStore(DATA_DIR)
+from toolwatch.dashboard.triage import TriageStore
+
+draft = Path(tempfile.mkdtemp(prefix="tw-nb-triage-"))
+if (DATA_DIR / "_triage").is_dir():
+    shutil.copytree(DATA_DIR / "_triage", draft / "_triage")
+triage = TriageStore(draft)  # a copy: the store's own _triage/ is left as it was
 triage.mark(alert["alert_id"], "escalated", actor="forensics-notebook",
-            note=f"evidence exported to {OUT_DIR}")
+            note=f"draft: evidence exported to {OUT_DIR}")
+print("draft verdict written to", draft / "_triage", "(not to", DATA_DIR, ")")
 [(v.status, v.actor, v.at.isoformat(timespec="seconds"))
  for v in triage.history(alert["alert_id"])]""",
     ),

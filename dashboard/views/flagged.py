@@ -143,11 +143,12 @@ with st.expander("Suppression rules"):
     rules = load_suppressions(ui.data_dir())
     if not rules:
         st.text(
-            "No suppression rules. Mark an alert a false positive on its detail page to "
-            "create one; the detectors then drop matching alerts."
+            "No suppression rules. Make one on an incident's page, by marking an alert a "
+            "false positive on its detail page, or with `toolwatch suppress add`; analyze "
+            "and a running tail then drop matching alerts until the rule expires."
         )
     else:
-        st.text("The detectors drop future alerts matching these rules.")
+        st.text("analyze and a running tail drop future alerts matching the active rules.")
         ui.table(rules_frame(rules), key="fl_rules")
         rid = st.selectbox(
             "Rule", [r.id for r in rules], key="fl_rule_pick", format_func=ui.option_text

@@ -26,6 +26,7 @@ A runaway costs one child, never the caller. The errors say which bound was hit:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing
 import multiprocessing.connection
@@ -222,22 +223,14 @@ def run(
             proc.kill()
         proc.join(5)
         reader.close()
-        with _suppress():
+        with contextlib.suppress(Exception):
             writer.close()
-        with _suppress():
+        with contextlib.suppress(Exception):
             proc.close()
     if not header.get("ok"):
         _raise(header, limits)
     table = pa.ipc.open_stream(body).read_all()
     return ChildResult(table, str(header.get("cut", "")), time.monotonic() - started)
-
-
-class _suppress:  # contextlib.suppress(Exception) without the import on the hot path
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return exc[0] is not None and issubclass(exc[0], Exception)  # type: ignore[arg-type]
 
 
 def _receive(
@@ -330,7 +323,7 @@ def _byte_cap(limits: QueryConfig) -> int:
 def _child_main(conn: multiprocessing.connection.Connection, spec: dict[str, Any]) -> None:
     """Entry point of the child: never raises, always answers (or dies trying)."""
     # No core file for a child that aborts (a crash must not write into the cwd).
-    with _suppress():
+    with contextlib.suppress(Exception):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # Ctrl-C goes to the whole foreground group: the parent decides, the child is killed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -26,7 +26,7 @@ class ConcurrencyAbuseConfig:
         "peak_lo for a session whose calls all read: a client fanning out a dozen queries "
         "(a dashboard loading its panels) is ordinary; writes, sends and logins in "
         "parallel race limits and quotas (seed 004) and count from peak_lo.",
-        24,
+        16,
     )
     pop_ratio_lo: float = doc(
         "The peak must also be at least this many times the population's typical peak "

@@ -222,6 +222,13 @@ class CredentialStuffingConfig:
         5,
     )
     creds_hi: int = doc("Distinct failing credentials that are critical.", 30)
+    attempt_creds: int = doc(
+        "A session with at least this many distinct failing credentials and no successful "
+        "call at all is reported at attempt_score even below creds_lo (seed 001: "
+        "authFailures > 2; a lockout after three failures leaves exactly this). 0: off.",
+        3,
+    )
+    attempt_score: float = doc("Score of such a session (a 'low' alert by default).", 0.55)
     failures_lo: int = doc(
         "When logs carry no credential hash: auth failures in one session from which it "
         "counts (benign retries of one bad key are excluded when hashes exist).",

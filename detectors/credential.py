@@ -48,6 +48,13 @@ class CredentialStuffingDetector(Detector):
             .otherwise(band(pl.col("auth_failures"), c.failures_lo, c.failures_hi))
         )
         score = all_of(units, band(pl.col("auth_fail_ratio"), c.fail_ratio_lo, c.fail_ratio_hi))
+        # Seed 001's own signal (authFailures > 2): three or more different credentials
+        # failed and nothing in the session ever succeeded (a lockout cut it short, or the
+        # stuffer gave up). Below creds_lo it is reported low, as an attempt.
+        tried = ((pl.col("failed_creds") >= c.attempt_creds)
+                 & (pl.col("ok_calls").fill_null(0) == 0)).fill_null(False) & (
+            c.attempt_creds > 0)
+        score = pl.max_horizontal(score, pl.when(tried).then(c.attempt_score).otherwise(0.0))
         # The constant columns ride in session_frame's query (no second query to add them).
         out = session_frame(features.sessions, score, [
             *_EVIDENCE,

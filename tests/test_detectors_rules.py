@@ -591,3 +591,33 @@ def test_established_count_is_the_height_of_established_rows(
                       schema={"k": pl.String, "k2": pl.Int64, "v": pl.Int64})
     cols = ["k", "k2"] if two else ["k"]
     assert established_count(df, cols, min_rows) == established_rows(df, cols, min_rows).height
+
+
+def test_lockout_after_three_failed_keys_is_an_attempt() -> None:
+    """Seed 001: three different API keys fail, then the server locks the session. Below
+    creds_lo, but the seed's own signal (authFailures > 2): a low alert. A user who
+    mistypes twice and then gets in is not one."""
+    from datetime import timedelta
+
+    from toolwatch.detectors.testing import T0, Traffic
+
+    from toolwatch import detectors
+
+    tr = Traffic(seed=2)
+    tr.background(days=1, users=20, per_day=2)
+    t = T0 + timedelta(hours=3)
+    for k in range(3):
+        tr.call("locked", t + timedelta(seconds=k), "connectExternalService", caller="x",
+                server="integrations", status="auth_failed", cred=f"stolen-{k}")
+    for k in range(4):
+        tr.call("locked", t + timedelta(seconds=5 + k), "connectExternalService", caller="x",
+                server="integrations", status="error", cred=f"stolen-{3 + k}")
+    for k in range(2):
+        tr.call("typo", t + timedelta(seconds=k), "connectExternalService", caller="y",
+                server="integrations", status="auth_failed", cred=f"typo-{k}")
+    tr.call("typo", t + timedelta(seconds=9), "connectExternalService", caller="y",
+            server="integrations", cred="right")
+    res = detectors.detect(tr.events(), tr.summaries(), detectors.DetectorsConfig())
+    got = {r["session_id"]: r for r in res.alerts.filter(
+        res.alerts["category"] == "credential_stuffing").iter_rows(named=True)}
+    assert got["locked"]["severity"] == "low" and "typo" not in got

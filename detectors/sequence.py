@@ -292,7 +292,10 @@ class ToolLoopDetector(_SequenceDetector):
         res = pl.struct("sh", "ch", pl.col("bytes").fill_null(-1),
                         pl.col("status").fill_null("")).hash(SEED)
         chg = ~call.is_first_distinct() & res.is_first_distinct()
-        ev = ev.with_columns(chg.alias("_chg"))
+        ev = ev.with_columns(chg.alias("_chg"), res.alias("_rh"))
+        # The same result as the call right before (a poll repeating its finished answer).
+        ev = ev.with_columns((pl.col("_rh") == pl.col("_rh").shift(1)).fill_null(False)
+                             .alias("_same_prev")).drop("_rh")
         same = (pl.col("sh").shift(-1) == pl.col("sh")).fill_null(False)
         return ev.with_columns(
             (same & pl.col("_chg").shift(-1).fill_null(False)).alias("_nx_chg"),
@@ -332,9 +335,10 @@ class ToolLoopDetector(_SequenceDetector):
             (at_last | after).alias("_fin"),
             # The poll's shape: gaps that (almost) never shrink — a back-off, or a fixed
             # interval — and their spread, for _drop_finished_polls.
-            # Repeats of an already-seen result once the response has changed: polling on
-            # after the job finished (a progress poll returns a new result every time).
-            ((pl.col("_chg").cum_sum() > 0) & ~pl.col("_new")).sum().cast(pl.Int64)
+            # Once the response has changed, repeats returning the very result of the call
+            # before: polling on after the job finished. (A progress poll's sizes change,
+            # and may recur, but do not stand still.)
+            ((pl.col("_chg").cum_sum() > 0) & pl.col("_same_prev")).sum().cast(pl.Int64)
             .alias("_after_chg"),
             (gaps >= gaps.shift(1) * 0.9).drop_nulls().mean().alias("_g_nondec"),
             (gaps.std() / gaps.mean()).alias("_g_cv"),
@@ -362,7 +366,8 @@ class ToolLoopDetector(_SequenceDetector):
         * it has a poll's shape and ends either way: a single call (cycle 1) whose gaps
           never shrink (a back-off growing to its cap: share ``poll_nondecreasing``) or
           stay near-constant (coefficient of variation ``poll_max_cv``), at least
-          ``poll_min_gap_s`` apart, with no repeats after its response changed.
+          ``poll_min_gap_s`` apart, that does not stand still once its response changed
+          (at most two repeats of the result right before).
 
         A loop that never ends, keeps repeating after its response changed, repeats at a
         machine pace or cycles through several calls still counts.
@@ -372,7 +377,7 @@ class ToolLoopDetector(_SequenceDetector):
             (pl.col("cycle") == 1)
             & (pl.col("_g_med_s") >= s.poll_min_gap_s)
             & ((pl.col("_g_nondec") >= s.poll_nondecreasing) | (pl.col("_g_cv") <= s.poll_max_cv))
-            & (pl.col("_after_chg") == 0)
+            & (pl.col("_after_chg") <= 2)
         ).fill_null(False)
         cand = streaks.filter(pl.col("_fin") | shape).with_columns(shape.alias("_shape"))
         step = pl.DataFrame(schema={"sh": pl.UInt64, "_run": pl.UInt32})

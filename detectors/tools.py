@@ -176,31 +176,52 @@ def tool_table(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     """
     tc = config.tools
     pairs = events.select("server", "tool").unique(maintain_order=True)
-    rows = pairs.rows()
+    server, tool = pl.col("server"), pl.col("tool")
+    # Columnar over the distinct pairs: a log can name a million distinct tools (issue 28:
+    # 6 GB at 1M names, almost all of it a Python list of lists per tool turned into the
+    # idem_args column). Only the role rule and the configured overrides run in Python.
+    roles = [role_of(t, sv, tc) for sv, t in pairs.iter_rows()]
+    # f"{server}/{tool}" as Python spells it (a null server reads "None").
+    sv_tool = pl.format("{}/{}", server.fill_null("None"), tool.fill_null("None"))
+    low = tool.fill_null("").str.to_lowercase()
     terms = [t.lower() for t in tc.sensitive_terms]
     dterms = [t.lower() for t in tc.data_terms]
-    dtools = set(tc.data_tools)
-    roles, sens, data, bks, idems = [], [], [], [], []
-    # A handful of distinct tools: plain Python over them is the columnar way here.
-    for server, tool in rows:
-        roles.append(role_of(tool, server, tc))
-        low = (tool or "").lower()
-        sens.append(any(t in low for t in terms))
-        data.append(any(t in low for t in dterms) or tool in dtools
-                    or f"{server}/{tool}" in dtools)
-        bks.append(_override(tc.business_keys, server, tool))
-        extra = _override(tc.idempotency_args, server, tool) or []
-        idems.append([*tc.idempotency_keys, *[k for k in extra if k not in tc.idempotency_keys]])
-    role = pl.Series("tool_role", roles, pl.String)
-    return pairs.with_columns(
-        role,
+    sens = low.str.contains_any(terms) if terms else pl.lit(False)
+    data = low.str.contains_any(dterms) if dterms else pl.lit(False)
+    if tc.data_tools:
+        dtools = list(tc.data_tools)
+        data = data | tool.is_in(dtools).fill_null(False) | sv_tool.is_in(dtools)
+    base = list(tc.idempotency_keys)
+    out = pairs.with_columns(pl.Series("tool_role", roles, pl.String))
+    bk = pl.lit(None, pl.String)
+    idem = pl.lit(base, dtype=pl.List(pl.String))
+    if tc.business_keys or tc.idempotency_args:
+        # Overrides name a few tools: look them up on the rows that may match only.
+        keys = [*tc.business_keys, *tc.idempotency_args]
+        cand = out.with_row_index("_i").filter(
+            tool.is_in(keys).fill_null(False) | sv_tool.is_in(keys))
+        ov_i, ov_bk, ov_idem = [], [], []
+        for i, sv, t in cand.select("_i", "server", "tool").iter_rows():
+            extra = _override(tc.idempotency_args, sv, t) or []
+            ov_i.append(i)
+            ov_bk.append(_override(tc.business_keys, sv, t))
+            ov_idem.append([*base, *[k for k in extra if k not in base]])
+        ov = pl.DataFrame(
+            {"_i": ov_i, "_bk": ov_bk, "_idem": ov_idem},
+            schema={"_i": pl.UInt32, "_bk": pl.String, "_idem": pl.List(pl.String)},
+        )
+        out = out.with_row_index("_i").join(ov, on="_i", how="left", maintain_order="left")
+        bk, idem = pl.col("_bk"), pl.coalesce(pl.col("_idem"), idem)
+    role = pl.col("tool_role")
+    return out.select(
+        "server", "tool", "tool_role",
         role.is_in(list(MUTATING_ROLES)).alias("mutates"),
         (role == "irreversible").alias("irreversible"),
         (role == "outbound").alias("outbound"),
-        pl.Series("sensitive_tool", sens, pl.Boolean),
-        pl.Series("data_tool", data, pl.Boolean),
-        pl.Series("bk_arg", bks, pl.String),
-        pl.Series("idem_args", idems, pl.List(pl.String)),
+        sens.alias("sensitive_tool"),
+        data.alias("data_tool"),
+        bk.alias("bk_arg"),
+        idem.alias("idem_args"),
     )
 
 
@@ -279,8 +300,9 @@ def _annotate(
     # Argument texts worth a regular expression: those mentioning a configured key or a
     # sensitive term. One Aho-Corasick pass over the *distinct* texts finds them; only
     # the texts with a finding are looked up per event.
-    idem_keys = sorted({k for ks in table["idem_args"].to_list() for k in ks})
-    bk_keys = sorted({k for k in table["bk_arg"].drop_nulls().to_list()})
+    # Distinct names columnar: one Python list per distinct tool is what 1M tools cost.
+    idem_keys = sorted(table["idem_args"].explode().drop_nulls().unique().to_list())
+    bk_keys = sorted(table["bk_arg"].drop_nulls().unique().to_list())
     distinct = pl.concat([keys.select("_ah"), ev.select("args")], how="horizontal").filter(
         pl.col("_ah").is_first_distinct()).with_columns(pl.col("args").fill_null(""))
     args = pl.col("args")

@@ -285,6 +285,13 @@ class ScrapingLoopConfig:
     rate_lo: float = doc("Calls per minute from which a sustained crawl counts.", 30.0)
     rate_hi: float = doc("Calls per minute that are critical.", 200.0)
     rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
+    entity: bool = doc(
+        "Also score callers and client addresses per window: distinct pages / cursors of "
+        "one tool over sessions not flagged on their own (at least entity_min_sessions), "
+        "against pages_lo / pages_hi (a walk that reconnects whenever a per-session budget "
+        "is hit, seed 001).",
+        True,
+    )
     self_z: float = doc(
         "When the caller has an established baseline, its session must also be this many "
         "robust z-scores above the caller's own median calls or pages (a sync or export "

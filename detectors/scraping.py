@@ -28,9 +28,11 @@ from __future__ import annotations
 from typing import Any, Self
 
 import polars as pl
-from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.base import Detector, FeatureSet, empty_scores, session_frame
 from toolwatch.detectors.baseline import Baseline, established_rows, habits, habitual_gate
 from toolwatch.detectors.bulk import established_count
+from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
+from toolwatch.detectors.features import explode_entities, group_agg
 from toolwatch.detectors.scoring import all_of, any_of, band, ratio
 from toolwatch.detectors.text import clean, duration, num, pct
 
@@ -133,11 +135,78 @@ class ScrapingLoopDetector(Detector):
         df = habitual_gate(self._raw(df), self.habit_, ["caller_id"], self.threshold,
                            pl.col("z_own"), self.settings.self_z)
         score = all_of(pl.col("_raw"), pl.col("p_own"))
-        return session_frame(df, score, [
+        out = session_frame(df, score, [
             *_EVIDENCE,
             pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.lit(1, pl.Int64).alias("n_sessions"),
         ])
+        if not self.settings.entity:
+            return out
+        flagged = out.filter(pl.col("score") >= self.threshold).select("session_id")
+        ent = self._entities(features, flagged)
+        if ent.height == 0:
+            return out
+        return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
+
+    def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
+        """A walk spread over sessions: distinct pages / cursors of one tool per caller and
+        client address and window, over sessions not flagged on their own (seed 001: the
+        session budget hit, a new session continues the walk)."""
+        cfg, c = self.config, self.settings
+        s = features.sessions.lazy()
+        flagged_sh = s.select("session_id", "sh").join(
+            flagged.lazy(), on="session_id", how="semi").select("sh")
+        ev = features.events
+        if "page" not in ev.columns:
+            return empty_scores()
+        rows = (
+            ev.lazy().filter(pl.col("page").is_not_null() | pl.col("cuh").is_not_null())
+            .select("t", "sh", "ceh", "ieh", "tlh", "page", "cuh")
+            .join(flagged_sh, on="sh", how="anti").collect(engine="in-memory")
+        )
+        if rows.height == 0:
+            return empty_scores()
+        ee = explode_entities(rows, cfg)
+        per_tool = ee.group_by([*KEYS, "tlh"]).agg(
+            (pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
+            .alias("_pages"),
+            pl.col("sh").n_unique().alias("_tool_sessions"),
+        ).filter(pl.col("_tool_sessions") >= cfg.entity_min_sessions)
+        if per_tool.height == 0:
+            return empty_scores()
+        best = per_tool.sort("_pages", descending=True).group_by(KEYS).agg(
+            pl.col("_pages").first().alias("max_pages"),
+            pl.col("_tool_sessions").first().alias("n_sessions"))
+        agg = group_agg(
+            ee.join(best.select(KEYS), on=KEYS, how="semi"), KEYS,
+            pl.len().alias("calls"),
+            pl.col("t").min().alias("first_t"),
+            pl.col("t").max().alias("last_t"),
+            *IDENTITY_AGGS,
+        ).join(best, on=KEYS)
+        agg = agg.with_columns(band(pl.col("max_pages"), c.pages_lo, c.pages_hi)
+                               .alias("score"))
+        hot = agg.filter(pl.col("score") >= self.threshold)
+        if hot.height == 0:
+            return empty_scores()
+        agg = finish(hot.join(sessions_of(ee, hot, features), on=KEYS, how="left"), features)
+        span = (pl.col("last_t") - pl.col("first_t")) / 1e6
+        return agg.select(
+            "entity_type", "entity_id", pl.col("w").alias("window_start"), "score",
+            pl.lit(None, pl.String).alias("session_id"), "caller_id", "client_ip", "server",
+            "first_t", "last_t", "calls", span.alias("span_s"),
+            (pl.col("calls") / (span / 60).clip(lower_bound=1 / 60)).alias("calls_per_min"),
+            pl.lit(None, pl.Float64).alias("gap_cv"), "top_tool",
+            pl.lit(None, pl.Float64).alias("top_tool_share"),
+            pl.col("top_tool").alias("page_tool"), "max_pages",
+            *[pl.lit(None).alias(k) for k in ("dup_ratio", "distinct_tools")],
+            pl.lit("events").alias("basis"),
+            *[pl.lit(None).alias(k) for k in ("z_own", "own_n", "own_days",
+                                             "own_typical_calls", "habitual", "p_mech")],
+            pl.col("score").alias("p_sweep"),
+            *[pl.lit(None).alias(k) for k in ("p_rate", "p_own")],
+            "session_ids", "n_sessions",
+        )
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons naming the crawl's cadence, pages, repeats and the caller's own normal."""
@@ -151,7 +220,15 @@ class ScrapingLoopDetector(Detector):
                 f"Gaps between calls vary by {pct(row['gap_cv'])} of their mean (coefficient "
                 f"of variation {num(row['gap_cv'])}; people and reasoning agents are ≈ 100%)."
             )
-        if (row.get("max_pages") or 0) >= 2:
+        if row.get("entity_type") in ("caller_id", "client_ip"):
+            what = "client address" if row["entity_type"] == "client_ip" else "caller"
+            reasons = [
+                f"One {what} walked {num(row.get('max_pages'))} distinct pages/cursors of "
+                f"{row.get('page_tool') or 'one tool'} over {num(row.get('n_sessions'))} "
+                f"sessions in {duration(row.get('span_s'))}: each session stays under a "
+                "per-session budget, the walk goes on in the next one.",
+            ]
+        elif (row.get("max_pages") or 0) >= 2:
             reasons.append(
                 f"{num(row['max_pages'])} distinct pages/cursors of "
                 f"{row.get('page_tool') or 'one tool'}: walking a listing page by page."

@@ -621,3 +621,38 @@ def test_lockout_after_three_failed_keys_is_an_attempt() -> None:
     got = {r["session_id"]: r for r in res.alerts.filter(
         res.alerts["category"] == "credential_stuffing").iter_rows(named=True)}
     assert got["locked"]["severity"] == "low" and "typo" not in got
+
+
+def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
+    """Seed 001: the session budget (20 searches) is hit, the agent reconnects and goes on
+    paging in a new session. Each session is small; the caller walked 140 pages. A user who
+    reads the first three pages of a search in each of eight sessions walked three."""
+    from datetime import timedelta
+
+    from toolwatch.detectors.testing import T0, Traffic
+
+    from toolwatch import detectors
+
+    tr = Traffic(seed=4)
+    tr.background(days=1, users=20, per_day=2)
+    t, page = T0 + timedelta(hours=2), 0
+    for sess in range(7):
+        for _ in range(20):
+            page += 1
+            tr.call(f"scrape-{sess}", t, "searchItems", caller="crawler", server="crm",
+                    args={"query": "*", "page": page, "limit": 50}, rows=50, nbytes=12_000)
+            t += timedelta(seconds=4)
+        t += timedelta(minutes=2)
+    t = T0 + timedelta(hours=2)
+    for sess in range(8):
+        for p in (1, 2, 3):
+            tr.call(f"reader-{sess}", t, "searchItems", caller="reader", server="crm",
+                    args={"query": f"acme {sess}", "page": p}, rows=20, nbytes=4_000)
+            t += timedelta(seconds=30)
+        t += timedelta(minutes=10)
+    res = detectors.detect(tr.events(), tr.summaries(), detectors.DetectorsConfig())
+    sc = res.alerts.filter(res.alerts["category"] == "scraping_loop")
+    ent = sc.filter(sc["entity_type"] == "caller_id")
+    assert ent["entity_id"].to_list() == ["crawler"], sc.select("entity_type", "entity_id")
+    assert "reader" not in sc["caller_id"].to_list()
+    assert "140 distinct pages" in ent["reasons"][0][0]

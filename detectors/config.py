@@ -287,9 +287,11 @@ class ScrapingLoopConfig:
     rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
     entity: bool = doc(
         "Also score callers and client addresses per window: distinct pages / cursors of "
-        "one tool over sessions not flagged on their own (at least entity_min_sessions), "
-        "against pages_lo / pages_hi (a walk that reconnects whenever a per-session budget "
-        "is hit, seed 001).",
+        "one tool over sessions not flagged on their own that resume a listing (their "
+        "first paging call asks for a page above 1 or carries a cursor; at least "
+        "entity_min_sessions), against pages_lo / pages_hi: a walk that reconnects "
+        "whenever a per-session budget is hit (seed 001). A sync job that starts each run "
+        "at the first page does not resume.",
         True,
     )
     self_z: float = doc(

@@ -150,8 +150,8 @@ class ScrapingLoopDetector(Detector):
 
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
         """A walk spread over sessions: distinct pages / cursors of one tool per caller and
-        client address and window, over sessions not flagged on their own (seed 001: the
-        session budget hit, a new session continues the walk)."""
+        client address and window, over sessions not flagged on their own that resume a
+        listing (seed 001: the session budget hit, a new session continues the walk)."""
         cfg, c = self.config, self.settings
         s = features.sessions.lazy()
         flagged_sh = s.select("session_id", "sh").join(
@@ -164,6 +164,15 @@ class ScrapingLoopDetector(Detector):
             .select("t", "sh", "ceh", "ieh", "tlh", "page", "cuh")
             .join(flagged_sh, on="sh", how="anti").collect(engine="in-memory")
         )
+        # Only sessions that *resume* a listing count: their first paging call of the tool
+        # already asks for a later page (a page number above 1, or a cursor). A sync job
+        # or a reader starts each session at the first page; a walk dodging a session
+        # budget goes on where the last session stopped.
+        first = rows.sort("t").group_by("sh", "tlh").agg(
+            ((pl.col("page").first().fill_null(0) > 1) | pl.col("cuh").first().is_not_null())
+            .alias("_resumes"))
+        rows = rows.join(first.filter(pl.col("_resumes")).select("sh", "tlh"),
+                         on=["sh", "tlh"], how="semi")
         if rows.height == 0:
             return empty_scores()
         ee = explode_entities(rows, cfg)

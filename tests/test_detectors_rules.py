@@ -625,7 +625,7 @@ def test_lockout_after_three_failed_keys_is_an_attempt() -> None:
 
 def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
     """Seed 001: the session budget (20 searches) is hit, the agent reconnects and goes on
-    paging in a new session. Each session is small; the caller walked 140 pages. A user who
+    paging in a new session. Each session is small; the caller walked on for 120 pages. A user who
     reads the first three pages of a search in each of eight sessions walked three."""
     from datetime import timedelta
 
@@ -655,4 +655,28 @@ def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
     ent = sc.filter(sc["entity_type"] == "caller_id")
     assert ent["entity_id"].to_list() == ["crawler"], sc.select("entity_type", "entity_id")
     assert "reader" not in sc["caller_id"].to_list()
-    assert "140 distinct pages" in ent["reasons"][0][0]
+    assert "120 distinct pages" in ent["reasons"][0][0]  # the six sessions that resume
+
+
+def test_sync_job_restarting_its_listing_each_run_is_not_a_walk() -> None:
+    """An incremental sync pages a listing by cursor from its first page in every run:
+    many cursors over the day, but no session resumes where another stopped."""
+    from datetime import timedelta
+
+    from toolwatch.detectors.testing import T0, Traffic
+
+    from toolwatch import detectors
+
+    tr = Traffic(seed=5)
+    tr.background(days=1, users=20, per_day=2)
+    t = T0 + timedelta(hours=1)
+    for run in range(12):
+        for k in range(15):
+            args = {"updatedSince": "2026-11-02T00:00:00Z", "limit": 100}
+            if k:
+                args["cursor"] = f"c-{run}-{k}"
+            tr.call(f"sync-{run}", t + timedelta(seconds=k), "listContacts", caller="svc-sync",
+                    server="crm", args=args, rows=100, nbytes=20_000)
+        t += timedelta(minutes=13)
+    res = detectors.detect(tr.events(), tr.summaries(), detectors.DetectorsConfig())
+    assert res.alerts.filter(res.alerts["category"] == "scraping_loop").height == 0

@@ -168,9 +168,13 @@ class ScrapingLoopDetector(Detector):
         # already asks for a later page (a page number above 1, or a cursor). A sync job
         # or a reader starts each session at the first page; a walk dodging a session
         # budget goes on where the last session stopped.
-        first = rows.sort("t").group_by("sh", "tlh").agg(
+        # (The first call of the tool in the session, paging arguments or not: a listing's
+        # first page usually carries neither.)
+        first = ev.lazy().select("t", "sh", "tlh", "page", "cuh").join(
+            rows.lazy().select("sh", "tlh").unique(), on=["sh", "tlh"], how="semi").sort(
+            "t").group_by("sh", "tlh").agg(
             ((pl.col("page").first().fill_null(0) > 1) | pl.col("cuh").first().is_not_null())
-            .alias("_resumes"))
+            .alias("_resumes")).collect(engine="in-memory")
         rows = rows.join(first.filter(pl.col("_resumes")).select("sh", "tlh"),
                          on=["sh", "tlh"], how="semi")
         if rows.height == 0:

@@ -124,6 +124,7 @@ def _lock_nb(path: Path, mode: str = "a") -> Any | None:
     except OSError:
         return None
     fh = os.fdopen(fd, mode)
+    fh.buffer.raw.name = str(path)  # as open() would name it
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -49,6 +49,7 @@ from toolwatch import schema
 from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError, StoreError
 from toolwatch.query_guard import check_query
+from toolwatch.safe_open import UnsafeFile, open_regular, read_regular, set_aside, store_owners
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,26 @@ class _UnsafeCommitError(Exception):
 def glob_escape(text: str) -> str:
     """``text`` with glob metacharacters made literal."""
     return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _open_lock_file(path: Path, rejected_dir: Path) -> Any:
+    """Open (creating) a lock file of the store for ``flock``, never following a link.
+
+    ``O_NOFOLLOW | O_NONBLOCK`` and a regular-file check (:mod:`toolwatch.safe_open`): a
+    FIFO planted under a lock's name made every writer hang in ``open(2)``, a symlink made
+    it create or truncate the file it names. Such a file is set aside (logged) and the
+    lock made afresh.
+    """
+    flags = os.O_WRONLY | os.O_CREAT
+    try:
+        fd = open_regular(path, flags, 0o644)
+    except UnsafeFile as exc:
+        log.error("store: setting aside %s: %s", path, exc.reason)
+        set_aside(path, rejected_dir)
+        fd = open_regular(path, flags, 0o644)
+    fh = os.fdopen(fd, "w")
+    fh.buffer.raw.name = str(path)  # type: ignore[attr-defined] # as open() names it
+    return fh
 
 
 def _fsync_dir(path: Path) -> None:
@@ -142,7 +163,7 @@ class Store:
         if self._writer_id is None:
             wid = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
             lock_path = self.root / "_staging" / f"{wid}.lock"
-            fh = open(lock_path, "w")  # noqa: SIM115 - held open for the process lifetime
+            fh = _open_lock_file(lock_path, self.root / "_state" / "rejected")
             fcntl.flock(fh, fcntl.LOCK_EX)
             self._writer_lock = fh
             self._writer_id = wid
@@ -151,7 +172,8 @@ class Store:
 
     @contextlib.contextmanager
     def _state_lock(self) -> Iterator[None]:
-        with open(self.root / "_state" / "lock", "w") as fh:
+        with _open_lock_file(self.root / "_state" / "lock",
+                             self.root / "_state" / "rejected") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -176,7 +198,16 @@ class Store:
                     log.error("store %s: removing symlinked lock file %s", self.root, lock.name)
                     lock.unlink(missing_ok=True)
                     continue
-                with open(lock, "a") as fh:
+                try:
+                    fd = open_regular(lock, os.O_WRONLY | os.O_APPEND)
+                except UnsafeFile as exc:  # a FIFO hung every writer here
+                    log.error("store %s: removing planted lock file %s: %s", self.root,
+                              lock.name, exc.reason)
+                    lock.unlink(missing_ok=True)
+                    continue
+                except OSError:
+                    continue  # gone meanwhile
+                with os.fdopen(fd, "a") as fh:
                     try:
                         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except BlockingIOError:
@@ -272,7 +303,9 @@ class Store:
         checks is set aside under ``_state/rejected/`` with a logged error, never applied.
         """
         try:
-            commit = orjson.loads((bdir / "COMMIT.json").read_bytes())
+            # (a FIFO or link planted as COMMIT.json is refused: UnsafeFile is an OSError)
+            commit = orjson.loads(read_regular(bdir / "COMMIT.json",
+                                               owners=store_owners(self.root)))
             moves, replaces, checkpoints = self._validate_commit(bdir, commit)
         except (OSError, orjson.JSONDecodeError, _UnsafeCommitError) as exc:
             self._reject_batch(bdir, str(exc))
@@ -372,9 +405,16 @@ class Store:
 
     def _read_checkpoints(self) -> dict[str, dict[str, Any]]:
         path = self.root / "_state" / "checkpoints.json"
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             return {}
-        return orjson.loads(path.read_bytes())
+        try:
+            return orjson.loads(read_regular(path, 1 << 30, owners=store_owners(self.root)))
+        except UnsafeFile as exc:
+            # Planted (a FIFO hung every writer, a link named another file): set aside
+            # and logged; the streams are then read again from their start.
+            log.error("store %s: setting aside checkpoints: %s", self.root, exc.reason)
+            set_aside(path, self.root / "_state" / "rejected")
+            return {}
 
     def checkpoints(self) -> dict[str, int]:
         """Stream fingerprint -> offset from which to resume."""
@@ -412,7 +452,8 @@ class Store:
         deadline = None if budget_s is None else time.monotonic() + budget_s
         # One compactor per store at a time: two merging the same files would each write
         # a copy of the rows. Another process compacting means this one has nothing to do.
-        with open(self.root / "_state" / "compact.lock", "w") as lock:
+        with _open_lock_file(self.root / "_state" / "compact.lock",
+                             self.root / "_state" / "rejected") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -161,8 +161,21 @@ def _override(cfg_map: dict[str, object], server: str | None, tool: str | None) 
     return cfg_map.get(tool) if v is None else v
 
 
-def tool_table(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
+def tool_table(
+    events: pl.DataFrame, config: DetectorsConfig, *, idem_lists: bool = True
+) -> pl.DataFrame:
     """One row per distinct ``(server, tool)`` with its role and keys.
+
+    Parameters
+    ----------
+    events
+        Rows with ``server`` and ``tool``; the table keeps their first-seen order.
+    config
+        Detector configuration (its ``tools`` table).
+    idem_lists
+        False: ``idem_args`` is null except on tools with an ``idempotency_args``
+        override (their full list), so a million distinct tools do not each carry a
+        copy of the default list; the defaults are ``config.tools.idempotency_keys``.
 
     Returns
     -------
@@ -194,7 +207,7 @@ def tool_table(events: pl.DataFrame, config: DetectorsConfig) -> pl.DataFrame:
     base = list(tc.idempotency_keys)
     out = pairs.with_columns(pl.Series("tool_role", roles, pl.String))
     bk = pl.lit(None, pl.String)
-    idem = pl.lit(base, dtype=pl.List(pl.String))
+    idem = pl.lit(base if idem_lists else None, dtype=pl.List(pl.String))
     if tc.business_keys or tc.idempotency_args:
         # Overrides name a few tools: look them up on the rows that may match only.
         keys = [*tc.business_keys, *tc.idempotency_args]
@@ -290,8 +303,13 @@ def _annotate(
                      .alias("_ah"))
     firsts = pl.concat([keys.select("_pk"), ev.select("server", "tool")], how="horizontal")
     firsts = firsts.filter(pl.col("_pk").is_first_distinct())
-    table = tool_table(firsts, config)
-    table = firsts.join(table, on=["server", "tool"], how="left", nulls_equal=True)
+    table = tool_table(firsts, config, idem_lists=False)
+    if table.height == firsts.height:
+        # Same rows in the same order (tool_table keeps first-seen order): no need to
+        # join a million tool names back on their strings.
+        table = pl.concat([firsts.select("_pk"), table], how="horizontal")
+    else:  # two pairs share a 64-bit key: match on the strings
+        table = firsts.join(table, on=["server", "tool"], how="left", nulls_equal=True)
     # Per event, the columns it needs (not the list of idempotency argument names).
     keyed = keys.select("_pk").join(
         table.select("_pk", "tool_role", "mutates", "irreversible", "outbound",
@@ -301,7 +319,10 @@ def _annotate(
     # sensitive term. One Aho-Corasick pass over the *distinct* texts finds them; only
     # the texts with a finding are looked up per event.
     # Distinct names columnar: one Python list per distinct tool is what 1M tools cost.
-    idem_keys = sorted(table["idem_args"].explode().drop_nulls().unique().to_list())
+    idem_keys = sorted(
+        {*(tc.idempotency_keys if table.height else ()),
+         *table["idem_args"].explode().drop_nulls().unique().to_list()}
+    )
     bk_keys = sorted(table["bk_arg"].drop_nulls().unique().to_list())
     distinct = pl.concat([keys.select("_ah"), ev.select("args")], how="horizontal").filter(
         pl.col("_ah").is_first_distinct()).with_columns(pl.col("args").fill_null(""))

@@ -105,14 +105,19 @@ def _log_files(d: Path) -> list[str]:
 
 #: ``--config`` file passed to every ``toolwatch analyze`` (None: the defaults).
 CONFIG: Path | None = None
+#: ``--tree``: analyze with another checkout's code (benchmarks/run_tree.py), for a
+#: before/after in one run; scoring always uses this checkout's ``toolwatch evaluate``.
+TREE: Path | None = None
 
 
 def _analyze(paths: list[str], store: Path, alerts: Path) -> float:
     shutil.rmtree(store, ignore_errors=True)
     t0 = time.perf_counter()
     cfg = ["-c", str(CONFIG)] if CONFIG else []
+    head = ([sys.executable, str(ROOT / "benchmarks" / "run_tree.py"), str(TREE)] if TREE
+            else [TOOLWATCH])
     subprocess.run(
-        [TOOLWATCH, "analyze", *paths, "-d", str(store), "-q", "--no-progress",
+        [*head, "analyze", *paths, "-d", str(store), "-q", "--no-progress",
          "--alerts-out", str(alerts), *cfg],
         check=True, stdout=subprocess.DEVNULL,
     )
@@ -203,11 +208,14 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="keep files here (default: temp)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
     ap.add_argument("--details", action="store_true", help="list every flagged benign session")
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="analyze with this checkout's code (benchmarks/run_tree.py)")
     ap.add_argument("--config", type=Path, default=None,
                     help="toolwatch config (TOML) for analyze, e.g. to compare settings")
     args = ap.parse_args()
-    global CONFIG
+    global CONFIG, TREE
     CONFIG = args.config
+    TREE = args.tree
 
     work = args.work or Path(tempfile.mkdtemp(prefix="tw-quality-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -110,7 +110,7 @@ def test_collect_once_reads_past_a_read_step_and_resumes_from_its_checkpoint(
     line = b"noise " + b"z" * 4090 + b"\n"
     flood = line * ((FLOOD_MIB << 20) // len(line))
     log = _plant_spool(data, wid, _calls("resume", 0, 5) + flood + _calls("resume", 5, 10))
-    lock = open(spool_dir(data) / f"{wid}.lock", "w")  # the wrapper, alive
+    lock = open(spool_dir(data) / f"{wid}.lock", "w")  # noqa: SIM115 - the live wrapper
     fcntl.flock(lock, fcntl.LOCK_EX)
 
     def collect_once() -> None:

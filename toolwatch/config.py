@@ -168,6 +168,14 @@ class AnalyzeConfig:
         "and tuning.",
         0,
     )
+    max_events_per_caller: int = doc(
+        "In partitioned analysis, a caller with more events than this has its sessions "
+        "spread over several partitions (whole sessions, by session hash), so one caller "
+        "with millions of events cannot hold them all in memory at once; its windows that "
+        "cross sessions then see part of its traffic. Reported in a warning with the count "
+        "of callers split. 0 = max_events_in_memory / 3.",
+        0,
+    )
 
 
 @dataclass
@@ -321,6 +329,19 @@ def load_config(path: str | Path | None = None) -> Config:
     if env_dir:
         cfg.store.data_dir = env_dir
     return cfg
+
+
+def markdown_reference(cls: type, prefix: str = "") -> str:
+    """The ``| key | default | meaning |`` table of ``cls``'s keys, as the docs print it.
+
+    docs/detectors.md's configuration reference is this table for the detectors' config;
+    a test checks the two are equal, so the docs cannot drift from the code.
+    """
+    lines = ["| key | default | meaning |", "| --- | --- | --- |"]
+    for key, default, text in describe(cls, prefix):
+        cell, meaning = default.replace("|", "\\|"), text.replace("|", "\\|")
+        lines.append(f"| `{key}` | `{cell}` | {meaning} |")
+    return "\n".join(lines)
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -118,3 +119,71 @@ def test_memory_per_distinct_tool_is_bounded() -> None:
     assert done.returncode == 0, done.stderr
     grew_kib = int(done.stdout.split()[-1])
     assert grew_kib < 200_000 * 0.5, f"annotate grew {grew_kib} KiB for 200k distinct tools"
+
+
+def test_a_caller_above_the_cap_is_spread_over_partitions() -> None:
+    import duckdb
+
+    from toolwatch.analyze import _split_big_keys
+    from toolwatch.config import Config
+
+    con = duckdb.connect()
+    # One caller with 60 sessions of 50 events (3,000), 30 small callers of 20 events.
+    con.execute(
+        "CREATE TEMP TABLE tw_keys AS "
+        "SELECT hash('big-' || s) AS sk, hash('big') AS ck, NULL::UBIGINT AS ik, 50 AS n "
+        "FROM range(60) t(s) UNION ALL "
+        "SELECT hash('c' || s), hash('c' || s), NULL, 20 FROM range(30) t(s)"
+    )
+    cfg = Config()
+    cfg.analyze.max_events_per_caller = 400
+    parts = 8
+
+    def sizes() -> list[int]:
+        rows = con.execute(
+            f"SELECT ck % {parts} AS p, sum(n) FROM tw_keys GROUP BY p ORDER BY 2 DESC"
+        ).fetchall()
+        return [int(r[1]) for r in rows]
+
+    assert max(sizes()) >= 3000  # before: the big caller is one partition
+    assert _split_big_keys(con, cfg, parts) == (1, 400)
+    after = sizes()
+    assert sum(after) == 3000 + 600  # every session still in exactly one partition
+    assert max(after) < 1500  # spread: 8 keys of ~375 events over 8 partitions
+    small = con.execute(
+        "SELECT count(*) FROM tw_keys WHERE n = 20 AND ck = sk"
+    ).fetchone()[0]
+    assert small == 30  # callers under the cap keep their key
+    assert _split_big_keys(con, cfg, 1) is None  # single pass: nothing to split
+
+
+def test_analyze_reports_the_callers_it_split(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import orjson
+
+    from toolwatch.analyze import analyze_paths
+    from toolwatch.config import Config
+
+    log = tmp_path / "big-caller.jsonl"
+    lines = []
+    for i in range(600):
+        caller = "solo" if i % 6 else f"other-{i % 12}"
+        lines.append(orjson.dumps({
+            "ts": f"2026-11-02T00:{i // 60:02d}:{i % 60:02d}Z",
+            "session_id": f"{caller}-{i // 40}",
+            "caller_id": caller,
+            "server": "docs-server",
+            "tool": "getDocument",
+            "args": {"documentId": f"doc-{i % 37}"},
+            "status": "ok",
+        }))
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    cfg = Config()
+    cfg.store.data_dir = str(tmp_path / "store")
+    cfg.analyze.partitions = 4
+    cfg.analyze.max_events_per_caller = 100
+    with caplog.at_level("WARNING", logger="toolwatch.analyze"):
+        analyze_paths(cfg, [str(log)], alerts_out=tmp_path / "a.jsonl", progress=False)
+    msgs = [r.getMessage() for r in caplog.records if "max_events_per_caller" in r.getMessage()]
+    assert msgs and msgs[0].startswith("analyze: 1 caller(s) with more than 100 events")

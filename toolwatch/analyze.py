@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import shutil
 import tempfile
 import threading
@@ -23,6 +24,8 @@ from toolwatch.ingest import arrays
 from toolwatch.ingest_run import IngestResult, ingest_paths
 from toolwatch.output import json_safe, safe_text, table_cell
 from toolwatch.store import Store
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     # polars is imported by the functions that use it: ``analyze`` starts parsing before
@@ -344,18 +347,25 @@ def run_partitioned(
         con.execute(
             f"""
             CREATE TEMP TABLE tw_keys AS
-            SELECT sk, coalesce(min(ch), sk) AS ck, min(ih) AS ik
+            SELECT sk, coalesce(min(ch), sk) AS ck, min(ih) AS ik, sum(n) AS n
             FROM (SELECT hash({_sid()}) AS sk, {_hash_or_null('caller_id')} AS ch,
-                         {_hash_or_null('client_ip')} AS ih
+                         {_hash_or_null('client_ip')} AS ih, 1 AS n
                   FROM events WHERE {where}
                   UNION ALL
                   SELECT hash(session_id), {_hash_or_null('caller_id')},
-                         {_hash_or_null('client_ip')}
+                         {_hash_or_null('client_ip')}, 0
                   FROM summaries WHERE session_id IS NOT NULL AND {where})
             GROUP BY sk
             """,
             params,
         )
+        split = _split_big_keys(con, config, n_parts)
+        if split:
+            log.warning(
+                "analyze: %d caller(s) with more than %d events spread over partitions by "
+                "session ([analyze] max_events_per_caller): their cross-session windows "
+                "see part of their traffic", split[0], split[1],
+            )
         for key, keep_ip in (("ck", False), ("ik", True)):
             names = [n for n in registry.REGISTRY if n in ADDRESS_DETECTORS] if keep_ip else None
             for i in range(n_parts):
@@ -384,6 +394,37 @@ def run_partitioned(
         alerts = pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[assignment]
     assert isinstance(alerts, pl.DataFrame)
     return apply_triage_suppressions(alerts, config.data_dir)
+
+
+def _split_big_keys(con: object, config: Config, n_parts: int) -> tuple[int, int] | None:
+    """Give the sessions of callers above the per-caller cap their own partition keys.
+
+    A partition holds whole callers, so one caller with 3M events was one 3M-event
+    partition (4.3 GB) whatever ``n_parts``. Past the cap, such a caller's sessions get
+    ``ceil(events / cap)`` keys (by session hash), which spread over the partitions.
+
+    Returns
+    -------
+    tuple of (int, int) or None
+        Callers split and the cap, or None when none was.
+    """
+    if n_parts <= 1:
+        return None
+    a = config.analyze
+    cap = a.max_events_per_caller or max(a.max_events_in_memory // 3, 1)
+    con.execute(  # type: ignore[attr-defined]
+        "CREATE TEMP TABLE tw_big AS SELECT ck, CAST(ceil(sum(n) / $cap) AS UBIGINT) AS m "
+        "FROM tw_keys GROUP BY ck HAVING sum(n) > $cap",
+        {"cap": cap},
+    )
+    n_big = con.execute("SELECT count(*) FROM tw_big").fetchone()[0]  # type: ignore[attr-defined]
+    if not n_big:
+        return None
+    con.execute(  # type: ignore[attr-defined]
+        "UPDATE tw_keys SET ck = hash(tw_keys.ck, tw_keys.sk % b.m) FROM tw_big b "
+        "WHERE tw_keys.ck = b.ck"
+    )
+    return int(n_big), int(cap)
 
 
 def _subset(fs: FeatureSet, mask_ev: pl.Series, summary_sids: pl.Series) -> FeatureSet:

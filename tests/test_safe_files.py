@@ -239,3 +239,16 @@ def test_tail_checkpoint_past_the_end_reads_the_rewritten_file_from_the_start(
     again = TailSource([str(log)], cps)
     assert len(_read_all(again)) == 3
     again.close()
+
+
+def test_ingest_of_a_glob_skips_a_fifo_it_matches(tmp_path: Path, tw_env: dict) -> None:
+    """``ingest 'logs/*'`` with a FIFO among the matches: the FIFO is skipped (it would
+    block ``open(2)`` forever), the log is stored."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.mkfifo(logs / "b-pipe.jsonl")
+    (logs / "a.jsonl").write_bytes(b"".join(call_line(i) for i in range(4)))
+    data = tmp_path / "store"
+    r = tw(data, tw_env, "ingest", str(logs / "*"))
+    assert r.returncode == 0, r.stderr
+    assert Store(data).query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 4

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import io
+import os
+import stat
 import sys
 import zlib
 from collections.abc import Iterator
@@ -21,14 +23,37 @@ from toolwatch.errors import SourceError
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+def _plain_or_link(path: str) -> bool:
+    """Whether a glob or directory match is a file to read: a regular file (or a link to
+    one). A FIFO, socket or device matched by ``logs/*`` would block ``open(2)`` or never
+    end; it is skipped with a warning (a FIFO named on the command line, ``<(zcat x)``, is
+    read as given)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return True
+    import logging
+
+    logging.getLogger("toolwatch.ingest").warning(
+        "skipping %s: not a regular file (a FIFO, socket or device)", display_name(path))
+    return False
+
+
 def expand_paths(patterns: list[str]) -> list[str]:
-    """Expand globs; ``-`` stays as stdin. A pattern that matches nothing is an error."""
+    """Expand globs; ``-`` stays as stdin. A pattern that matches nothing is an error.
+
+    Glob and directory matches that are not regular files (FIFOs, sockets, devices) are
+    skipped; a path given as such is used as given.
+    """
     out: list[str] = []
     for pat in patterns:
         if pat == "-":
             out.append(pat)
             continue
-        hits = sorted(glob.glob(pat, recursive=True)) if glob.has_magic(pat) else [pat]
+        hits = ([h for h in sorted(glob.glob(pat, recursive=True)) if _plain_or_link(h)]
+                if glob.has_magic(pat) else [pat])
         hits = [h for h in hits if not Path(h).is_dir()] or (
             sorted(str(p) for p in Path(pat).rglob("*") if p.is_file())
             if Path(pat).is_dir()

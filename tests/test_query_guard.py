@@ -328,7 +328,7 @@ def test_row_limit_cuts_and_says_so(store: Store):
 
 
 def test_memory_limit_gives_a_clean_error(store: Store):
-    with pytest.raises(QueryError, match="(?i)out of memory") as ei:
+    with pytest.raises(QueryError, match=r"(?i)out of memory") as ei:
         store.run_query(
             "SELECT list(repeat('x', 1000) || r::VARCHAR) FROM range(2000000) t(r)",
             limits=QueryConfig(memory_limit_mb=32),

@@ -72,11 +72,12 @@ def test_calls_after_a_flood_larger_than_a_read_step_are_stored(
     """A flood (one over-long line, then many text lines) then 20 calls: all 20 stored
     by the wrapper's own final pass, and the spool is gone."""
     data = tmp_path / "store"
-    half = FLOOD_MIB // 2
+    # Mostly one line (cut at max_line_bytes, the rest dropped as it is read: cheap to
+    # store), then 8 MiB of text lines (two read steps), then the calls.
     script = f"""
-write(b"x" * ({half} << 20) + b"\\n")           # one line of {half} MiB
+write(b"x" * (({FLOOD_MIB} - 8) << 20) + b"\\n")
 line = b"flood " + b"y" * 8186 + b"\\n"          # 8 KiB text lines
-write(line * (({FLOOD_MIB - half} << 20) // len(line)))
+write(line * ((8 << 20) // len(line)))
 write(calls("flood", 0, 20))
 """
     assert run_server(data, tw_env, script) == 0
@@ -107,8 +108,7 @@ def test_collect_once_reads_past_a_read_step_and_resumes_from_its_checkpoint(
     once the wrapper is gone the next run finishes the spool and removes it."""
     data = tmp_path / "store"
     wid = "4242-feedbeef"
-    line = b"noise " + b"z" * 4090 + b"\n"
-    flood = line * ((FLOOD_MIB << 20) // len(line))
+    flood = b"z" * (FLOOD_MIB << 20) + b"\n"  # one line longer than the old read step
     log = _plant_spool(data, wid, _calls("resume", 0, 5) + flood + _calls("resume", 5, 10))
     lock = open(spool_dir(data) / f"{wid}.lock", "w")  # noqa: SIM115 - the live wrapper
     fcntl.flock(lock, fcntl.LOCK_EX)

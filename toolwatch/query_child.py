@@ -303,6 +303,11 @@ def _raise(header: dict[str, Any], limits: QueryConfig) -> None:
     kind, msg = header.get("kind"), str(header.get("message", "query failed"))
     if kind == "refused":
         raise QueryRefusedError(msg)
+    if kind == "memory" and header.get("duckdb_limit"):
+        raise QueryMemoryError(
+            f"query ran out of memory: DuckDB's limit is {_duck_mib(limits):,} MiB "
+            f"(query.memory_limit_mb, at most 3/4 of query.memory_limit_mib): {msg}"
+        )
     if kind == "memory":
         raise QueryMemoryError(
             f"query exceeded the {limits.memory_limit_mib:,} MiB memory cap "
@@ -311,6 +316,11 @@ def _raise(header: dict[str, Any], limits: QueryConfig) -> None:
     err = QueryError(msg)
     err.missing_files = bool(header.get("missing_files"))  # type: ignore[attr-defined]
     raise err
+
+
+def _duck_mib(limits: QueryConfig) -> int:
+    """DuckDB's own memory limit: inside the OS cap, so its clean error comes first."""
+    return max(16, min(limits.memory_limit_mb, limits.memory_limit_mib * 3 // 4))
 
 
 def _byte_cap(limits: QueryConfig) -> int:
@@ -385,10 +395,10 @@ def _child_work(spec: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
 
     store = _Listed(spec["root"])
     store.incident_config = spec["incident_config"]
-    # DuckDB's own limit inside the cap, so its clean out-of-memory error comes first.
-    duck_mib = max(16, min(limits.memory_limit_mb, limits.memory_limit_mib * 3 // 4))
     lim = QueryConfig(
-        memory_limit_mb=duck_mib, threads=limits.threads, timeout_seconds=limits.timeout_seconds,
+        memory_limit_mb=_duck_mib(limits),
+        threads=limits.threads,
+        timeout_seconds=limits.timeout_seconds,
         max_rows=limits.max_rows,
     )
     wants_incidents = schema_mode or "incidents" in sql.lower()
@@ -493,7 +503,11 @@ def _error_header(exc: BaseException, spec: dict[str, Any]) -> dict[str, Any]:
     if isinstance(exc, MemoryError | duckdb.OutOfMemoryException) or "bad allocation" in str(
         exc
     ) or "std::bad_alloc" in str(exc):
-        return {"ok": False, "kind": "memory", "message": _message(exc, first_only=True)}
+        # "bad allocation": the OS cap refused memory; else DuckDB's own limit was hit.
+        text = str(exc)
+        duck = isinstance(exc, duckdb.OutOfMemoryException) and "bad alloc" not in text
+        return {"ok": False, "kind": "memory", "message": _message(exc, first_only=True),
+                "duckdb_limit": duck}
     missing = any(
         not os.path.exists(f) for fs in spec.get("files", {}).values() for f in fs
     ) if isinstance(exc, duckdb.IOException) else False

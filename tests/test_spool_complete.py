@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -176,4 +177,42 @@ write(b"server exits now\\n")
 """
     assert run_server(data, tw_env, script) == 0
     assert docs(data, "child") == list(range(30))
+    assert pending_spools(data) == []
+
+
+def test_past_the_writer_grace_the_rest_is_left_to_the_next_collector(
+    tmp_path: Path, tw_env: dict
+) -> None:
+    """``[live] writer_grace_s = 0.3``: the wrapper leaves while the child still writes;
+    the spool stays (nothing finished early), and ``collect --once`` after the child is
+    done stores every line exactly once."""
+    data = tmp_path / "store"
+    cfg = tmp_path / "toolwatch.toml"
+    cfg.write_text(f'[store]\ndata_dir = "{data}"\n[live]\nwriter_grace_s = 0.3\n')
+    done = tmp_path / "child-done"
+    script = f"""
+if os.fork() == 0:
+    os.setsid()
+    for i in range(40):
+        time.sleep(0.25)
+        write(calls("late", i, i + 1))
+    open({str(done)!r}, "w").close()
+    os._exit(0)
+"""
+    p = subprocess.run(
+        [TOOLWATCH, "run", "-c", str(cfg), "--", sys.executable, "-c", PRELUDE + script],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=tw_env, timeout=120,
+    )
+    assert p.returncode == 0
+    assert not done.exists()  # the wrapper did not wait for the child (10 s)
+    deadline = time.monotonic() + 30
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done.exists()
+    assert len(pending_spools(data)) == 1  # left, not finished while written to
+    time.sleep(0.2)  # the child's exit closes its descriptor
+    subprocess.run([TOOLWATCH, "collect", "--once", "--no-stdout", "-c", str(cfg)],
+                   env=tw_env, check=True, timeout=120, capture_output=True)
+    assert docs(data, "late") == list(range(40))
     assert pending_spools(data) == []

@@ -416,14 +416,15 @@ def _split_big_keys(con: object, config: Config, n_parts: int) -> tuple[int, int
         "CREATE TEMP TABLE tw_big AS SELECT ck, CAST(ceil(sum(n) / $cap) AS UBIGINT) AS m "
         "FROM tw_keys GROUP BY ck HAVING sum(n) > $cap",
         {"cap": cap},
-    )
-    n_big = con.execute("SELECT count(*) FROM tw_big").fetchone()[0]  # type: ignore[attr-defined]
+    ).fetchall()
+    # fetchall: a result left half-read blocks the next statement on this connection.
+    n_big = con.execute("SELECT count(*) FROM tw_big").fetchall()[0][0]  # type: ignore[attr-defined]
     if not n_big:
         return None
     con.execute(  # type: ignore[attr-defined]
         "UPDATE tw_keys SET ck = hash(tw_keys.ck, tw_keys.sk % b.m) FROM tw_big b "
         "WHERE tw_keys.ck = b.ck"
-    )
+    ).fetchall()
     return int(n_big), int(cap)
 
 

@@ -83,6 +83,17 @@ def cases(scale: int) -> dict[str, bytes]:
         "1MB 'Пароль 42 ' Russian prose": ('{"a":"' + "Пароль 42 " * (60 * k) + '"}').encode(),
         "1MB cut head 'ssword=' + x…": b"ssword=" + b"x" * (1_000 * k),
         "1MB [\"-p\",\"x1\"…] argv": b'{"a":["-u",' + b'"-p","x1",' * (100 * k) + b'"x"]}',
+        # issue 28: the rule set's token formats (their literals repeated, a literal and a
+        # long run of token characters), normalisation (repr, cookies, ANSI), file formats
+        "1MB 'ya29.' run": b'{"a":"' + b"ya29." * (200 * k) + b'"}',
+        "1MB 'hvs.' + token run": b'{"a":"hvs.' + b"A" * (1_000 * k) + b'"}',
+        "1MB b64 PEM literal run": b'{"a":"LS0tLS1CRUdJTi' + b"A" * (1_000 * k) + b'"}',
+        "1MB 'MIIa' b64 run": b'{"a":"MIIa' + b"Ab1+" * (250 * k) + b'"}',
+        "1MB repr pairs 'k': 'v'": b"{" + b"'key': 'v', " * (83 * k) + b"}",
+        "1MB cookie list": b"Cookie: " + b"a=1; " * (200 * k),
+        "1MB ANSI run": b'{"a":"' + b"\\u001b[1m" * (100 * k) + b'token=x"}',
+        "1MB 'h:1:d:u:' run (pgpass)": b'{"a":"' + b" h:1:d:u:p" * (100 * k) + b'"}',
+        "1MB ':$1$' run (crypt)": b'{"a":"' + b" u:$1$" * (166 * k) + b'"}',
     }
 
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
-from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES
+from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex
 from toolwatch.secrets import LAST_WORDS, SecretHasher, is_digest
 
 KEY = "ab" * 32
@@ -90,6 +90,9 @@ def test_rule_set_read_from_the_installed_package() -> None:
     # refuses (a conditional), 9 keyword rules. A new pin changes these on purpose.
     assert RULE_COUNTS == {"taken": 97, "skipped": 1, "keyword": 9}
     assert len(TOKEN_RULES) == 97
+    # all of them in one RE2 pass (compiled on first use), each with its value group
+    groups = tokens_regex().groupindex
+    assert sorted(groups.values()) == list(range(1, 98))
     assert {"key", "secret", "token", "salt", "credential"} <= set(RULE_WORDS)
     assert {"key", "sid", "signature"} <= LAST_WORDS and "api" not in LAST_WORDS
     names = {r.name.split("#")[0] for r in TOKEN_RULES}

@@ -20,6 +20,7 @@ lines, file formats) stay in :mod:`toolwatch.secrets`, on top of these.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -36,34 +37,55 @@ _NOT_CREDENTIALS = frozenset(
     {"UUID", "Firebase Domain", "AWS S3 Bucket", "Tencent WeChat API App ID"}
 )
 #: Lower bound kept of a counted repetition in the batch prefilter's copy of a rule
-#: (``[A-Za-z0-9]{36,255}`` → ``{8,}``: a superset, and a DFA ~30x smaller).
-_PREFILTER_MIN_REPEAT = 8
+#: (``[A-Za-z0-9]{36,255}`` → ``{4,}``: a superset, and a much smaller DFA).
+_PREFILTER_MIN_REPEAT = 4
 
 
 class _NoRE2(ValueError):
     """A construct RE2 has no equivalent for (a back-reference, a conditional)."""
 
 
-def _re2_text(pattern: str, cap: int | None) -> str:
+@functools.lru_cache(maxsize=256)
+def _parse(pattern: str) -> Any:
+    """``pattern``'s parse tree (each rule is translated twice: parsed once)."""
+    from re import _parser  # type: ignore[attr-defined]
+
+    return _parser.parse(pattern)
+
+
+def _re2_text(pattern: str, cap: int | None, name: str = "value") -> tuple[str, int]:
     """A Python ``re`` pattern rewritten for RE2, as a superset of what it matches.
 
-    Look-arounds are dropped (each only narrows a match), counted repetitions lose their
-    upper bound (RE2 refuses counts above 1000) and, with ``cap``, have their lower bound
-    cut to ``cap``. Raises :class:`_NoRE2` for back-references and conditionals."""
+    Look-arounds are dropped (each only narrows a match) and counted repetitions lose
+    their upper bound (RE2 refuses counts above 1000). With ``cap`` (the batch
+    prefilter's copy) lower bounds are cut to ``cap`` and only the ``value`` group is
+    kept, up to the atom after its first run of 3+ literal characters (``ya29\\.`` and
+    ``[0-9A-Za-z_-]{4,}``): every match of the rule starts with a match of that, and the
+    copy's DFA stays small next to a hundred others. Returns the text and the least
+    length of a ``value`` match. Raises :class:`_NoRE2` for back-references and
+    conditionals."""
     from re import _constants as c  # type: ignore[attr-defined]
-    from re import _parser  # type: ignore[attr-defined]
 
     cats = {c.CATEGORY_DIGIT: r"\d", c.CATEGORY_NOT_DIGIT: r"\D", c.CATEGORY_SPACE: r"\s",
             c.CATEGORY_NOT_SPACE: r"\S", c.CATEGORY_WORD: r"\w", c.CATEGORY_NOT_WORD: r"\W"}
     ats = {c.AT_BEGINNING: "(?m:^)", c.AT_END: "(?m:$)", c.AT_BOUNDARY: r"\b",
            c.AT_NON_BOUNDARY: r"\B", c.AT_BEGINNING_STRING: r"\A", c.AT_END_STRING: r"\z"}
 
+    depth = [1]  # product of the enclosing repetition counts
+
     def ch(code: int) -> str:
         return re.escape(chr(code)) if code < 128 else f"\\x{{{code:x}}}"
 
-    def seq(items: Any) -> str:
-        out = []
+    def seq(items: Any, trunc: bool, lead: bool = False) -> tuple[str, bool]:
+        """RE2 text of ``items``; with ``trunc``, cut (and True) after the first atom that
+        follows a run of 3+ literal characters. ``lead``: nothing precedes ``items``, so
+        a leading ``X{n,}`` is ``X`` (an unanchored search finds the same lines, and the
+        DFA does not count ``n`` for every rule at every byte)."""
+        out: list[str] = []
+        run, seen = 0, False
         for op, av in items:
+            first = lead and not out
+            run = run + 1 if op is c.LITERAL else 0
             if op is c.LITERAL:
                 out.append(ch(av))
             elif op is c.NOT_LITERAL:
@@ -82,34 +104,81 @@ def _re2_text(pattern: str, cap: int | None) -> str:
             elif op is c.AT:
                 out.append(ats[av])
             elif op is c.BRANCH:
-                out.append("(?:" + "|".join(seq(b) for b in av[1]) + ")")
+                alts = [seq(b, trunc, first) for b in av[1]]
+                out.append("(?:" + "|".join(t for t, _ in alts) + ")")
+                if any(d for _, d in alts):  # a branch was cut: nothing may follow it
+                    return "".join(out), True
             elif op is c.SUBPATTERN:
                 group, add, rem, sub = av
                 flags = ("i" if add & re.I else "") + ("s" if add & re.S else "")
                 flags += "-i" if rem & re.I else ""
-                inner = f"(?{flags}:{seq(sub)})" if flags else seq(sub)
+                text, done = seq(sub, trunc, first)
+                inner = f"(?{flags}:{text})" if flags else text
                 name = names.get(group)
                 out.append(f"(?P<{name}>{inner})" if name else f"(?:{inner})")
+                if done:
+                    return "".join(out), True
             elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
                 lo, hi, sub = av
-                lo = min(lo, cap) if cap is not None else lo
+                lo = min(lo, 1 if first else cap) if cap is not None else lo
                 hi_s = "" if hi is c.MAXREPEAT or hi > 1000 or cap is not None else str(hi)
+                hi_s = str(lo) if first and cap is not None else hi_s
                 if lo > 1000:
                     raise _NoRE2("repeat")
-                out.append(f"(?:{seq(sub)}){{{lo},{hi_s}}}")
+                size = int(hi_s or lo or 1)
+                if size * depth[0] > 1000:  # RE2 refuses nested counts over 1000 in all
+                    raise _NoRE2("repetition size")
+                depth[0] *= size
+                out.append(f"(?:{seq(sub, False)[0]}){{{lo},{hi_s}}}")
+                depth[0] //= size
             elif op in (c.ASSERT, c.ASSERT_NOT):
                 continue
             elif op is c.ATOMIC_GROUP:
-                out.append(f"(?:{seq(av)})")
+                out.append(f"(?:{seq(av, False)[0]})")
             else:  # GROUPREF, GROUPREF_EXISTS
                 raise _NoRE2(str(op))
-        return "".join(out)
+            if trunc and seen and op is not c.LITERAL:
+                return "".join(out), True
+            seen = seen or run >= 3
+        return "".join(out), False
 
-    parsed = _parser.parse(pattern)
+    def find(items: Any, group: int) -> Any:
+        """The items of group ``group`` (at any depth), or None."""
+        for op, av in items:
+            if op is c.SUBPATTERN and av[0] == group:
+                return av[3]
+            subs = (av[1] if op is c.BRANCH else [av[3]] if op is c.SUBPATTERN
+                    else [av[2]] if op in (c.MAX_REPEAT, c.MIN_REPEAT) else [])
+            for sub in subs:
+                hit = find(sub, group)
+                if hit is not None:
+                    return hit
+        return None
+
+    def starts_literal(items: Any) -> bool:
+        """Whether every match of ``items`` starts with a literal character."""
+        if not items:
+            return False
+        op, av = items[0]
+        if op is c.BRANCH:
+            return all(starts_literal(b) for b in av[1])
+        if op is c.SUBPATTERN:
+            return starts_literal(av[3])
+        return op is c.LITERAL
+
+    parsed = _parse(pattern)
+    value = parsed.state.groupdict.get("value")
     # (the value group is named in the exact pattern only: the prefilter joins many rules)
-    names = {v: k for k, v in parsed.state.groupdict.items() if k == "value" and cap is None}
-    text = seq(parsed)
-    return f"(?i:{text})" if parsed.state.flags & re.I else text
+    names = {value: name} if cap is None and value is not None else {}
+    items = parsed
+    if cap is not None and value is not None:
+        items = find(parsed, value) or parsed
+    if cap is not None and not starts_literal(items):
+        raise _NoRE2("no literal start")  # (the prefilter takes the rule's literals)
+    text = seq(items, cap is not None, cap is not None)[0]
+    vitems = find(parsed, value) if value is not None else None
+    width = int((vitems if vitems is not None else parsed).getwidth()[0])
+    return (f"(?i:{text})" if parsed.state.flags & re.I else text), width
 
 
 class TokenRule:
@@ -126,18 +195,29 @@ class TokenRule:
         The rule's Python ``re`` pattern, with a ``value`` group.
     """
 
-    def __init__(self, name: str, literals: tuple[str, ...], pattern: str):
+    def __init__(self, name: str, literals: tuple[str, ...], pattern: str, index: int = 0):
         self.name = name
         self.literals = literals
         self.literals_b = tuple(x.encode() for x in literals)
-        exact = _re2_text(pattern, None)
-        self.prefilter = _re2_text(pattern, _PREFILTER_MIN_REPEAT)
-        opts = _re2.Options()
-        opts.log_errors = False
-        self.rx = _re2.compile(exact, opts)
-        opts.encoding = _re2.Options.Encoding.LATIN1  # raw lines may be invalid UTF-8
-        self.rx_b = _re2.compile(exact.encode(), opts)
-        self.group = self.rx.groupindex["value"]
+        #: the exact pattern, its value group named ``v<index>`` (see :func:`tokens_regex`)
+        self.exact, self.min_len = _re2_text(pattern, None, f"v{index}")
+        try:
+            if "(?P<variable>" in pattern:  # a webhook URL: its host and path are literals
+                raise _NoRE2("variable")
+            self.prefilter = _re2_text(pattern, _PREFILTER_MIN_REPEAT)[0]
+        except _NoRE2:  # a value that starts with a class (``[0-9]{8,10}:…``): its literals
+            self.prefilter = "(?:" + "|".join(re.escape(x) for x in literals) + ")"
+
+
+@functools.lru_cache(maxsize=1)
+def tokens_regex() -> Any:
+    """Every token rule's exact pattern in one RE2 alternation (Latin-1: raw lines may be
+    invalid UTF-8), compiled on first use: one pass per text, and the matching rule's
+    value is the match's last group. Most ingest runs never need it."""
+    opts = _re2.Options()
+    opts.log_errors = False
+    opts.encoding = _re2.Options.Encoding.LATIN1
+    return _re2.compile("|".join(f"(?:{r.exact})" for r in TOKEN_RULES).encode(), opts)
 
 
 def _read_rule_set() -> tuple[list[dict[str, Any]], str]:
@@ -197,7 +277,7 @@ def load_rules() -> tuple[tuple[TokenRule, ...], tuple[str, ...], dict[str, int]
         for i, pattern in enumerate(rule["values"]):
             try:
                 out.append(TokenRule(f"{rule['name']}#{i}", tuple(rule["required_substrings"]),
-                                     pattern))
+                                     pattern, len(out)))
                 counts["taken"] += 1
             except Exception:  # RE2 refuses it (a conditional, a back-reference)
                 counts["skipped"] += 1

@@ -60,7 +60,7 @@ from toolwatch.secret_fold import (  # look-alike folding (names before scanning
     _prose_fold,
     key_skeleton,
 )
-from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES  # noqa: F401
+from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex  # noqa: F401
 
 HASH_PREFIX = "hmac:"
 _DIGEST_LEN = len(HASH_PREFIX) + 32
@@ -199,10 +199,12 @@ _STRUCT_RES = (
                r"[^:\s\"']++:[^:\s\"']++:(?P<v>[^\s\"':]++)(?=[\s\"']|\Z)"),
 )
 _STRUCT_LITERALS = ("Private-", "Argon2-Salt", "dentified", "DENTIFIED", "$", "{", ":")
-#: Literals one of which a token format's cut prefix holds (4+ characters: shorter ones
-#: match ordinary words), for a line cut short by the end of the text.
+#: Literals one of which a token format's cut prefix holds, for a line cut short by the
+#: end of the text (4+ characters and not a lower-case word: ``local``, ``secret`` and
+#: shorter ones match ordinary text).
 _TAIL_LITERALS = tuple(sorted(
-    {x for r in TOKEN_RULES for x in r.literals if len(x) >= 4} | {"-----BEGIN"}
+    {x for r in TOKEN_RULES for x in r.literals
+     if len(x) >= 4 and not (x.isalpha() and x.islower())} | {"-----BEGIN"}
 ))
 _SHAPE_TAIL_RE = re.compile(
     "(?:" + "|".join(re.escape(x) for x in _TAIL_LITERALS) + r")[A-Za-z0-9_.=+/\-]*\Z"
@@ -670,9 +672,11 @@ _PAIR_NAME_TEXT_RE = re.compile(r'"([A-Za-z]{1,9})"\s*+:\s*+"([^"\\]*+(?:\\.[^"\
 _B64_LINE_B = re.compile(rb"[A-Za-z0-9+/]{20,}={0,2}")
 _B64_CLASSES_B = (re.compile(rb"[0-9]"), re.compile(rb"[A-Z]"), re.compile(rb"[a-z]"))
 _GATE_LITERALS = (
-    "=", ":", '"', "%", "earer", "EARER", "asic", "\x1b", "'", *_STRUCT_LITERALS,
-    *_SHAPE_LITERALS,
+    "=", ":", '"', "%", "earer", "EARER", "asic", "\x1b", "'", "-----BEGIN", *_STRUCT_LITERALS,
 )
+#: No token format of the rule set matches fewer characters: shorter strings skip the
+#: ~170 literal tests of :data:`_SHAPE_LITERALS`.
+_MIN_TOKEN_LEN = min((r.min_len for r in TOKEN_RULES), default=0)
 #: A text that starts with the end of a name and its separator: a line whose head was
 #: cut off (``word": "S"}``, ``ssword=S``: interleaved or cut writes, a read that
 #: started mid-line). Group 1 is the name's remaining part.
@@ -698,6 +702,10 @@ def _may_hold_shape(text: str) -> bool:
     for x in _GATE_LITERALS:  # a plain loop is faster than any()
         if x in text:
             return True
+    if len(text) >= _MIN_TOKEN_LEN:
+        for x in _SHAPE_LITERALS:
+            if x in text:
+                return True
     # a credential named in prose ("invalid token X"), or ``user:pass@host``; a command
     # line with a password flag ("mysql -pS", "sshpass -p S")
     return (
@@ -1279,20 +1287,19 @@ class SecretHasher:
             return self._scrub_bytes(line)
 
     def _tokens_bytes(self, src: bytes, found: list[str]) -> bytes:
-        """``src`` with every token format of the rule set (and a PEM key) hashed; a rule
-        runs only when one of its literals is in the text (substring tests, in C)."""
+        """``src`` with every token format of the rule set (and a PEM key) hashed: one RE2
+        pass of all of them (:func:`~toolwatch.secret_rules.tokens_regex`)."""
         if b"-----BEGIN" in src:
             src = _PEM_RE_B.sub(lambda m: self._hash_bytes(m.group(0), found), src)
-        for r in TOKEN_RULES:
-            for x in r.literals_b:
-                if x in src:
-                    src = r.rx_b.sub(lambda m, g=r.group: self._value_b(m, g, found), src)
-                    break
+        if TOKEN_RULES:
+            src = tokens_regex().sub(lambda m: self._value_b(m, m.lastindex, found), src)
         return src
 
     def _tokens_str(self, text: str, found: list[str]) -> str:
         """:meth:`_tokens_bytes` for a string (as UTF-8: token formats are ASCII; lone
         surrogates, which RE2 refuses in a string, pass through)."""
+        if len(text) < _MIN_TOKEN_LEN:
+            return text
         raw = text.encode("utf-8", "surrogatepass")
         out = self._tokens_bytes(raw, found)
         return text if out is raw else out.decode("utf-8", "surrogatepass")

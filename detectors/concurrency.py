@@ -709,7 +709,7 @@ class RaceConditionDetector(Detector):
         done = _cached_annotation(features)
         if done is not None:
             # The sequence detectors annotated every event already: reuse it.
-            cand = done.filter(pl.col("mutates") & pl.col("bkh").is_not_null())
+            cand = done.filter(pl.col("mutates"))
             cand = pl.concat([cand, event_intervals(cand)], how="horizontal").filter("has_iv")
         else:
             # Roles are decided per distinct (server, tool): find the pairs on their two
@@ -728,7 +728,15 @@ class RaceConditionDetector(Detector):
             cand = pl.concat([cand, event_intervals(cand)], how="horizontal").filter("has_iv")
             if cand.height < c.calls_lo:
                 return pl.DataFrame()
-            cand = annotate(cand, self.config).filter(pl.col("bkh").is_not_null())
+            cand = annotate(cand, self.config)
+        # A mutation with no business key races on the session's own state when the same
+        # tool with the same arguments is in flight twice in one session (seed 004's lost
+        # update on a session's usage counter, increment_usage({amount: 1}) x N at once).
+        # Across sessions nothing says two keyless calls touch one thing (two tabs each
+        # creating a cart).
+        cand = cand.with_columns(pl.coalesce(
+            "bkh", pl.struct("sh", pl.col("tool"), pl.col("args").fill_null("")).hash(7)
+        ).alias("bkh"))
         if cand.height < c.calls_lo:
             return pl.DataFrame()
         actor_t = (

@@ -80,12 +80,13 @@ VERBS: dict[str, str] = {
          "patch", "move", "rename", "log", "append", "upsert", "commit", "merge", "submit",
          "book", "reserve", "cancel", "sync", "assign", "tag", "comment", "mark", "archive",
          "restore", "import", "register", "schedule", "enqueue", "start", "open", "close",
-         "link", "attach", "upload_own"), "write"),
+         "link", "attach", "upload_own", "increment", "decrement", "process", "reset"),
+        "write"),
     **dict.fromkeys(
         ("charge", "pay", "refund", "transfer", "delete", "remove", "purge", "drop", "destroy",
          "fulfill", "fulfil", "ship", "approve", "void", "capture", "withdraw", "redeem",
          "wipe", "terminate", "revoke", "settle", "disburse", "payout", "apply", "finalize",
-         "release", "execute_payment"), "irreversible"),
+         "release", "execute_payment", "spend"), "irreversible"),
     **dict.fromkeys(
         ("exec", "execute", "run", "shell", "eval", "grant", "deploy", "install", "sudo",
          "elevate", "impersonate", "invoke", "chmod", "chown", "spawn", "script", "admin",

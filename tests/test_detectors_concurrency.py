@@ -508,3 +508,18 @@ def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
     ev = orjson.loads(wide["evidence"][0])
     assert ev["peak_in_flight"] == 24 and ev["sessions_in_flight"] == 6
     assert sorted(ev["session_ids"]) == [f"sw-{k}" for k in range(6)]
+
+
+def test_lost_update_on_session_state_is_a_race(background: Traffic) -> None:
+    """Seed 004: increment_usage({amount: 1}) x 8 in flight at once in one session race on
+    the session's counter (no business key names it); two tabs of one customer each
+    creating a cart at the same moment are two carts."""
+    tr = _with(background)
+    at = T0 + timedelta(hours=4)
+    for k in range(8):
+        tc._call(tr, "usage", at + timedelta(milliseconds=3 * k), 120.0, "increment_usage",
+                 caller="agent-u", server="billing", args={"amount": 1})
+    for sid in ("tab-1", "tab-2"):
+        tc._call(tr, sid, at, 90.0, "createCart", caller="shopper", server="shop", args={})
+    flagged = _flagged(tr, RaceConditionDetector)
+    assert "usage" in flagged and not {"tab-1", "tab-2"} & flagged

@@ -9,8 +9,8 @@ imported), and compiles them for RE2:
   as UUID, gated by literals of 3+ characters) becomes a :class:`TokenRule`: an exact RE2
   pattern whose ``value`` group :mod:`toolwatch.secrets` hashes, and a looser copy for the
   batch prefilter. Python ``re`` constructs RE2 lacks are translated to a superset
-  (look-arounds dropped, repetition bounds loosened); a pattern with a back-reference or a
-  conditional is skipped and counted (:data:`RULE_COUNTS`);
+  (look-arounds dropped, repetition bounds loosened); a pattern with a back-reference, a
+  conditional or nested counts over RE2's limit is skipped and counted (:data:`RULE_COUNTS`);
 * the *keyword* rules' words (``key``, ``secret``, ``token``, ``salt`` …) are
   :data:`RULE_WORDS`, the key names :mod:`toolwatch.secrets` hashes values under.
 
@@ -193,6 +193,8 @@ class TokenRule:
         Substrings one of which a text must hold for the rule to match (its own).
     pattern
         The rule's Python ``re`` pattern, with a ``value`` group.
+    index
+        The rule's place in :data:`TOKEN_RULES` (its value group is ``v<index>``).
     """
 
     def __init__(self, name: str, literals: tuple[str, ...], pattern: str, index: int = 0):
@@ -221,7 +223,7 @@ def tokens_regex() -> Any:
 
 
 def _read_rule_set() -> tuple[list[dict[str, Any]], str]:
-    """The rule set's rules and its version (``("", "")`` when it is not installed)."""
+    """The rule set's rules and its version (raises when it is not installed)."""
     import importlib.metadata
 
     import yaml

@@ -101,3 +101,18 @@ def test_notification_link_opens_the_incident(store: Path) -> None:
     assert not at.exception, [e.value for e in at.exception]
     assert at.title[0].value == "Incident"
     assert any(iid in t.value for t in at.text)
+
+
+def test_hostile_caller_incident_renders_as_text(store: Path) -> None:
+    from toolwatch.dashboard.testdata import XSS_CALLER
+
+    from tests.test_dashboard_app import assert_no_markup_from_logs
+
+    at = _app(store).run()
+    assert_no_markup_from_logs(at)
+    q = _df(at, "iq_table_").value
+    iid = q.loc[q["caller"] == XSS_CALLER, "incident_id"].iloc[0]
+    at = _incident_page(store, iid)
+    assert f"Caller {XSS_CALLER}" in [t.value for t in at.text]
+    assert at.text_input(key="ic_s_caller").value == XSS_CALLER
+    assert_no_markup_from_logs(at)

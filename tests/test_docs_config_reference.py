@@ -3,9 +3,10 @@ works and every key is there (the reference once documented a key that did not e
 
 from __future__ import annotations
 
+from toolwatch.detectors.config import DetectorsConfig
+
 from tests.conftest import ROOT
 from toolwatch.config import markdown_reference
-from toolwatch.detectors.config import DetectorsConfig
 
 
 def test_detectors_reference_equals_the_code() -> None:

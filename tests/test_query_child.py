@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from toolwatch.dashboard import data
 
-from dashboard import data
 from tests.conftest import TOOLWATCH
 from toolwatch import schema
 from toolwatch.config import QueryConfig

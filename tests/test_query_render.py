@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 import orjson
 import pyarrow as pa
 import pytest
+from toolwatch.dashboard import data
 
-from dashboard import data
 from toolwatch import schema
 from toolwatch.cli import _write_query_rows
 from toolwatch.output import write_rows

@@ -231,3 +231,14 @@ def test_ingest_leaves_no_planted_secret_in_any_file_or_column(tmp_path: Path) -
                           "SELECT resource_id FROM events WHERE resource_id = 'doc-3'"],
                          env=env, capture_output=True, timeout=120)
     assert out.returncode == 0 and b"doc-3" in out.stdout, out.stderr[-2000:]
+
+
+def test_escape_sequences_kept_where_no_secret_is_found() -> None:
+    """ANSI escapes are dropped only to read the text: an attacker's caller id with an
+    escape sequence and no secret is stored exactly as logged (forensic evidence; the
+    dashboard and terminal escape it on display), while a coloured secret is hashed."""
+    h = SecretHasher(b"k" * 32)
+    caller = "\u202emallory\u200b\x1b[31m\u2028x"
+    assert h.scrub_str(caller) == caller
+    out = h.scrub_str("\x1b[33mtoken\x1b[0m=Sup3rSecretValue99")
+    assert "Sup3rSecretValue99" not in out

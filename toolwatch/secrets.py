@@ -1405,9 +1405,9 @@ class SecretHasher:
         """
         if found is None:
             found = []
-        out = text
+        out, n_found, plain = text, len(found), None
         if "\x1b" in out:  # ANSI colours around a name or its separator
-            out = _ANSI_RE.sub("", out)
+            out = plain = _ANSI_RE.sub("", out)
         out = self._tokens_str(out, found)
         for x in _STRUCT_LITERALS:  # (a plain loop: faster than any())
             if x in out:
@@ -1466,7 +1466,11 @@ class SecretHasher:
             out = self._scan_prose_folded(out, found)
         if _depth < MAX_EMBED_DEPTH and ("%" in out or "+" in out):
             out = self._scan_decoded(out, found, tail, _depth)
-        return text if out == text else out
+        # The escapes were dropped only to read the text: a value with no secret is kept
+        # exactly as logged (a caller id's escape sequence is forensic evidence).
+        if out == text or (out == plain and len(found) == n_found):
+            return text
+        return out
 
     def _scan_decoded(self, text: str, found: list[str], tail: bool, depth: int) -> str:
         """A URL- or form-encoded text (``?api%5Fkey%3D…``, ``Bearer%20…``, a whole

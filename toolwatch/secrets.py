@@ -225,7 +225,8 @@ _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*+[ -/]*+[@-~]|\x1b[@-Z\\-_]")
 _URL_TAIL_STOPS = " \t\n\r\f\v\"'<>@"
 #: ``name:`` outside JSON syntax (a JSON key's colon follows a quote, a time's a digit).
 #: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
-_NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-]:)|:(?<=[A-Za-z_.\-]\s:)")
+# (a quote before the colon too: a Python-repr pair {'secret': 'S'})
+_NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-']:)|:(?<=[A-Za-z_.\-']\s:)")
 _STRINGS_GATE_B = (
     b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic", b"\x1b", b"dentified",
     b"DENTIFIED",
@@ -274,7 +275,7 @@ _PROSE_USERINFO_B_RE: Any = (
 #: name character before ``:`` is matched instead).
 _PLAN_PATTERNS: tuple[str, ...] = (
     _TOKENS_PREFILTER,
-    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-][ \t\n\r\f\v]?:|\x1b|(?i:identified)|"
+    r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-'][ \t\n\r\f\v]?:|\x1b|(?i:identified)|"
     + _PROSE_USERINFO_PATTERN,
 )
 #: :meth:`SecretHasher.plan` bit: some token format (or a PEM key) may be in the line.
@@ -872,6 +873,7 @@ class SecretHasher:
             *(_joined_re2(n) for n in self._needles),
             _TOKENS_PREFILTER,  # the rule set's token formats, a PEM key, a cut token
             r"(?-i:[Bb]asic\s)|\x1b\[|identified\s|api\.telegram\.org/bot",
+            r"'\s*:",  # a Python-repr pair ({'0token0': 'S'}): _scan_repr reads its key
             # (PuTTY fields and shadow, htpasswd and pgpass lines: name:, "$x$", host:port:)
             r"(?:private-(?:lines|mac)|argon2-salt):|:(?:\$[0-9a-z]{1,8}\$|\{[a-z0-9\-]{3,10}\})"
             r"|(?:^|[\s\"'])[a-z0-9_.*\-]+:(?:\d{1,5}|\*):[^:\s\"']+:[^:\s\"']+:[^\s\"':]",

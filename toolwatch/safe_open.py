@@ -197,14 +197,16 @@ def store_owners(root: str | os.PathLike[str]) -> tuple[int, ...]:
 def looks_binary(head: bytes) -> bool:
     """Whether a file starting with ``head`` is not a text log.
 
-    A NUL byte in the first :data:`SNIFF_BYTES`, or more than 30% bytes that are neither
-    printable ASCII, whitespace, nor part of a UTF-8 sequence (an image, an archive, an
-    executable, a database file). Text logs in any ASCII-compatible encoding pass.
+    More than 1% NUL bytes in the first :data:`SNIFF_BYTES`, or more than 30% bytes that
+    are neither printable ASCII, whitespace, nor part of a UTF-8 sequence (an image, an
+    archive, an executable, a database file). Text logs in any ASCII-compatible encoding
+    pass, and so does a log holding a few hostile lines: one NUL written by an attacker
+    must not make a whole log unread.
     """
     head = head[:SNIFF_BYTES]
     if not head:
         return False
-    if b"\0" in head:
+    if head.count(b"\0") * 100 > len(head):
         return True
     # Control bytes other than \t \n \r \f \v \x1b (ANSI colours) are rare in text.
     bad = sum(1 for b in head if b < 0x20 and b not in (9, 10, 11, 12, 13, 27))

@@ -874,6 +874,7 @@ class SecretHasher:
             _TOKENS_PREFILTER,  # the rule set's token formats, a PEM key, a cut token
             r"(?-i:[Bb]asic\s)|\x1b\[|identified\s|api\.telegram\.org/bot",
             r"'\s*:",  # a Python-repr pair ({'0token0': 'S'}): _scan_repr reads its key
+            r":[^\s\"'/]*@",  # bare userinfo (user:pass@host): _USERINFO_RE hashes it
             # (PuTTY fields and shadow, htpasswd and pgpass lines: name:, "$x$", host:port:)
             r"(?:private-(?:lines|mac)|argon2-salt):|:(?:\$[0-9a-z]{1,8}\$|\{[a-z0-9\-]{3,10}\})"
             r"|(?:^|[\s\"'])[a-z0-9_.*\-]+:(?:\d{1,5}|\*):[^:\s\"']+:[^:\s\"']+:[^\s\"':]",

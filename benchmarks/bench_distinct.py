@@ -26,11 +26,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_analyze_ab import run_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -87,24 +89,6 @@ def make_caller_log(path: Path, events: int) -> None:
         """
     )
     con.close()
-
-
-def run_measured(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int, float]:
-    """Wall seconds, peak RSS (KiB) and CPU seconds of ``cmd`` run as a child.
-
-    ``cwd`` must be the measured tree: ``python -m`` puts the working directory first on
-    ``sys.path``, ahead of ``PYTHONPATH``.
-    """
-    code = (
-        "import resource,subprocess,sys,time;t=time.perf_counter();"
-        "subprocess.run(sys.argv[1:],check=True,stdout=subprocess.DEVNULL);"
-        "u=resource.getrusage(resource.RUSAGE_CHILDREN);"
-        "print(time.perf_counter()-t, u.ru_maxrss, u.ru_utime+u.ru_stime)"
-    )
-    out = subprocess.run(
-        [PY, "-c", code, *cmd], check=True, stdout=subprocess.PIPE, text=True, env=env, cwd=cwd
-    ).stdout.split()
-    return float(out[0]), int(out[1]), float(out[2])
 
 
 def main() -> None:

@@ -29,9 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-TRAIN = """
+# The child imports the test fixtures, which live under tests/ (not in the wheel): put the
+# repository root on its path whatever the working directory.
+TRAIN = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
 import numpy as np
-from toolwatch.detectors.testing import Traffic
+from tests.fixtures.traffic import Traffic
 from toolwatch.detectors import DetectorsConfig, FeatureSet
 tr = Traffic(seed=5)
 tr.background(days=3, users=400, per_day=2)

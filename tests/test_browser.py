@@ -22,7 +22,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from toolwatch.dashboard.testdata import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
+
+from tests.fixtures.dashboard_store import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parent.parent
@@ -367,8 +368,8 @@ def test_hostile_log_strings_render_as_text(server, page):
 def test_live_refresh_shows_new_alerts_without_reload(server, page):
     """Runs last: adds an alert to the store while the flagged list is open."""
     import pyarrow as pa
-    from toolwatch.dashboard.testdata import BASE
 
+    from tests.fixtures.dashboard_store import BASE
     from toolwatch import schema
     from toolwatch.store import Store
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from toolwatch.dashboard.testdata import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
 from toolwatch.dashboard.triage import TriageStore, load_suppressions
+
+from tests.fixtures.dashboard_store import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 TIMEOUT = 120  # generous: CI is a 2-core shared box

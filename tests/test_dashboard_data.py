@@ -9,8 +9,8 @@ import polars as pl
 import pytest
 from toolwatch.dashboard import data, triage
 from toolwatch.dashboard.launch import is_loopback, streamlit_argv
-from toolwatch.dashboard.testdata import BASE, XSS_TOOL, build_store
 
+from tests.fixtures.dashboard_store import BASE, XSS_TOOL, build_store
 from toolwatch.errors import QueryError
 from toolwatch.store import Store
 

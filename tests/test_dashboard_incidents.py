@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from toolwatch.dashboard.testdata import build_store
 from toolwatch.detectors.incidents import STAGES
 
+from tests.fixtures.dashboard_store import build_store
 from toolwatch.triage_store import incident_statuses
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
@@ -104,8 +104,7 @@ def test_notification_link_opens_the_incident(store: Path) -> None:
 
 
 def test_hostile_caller_incident_renders_as_text(store: Path) -> None:
-    from toolwatch.dashboard.testdata import XSS_CALLER
-
+    from tests.fixtures.dashboard_store import XSS_CALLER
     from tests.test_dashboard_app import assert_no_markup_from_logs
 
     at = _app(store).run()

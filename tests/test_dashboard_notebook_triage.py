@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from toolwatch.dashboard.testdata import build_store
 from toolwatch.dashboard.triage import TriageStore
 
+from tests.fixtures.dashboard_store import build_store
 from tests.test_notebook import _check_evidence, _execute
 
 

@@ -13,15 +13,16 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig, FeatureSet
-from toolwatch.detectors import testing_concurrency as tc
 from toolwatch.detectors.concurrency import (
     ConcurrencyAbuseDetector,
     RaceConditionDetector,
     race_clusters,
     sweep_peaks,
 )
-from toolwatch.detectors.testing import T0, Traffic
 from toolwatch.ingest.intervals import MAX_DURATION_MS, MAX_STORED_DURATION_MS
+
+from tests.fixtures import traffic_concurrency as tc
+from tests.fixtures.traffic import T0, Traffic
 
 
 def _scores(tr: Traffic, det_cls: type) -> pl.DataFrame:

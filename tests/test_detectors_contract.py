@@ -7,10 +7,11 @@ from datetime import timedelta
 import polars as pl
 import pytest
 from toolwatch.detectors import CATEGORIES, REGISTRY, Detector, DetectorsConfig, FeatureSet
-from toolwatch.detectors import testing_concurrency as conc
-from toolwatch.detectors import testing_sequence as seq
 from toolwatch.detectors.base import SCORE_COLUMNS
-from toolwatch.detectors.testing import T0, Traffic
+
+from tests.fixtures import traffic_concurrency as conc
+from tests.fixtures import traffic_sequence as seq
+from tests.fixtures.traffic import T0, Traffic
 
 # Per category, a scenario the detector must rank above ordinary traffic.
 ATTACK = {

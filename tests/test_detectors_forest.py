@@ -13,8 +13,8 @@ import pytest
 import skops.io as sio
 from toolwatch.detectors import DetectorsConfig, FeatureSet
 from toolwatch.detectors.forest import TRUSTED_TYPES, IsolationForestDetector
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 from toolwatch.errors import ModelError
 

@@ -13,8 +13,8 @@ import pytest
 from toolwatch.detectors import DetectorsConfig, IncrementalDetector
 from toolwatch.detectors.evaluate import evaluate
 from toolwatch.detectors.filters import filter_alerts
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors, schema
 from toolwatch.errors import ConfigError, ToolwatchError
 

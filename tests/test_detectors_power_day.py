@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 from toolwatch.detectors import DetectorsConfig
 from toolwatch.detectors.baseline import daily_habits
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 
 DAYS = 4

@@ -22,8 +22,8 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 
 
@@ -599,8 +599,7 @@ def test_lockout_after_three_failed_keys_is_an_attempt() -> None:
     mistypes twice and then gets in is not one."""
     from datetime import timedelta
 
-    from toolwatch.detectors.testing import T0, Traffic
-
+    from tests.fixtures.traffic import T0, Traffic
     from toolwatch import detectors
 
     tr = Traffic(seed=2)
@@ -629,8 +628,7 @@ def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
     reads the first three pages of a search in each of eight sessions walked three."""
     from datetime import timedelta
 
-    from toolwatch.detectors.testing import T0, Traffic
-
+    from tests.fixtures.traffic import T0, Traffic
     from toolwatch import detectors
 
     tr = Traffic(seed=4)
@@ -663,8 +661,7 @@ def test_sync_job_restarting_its_listing_each_run_is_not_a_walk() -> None:
     many cursors over the day, but no session resumes where another stopped."""
     from datetime import timedelta
 
-    from toolwatch.detectors.testing import T0, Traffic
-
+    from tests.fixtures.traffic import T0, Traffic
     from toolwatch import detectors
 
     tr = Traffic(seed=5)

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig
-from toolwatch.detectors import testing_sequence as seq
 from toolwatch.detectors.sequence import WORKFLOWS_FILE, load_workflows
-from toolwatch.detectors.testing import T0, Traffic
 from toolwatch.detectors.tools import annotate, role_of
 
+from tests.fixtures import traffic_sequence as seq
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 
 T = T0 + timedelta(hours=3)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 
 T = T0 + timedelta(hours=3)

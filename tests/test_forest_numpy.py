@@ -31,8 +31,8 @@ from toolwatch.detectors import DetectorsConfig, FeatureSet, forest_trees
 from toolwatch.detectors import forest as fmod
 from toolwatch.detectors.forest import IsolationForestDetector, child_stats, load_or_fit
 from toolwatch.detectors.forest_trees import TreeEnsemble
-from toolwatch.detectors.testing import T0, Traffic
 
+from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 from toolwatch.errors import ModelError
 

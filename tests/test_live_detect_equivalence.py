@@ -19,7 +19,8 @@ from toolwatch.detectors.base import FeatureSet
 from toolwatch.detectors.forest import IsolationForestDetector
 from toolwatch.detectors.pipeline import _fit_all, detect
 from toolwatch.detectors.registry import build
-from toolwatch.detectors.testing import T0, Traffic
+
+from tests.fixtures.traffic import T0, Traffic
 
 #: A forest that fits on the small scenario and decides some sessions (the default
 #: contamination makes it decide one or two), so the explanation paths are exercised.

@@ -240,8 +240,8 @@ def test_zero_nan_catches_every_nan_encoding(bits: int) -> None:
 def _seq_traffic(seed: int) -> pl.DataFrame:
     from datetime import timedelta
 
-    from toolwatch.detectors import testing_sequence as ts
-    from toolwatch.detectors.testing import T0, Traffic
+    from tests.fixtures import traffic_sequence as ts
+    from tests.fixtures.traffic import T0, Traffic
 
     tr = Traffic(seed=seed)
     tr.background(days=2, users=12, per_day=2)

@@ -9,7 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from toolwatch.dashboard.testdata import build_store
+
+from tests.fixtures.dashboard_store import build_store
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "forensics.ipynb"

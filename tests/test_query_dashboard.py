@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from toolwatch.dashboard.testdata import build_store
+
+from tests.fixtures.dashboard_store import build_store
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 

@@ -343,8 +343,7 @@ APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 def hostile_dashboard_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The dashboard fixture store plus a session, caller, tool and alert planted with
     Markdown images, HTML, a javascript: link and terminal escapes."""
-    from toolwatch.dashboard.testdata import BASE, _alert, _Events, build_store
-
+    from tests.fixtures.dashboard_store import BASE, _alert, _Events, build_store
     from toolwatch.store import Store
 
     root = tmp_path_factory.mktemp("hostile-dash")

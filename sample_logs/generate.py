@@ -362,6 +362,8 @@ class Session:
     calls: list[Call] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     str_ids: bool = False
+    #: Name of the multi-stage actor (``_Demo._campaigns``) this session belongs to.
+    campaign: str | None = None
 
     @property
     def first(self) -> float:
@@ -431,6 +433,9 @@ class _Demo:
         self.entities: list[dict[str, Any]] = []
         self._sl_busy: dict[str, list[tuple[float, float]]] = {}
         self._sids: set[str] = set()
+        #: Second categories campaign sessions earn (by ``id(session)``, as
+        #: gen_sequence.mark_also): reads that feed the campaign's exfiltration.
+        self.campaign_also: dict[int, list[str]] = {}
         self._build_world()
 
     # ------------------------------------------------------------ helpers --
@@ -1612,11 +1617,13 @@ class _Demo:
             self.add(s)
         gen_sequence.build(self)
 
-        # --- attacks (>= 3 examples of each variant)
+        # --- attacks (>= 3 examples of each variant); `slot` keeps the ones that
+        # _campaigns() later gives to one actor
+        slot: dict[str, Session] = {}
         k_att = self.n(3, 3)
         for i in range(k_att):
             srv = ("docs-server", "travel-server", "kb-server")[i % 3]
-            self.add(
+            slot[f"enum_fast/{i}"] = self.add(
                 self.enum_fast(
                     srv, self.diurnal_start() if i % 2 else self.t0 + r.uniform(0, self.span - 7200)
                 )
@@ -1633,18 +1640,20 @@ class _Demo:
                     )
                 )
             else:
-                self.add(self.enum_slow(srv, self.diurnal_start(0, self.span - 4 * 3600)))
+                slot[f"enum_slow/{i}"] = self.add(
+                    self.enum_slow(srv, self.diurnal_start(0, self.span - 4 * 3600))
+                )
         for i in range(k_att):
             srv = ("docs-server", "crm-server", "travel-server")[i % 3]
             # one of them at night, close to the nightly export window
             t = self.t0 + (i + 1) * day + 2.6 * 3600 if i == 1 else self.diurnal_start()
-            self.add(self.bulk(srv, t))
+            slot[f"bulk/{i}"] = self.add(self.bulk(srv, t))
         for i, u in enumerate(rel_users):
             srv = rel_servers[i % 3]
             self.add(self.bulk_relative(u, srv, self.t0 + 3 * day + r.uniform(17, 22) * 3600))
         for i in range(k_att):
             srv = ("integrations-server", "crm-server", "integrations-server")[i % 3]
-            self.add(self.cred_fast(srv, self.diurnal_start()))
+            slot[f"cred_fast/{i}"] = self.add(self.cred_fast(srv, self.diurnal_start()))
         for i in range(k_att):
             srv, by = (
                 ("integrations-server", "client_ip"),
@@ -1664,7 +1673,9 @@ class _Demo:
                     )
                 )
             else:
-                self.add(self.scraping(srv, self.diurnal_start(0, self.span - 3 * 3600)))
+                slot[f"scraping/{i}"] = self.add(
+                    self.scraping(srv, self.diurnal_start(0, self.span - 3 * 3600))
+                )
         summ_att = [
             ("bulk_extraction", "SESSION_ANOMALY", 5230, 4870, 312_000_000, 0, 2900),
             ("enumeration", "SESSION_ANOMALY", 2410, 2388, 9_100_000, 14, 1500),
@@ -1672,7 +1683,7 @@ class _Demo:
         ]
         for i in range(k_att):
             lab, ev, calls, uniq, nb, af, dur = summ_att[i % 3]
-            self.add(
+            slot[f"summary/{lab}"] = self.add(
                 self.summary(
                     lab,
                     lab,
@@ -1687,7 +1698,141 @@ class _Demo:
                 )
             )
         gen_concurrency.add_concurrency(self)  # parallel bursts, races, hard negatives
+        self._campaigns(slot)
         self._mark_mangles()
+
+    # ---------------------------------------------------------- campaigns --
+    def _built(
+        self,
+        label: str,
+        variant: str | None = None,
+        server: str | None = None,
+        nth: int = 0,
+    ) -> list[Session]:
+        """The ``nth`` attack of ``label`` built by gen_sequence / gen_concurrency (its two
+        sessions for a cross-server flow, which gen_sequence adds read half first)."""
+        found = [
+            k
+            for k, s in enumerate(self.sessions)
+            if s.label == label
+            and (variant is None or s.variant == variant)
+            and (server is None or s.server == server)
+        ]
+        if label == "cross_server_flow":
+            k = found[2 * nth]
+            return self.sessions[k : k + 2]
+        return [self.sessions[found[nth]]]
+
+    def _campaigns(self, slot: dict[str, Session]) -> None:
+        """Give some attack sessions already built to one actor each, in kill-chain order.
+
+        Real attackers run several stages from one account or address (the seeds: recon,
+        then credential stuffing, then bulk reads, then data sent out elsewhere), and that
+        is what incidents roll up. Each campaign takes existing sessions (so every variant
+        keeps its examples and the attack share does not grow), gives them the identity
+        of its first session and lays them end to end, a few minutes to ~40 min apart —
+        inside one activity window. The anchor session keeps its time (a bulk read at
+        night stays at night), the others move around it. Benign users keep their own
+        identities: an actor is an attacker's own (or a stolen) account; a fraud or
+        exfiltration ring gets an account of its own, a swarm an anonymous agent id on a
+        hosting address. Sessionless (wiki) and entity-labelled
+        sessions are left alone: their labels pin their identity and time.
+
+        A campaign session read from within the hour before the campaign's outbound call
+        on another server is part of that cross-server flow too (``also``).
+        """
+        r = self.rng
+        b = self._built
+        plans: list[tuple[str, list[list[Session]], int]] = [
+            # enumerate documents, credential-stuff a connector, bulk-read with
+            # searchItems, then export the CRM and upload it to a paste site
+            ("harvest", [[slot["enum_fast/0"]], [slot["cred_fast/0"]], [slot["bulk/0"]],
+                         b("cross_server_flow", "bulk_then_upload")], 0),
+            # a customer walking other customers' bookings, then scraping and paging out
+            # every booking
+            ("travel_idor", [[slot["enum_fast/1"]], [slot["scraping/0"]], [slot["bulk/2"]]], 0),
+            # scrape the public folder, then skip payment and stack a coupon
+            ("skipper", [[slot["scraping/1"]], b("step_skip", "fulfill_without_charge"),
+                         b("duplicate_execution", "coupon_twice")], 0),
+            # stuffed CRM credentials, then secrets read on the files server and sent out
+            ("escalate", [[slot["cred_fast/1"]], b("privilege_chain"),
+                          b("cross_server_flow", "sensitive_then_send")], 0),
+            # slow contact walk, a looping agent, then the night-time CRM dump
+            ("crm_night", [[slot["enum_slow/1"]], b("tool_loop", server="crm-server"),
+                           [slot["bulk/1"]]], 2),
+            # billing-server (summaries only): stuffing, enumeration, bulk read
+            ("billing", [[slot["summary/credential_stuffing"]], [slot["summary/enumeration"]],
+                         [slot["summary/bulk_extraction"]]], 0),
+            # a slow document walk, then stuffing an integration's API keys
+            ("slow_recon", [[slot["enum_slow/0"]], [slot["cred_fast/2"]]], 0),
+            # payment fraud (two rings): double charges, a double refund, approvals,
+            # transfers and fulfilment without their checks
+            ("fraud", [b("duplicate_execution", "no_key"),
+                       b("duplicate_execution", "double_refund"),
+                       b("step_skip", "approve_without_review"),
+                       b("step_skip", "transfer_without_verify")], 0),
+            ("fraud_2", [b("duplicate_execution", "different_keys"),
+                         b("step_skip", "fulfill_without_charge", nth=1),
+                         b("duplicate_execution", "no_key", nth=1)], 0),
+            # secrets read, then data sent out (four actors)
+            ("exfil", [b("privilege_chain", nth=1),
+                       b("cross_server_flow", "sensitive_then_send", nth=1)], 0),
+            ("exfil_crm", [b("privilege_chain", nth=2),
+                           b("cross_server_flow", "bulk_then_upload", nth=1)], 1),
+            ("exfil_2", [b("privilege_chain", nth=3),
+                         b("cross_server_flow", "sensitive_then_send", nth=2)], 0),
+            ("exfil_crm_2", [b("privilege_chain", nth=4),
+                             b("cross_server_flow", "bulk_then_upload", nth=2)], 1),
+            # agent swarms: one operator fires parallel bursts at three servers in turn
+            *(
+                (f"swarm_{k}", [b("concurrency_abuse", "docs", nth=k),
+                                b("concurrency_abuse", "travel", nth=k),
+                                b("concurrency_abuse", "jsonrpc", nth=k)], 0)
+                for k in range(3)
+            ),
+        ]
+        for name, groups, anchor in plans:
+            lead = groups[0][0]
+            who = (lead.caller_id, lead.client_ip, lead.user_agent)
+            if name.startswith("swarm_"):
+                who = ("agent-" + self.hex(6), self.hosting_ip(), r.choice(_ATTACK_UAS))
+            elif name.startswith(("fraud", "exfil")):
+                # gen_sequence's attacks borrow ordinary users' accounts, which their
+                # other attacks may borrow too: a ring of its own keeps its story apart
+                who = ("u_" + self.hex(8), who[1], who[2])
+            # lay the groups end to end (relative times), then move the whole campaign so
+            # the anchor keeps its start, kept inside the simulated days
+            starts: list[float] = []
+            t = 0.0
+            for g in groups:
+                starts.append(t)
+                t += max(x.last for x in g) - min(x.first for x in g) + r.uniform(240, 2400)
+            length = t
+            origin = min(x.first for x in groups[anchor]) - starts[anchor]
+            origin = min(max(origin, self.t0 + 600.0), self.t0 + self.span - 600.0 - length)
+            for g, start in zip(groups, starts, strict=True):
+                dt = origin + start - min(x.first for x in g)
+                for s in g:
+                    assert s.campaign is None and s.session_id is not None, (name, s.campaign)
+                    s.caller_id, s.client_ip, s.user_agent = who
+                    s.campaign = name
+                    for c in s.calls:
+                        c.t += dt
+                    if s.summary is not None:
+                        s.summary["end"] += dt
+            members = [s for g in groups for s in g]
+            outbound = [
+                (x.server, x.calls[0].t)
+                for g in groups
+                if g[0].label == "cross_server_flow"
+                for x in g[1:]
+            ]
+            for s in members:
+                if s.label != "cross_server_flow" and any(
+                    srv != s.server and any(t_out - 3600.0 <= c.t <= t_out for c in s.calls)
+                    for srv, t_out in outbound
+                ):
+                    self.campaign_also[id(s)] = ["cross_server_flow"]
 
     def _mark_mangles(self) -> None:
         """Choose benign events that will be written malformed / oddly typed."""
@@ -2063,6 +2208,7 @@ def _label_row(s: Session) -> dict[str, Any]:
         "first_seen": _iso_z(s.first),
         "last_seen": _iso_z(s.last),
         "n_calls": n_calls,
+        **({"campaign": s.campaign} if s.campaign else {}),
     }
 
 
@@ -2151,6 +2297,8 @@ def generate(out_dir: str | Path, seed: int = 7, scale: float = 1.0) -> dict[str
         files[fname] = {"lines": len(rows), "bytes": (out / fname).stat().st_size}
 
     also = gen_sequence.mark_also(demo.sessions)
+    for k, cats in demo.campaign_also.items():
+        also[k] = also.get(k, []) + [c for c in cats if c not in also.get(k, [])]
     labels = [
         {**_label_row(s), **({"also": also[id(s)]} if id(s) in also else {})}
         for s in demo.sessions

@@ -369,6 +369,41 @@ def test_attack_shapes(demo: Path, labels: list[dict[str, Any]]) -> None:
         assert 20 <= len(members) <= 40
 
 
+def test_campaigns_are_one_actor_in_stage_order(labels: list[dict[str, Any]]) -> None:
+    """Issue 27: some actors run several stages (recon, credential stuffing, bulk reads,
+    data sent out), so incidents have stories to roll up. Each campaign is one identity,
+    its sessions inside one activity window (no gap over 6 h, the incidents' default),
+    and every session still carries its own attack label."""
+    from toolwatch.detectors.incidents import CATEGORY_STAGE, STAGES
+
+    camps: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for x in labels:
+        if x.get("campaign"):
+            assert x["kind"] == "session" and x["label"] != "benign", x
+            camps[x["campaign"]].append(x)
+    assert len(camps) >= 5, sorted(camps)
+    for name, rows in camps.items():
+        assert len(rows) >= 2, name
+        assert len({(x["caller_id"], x["client_ip"]) for x in rows}) == 1, name
+        rows.sort(key=lambda x: x["first_seen"])
+        end = _epoch(rows[0]["last_seen"])
+        for x in rows[1:]:
+            assert _epoch(x["first_seen"]) - end < 6 * 3600, (name, x)
+            end = max(end, _epoch(x["last_seen"]))
+    # the seeds' full story: enumerate documents, stuff connectExternalService, bulk-read
+    # with searchItems, send the data out through another server, in that order
+    story = {name: [CATEGORY_STAGE[x["label"]] for x in sorted(rows, key=lambda x: x[
+        "first_seen"])] for name, rows in camps.items()}
+    full = [s for s in story.values() if {"discovery", "credential_access", "collection",
+                                          "exfiltration"} <= set(s)]
+    assert full, story
+    ranks = [STAGES.index(s) for s in dict.fromkeys(full[0])]
+    assert ranks == sorted(ranks), full[0]
+    # different campaigns are different actors
+    callers = [rows[0]["caller_id"] for rows in camps.values()]
+    assert len(set(callers)) == len(callers)
+
+
 def test_transcript_requests_have_responses(demo: Path) -> None:
     pending: dict[tuple[str, Any], str] = {}
     calls = 0

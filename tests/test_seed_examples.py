@@ -1,0 +1,154 @@
+"""The seeds' own examples, rendered as log traffic, are flagged with the right category.
+
+Issue 26. ``tests/seed_examples/render.py`` writes every attack, chain and scenario of the
+seed articles (../shared/seeds/000-004) as MCP server logs, next to everyday hard negatives
+and a background of ordinary users. All of it goes through one real ``toolwatch analyze``
+(each example has its own callers, addresses, sessions and 3-hour slot, so examples do not
+interfere); then ``toolwatch alerts -f json`` is read back.
+
+* An attack example passes when an alert with one of its expected categories names one of
+  the example's sessions, callers or client addresses.
+* A benign example passes when no alert at medium or higher names any of them.
+
+Examples toolwatch does not yet get right are ``xfail(strict=True)``: the gap stays visible,
+and the test fails (so the mark is removed) once the gap is closed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_HERE = Path(__file__).parent
+_spec = importlib.util.spec_from_file_location(
+    "seed_examples_render", _HERE / "seed_examples" / "render.py"
+)
+assert _spec and _spec.loader
+render = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = render  # dataclasses resolve annotations through sys.modules
+_spec.loader.exec_module(render)
+
+_SEVERITY = {"low": 0, "medium": 1, "high": 2, "critical": 3}
+
+#: id -> what toolwatch misses (issue 26); strict xfail until the detectors catch it.
+KNOWN_GAPS: dict[str, str] = {
+    "s000_add_after_price_lock": "addToCart after lockPrice (then charge, fulfil) raises nothing; "
+    "no rule knows that a cart is frozen once its price is locked",
+    "s000_quota_reset": "generateReport run to rate_limited, reset with admin resetUsageCounter, "
+    "run again (3 cycles) raises nothing",
+    "s000_charge_loop_refused": "chargePayment repeated 6 more times after the first, each refused "
+    "('called N times this session'), raises nothing: refused repeats do not count",
+    "s001_idor_users": "getUser walked over 130 sequential userId values (all ok) raises nothing: "
+    "userId is never a resource id, so the walk is invisible",
+    "s001_summary_scrape": "SESSION_ANOMALY with callCount 180 (> 50, seed 001's scraping signal) "
+    "and 2 unique resources raises nothing",
+}
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TOOLWATCH_HMAC_KEY": "5eed0000000000000000000000000026"}
+    # the console script as a user runs it (pyproject: toolwatch = toolwatch.spool:main);
+    # cwd is the tmp dir so no ./toolwatch.toml is picked up
+    script = Path(sys.executable).with_name("toolwatch")
+    cmd = (
+        [str(script)]
+        if script.exists()
+        else [
+            sys.executable,
+            "-c",
+            "import sys; from toolwatch.spool import main; sys.exit(main())",
+        ]
+    )
+    return subprocess.run(
+        [*cmd, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def alerts(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """Render everything, analyze it once, return every stored alert."""
+    root = tmp_path_factory.mktemp("seed_examples")
+    render.render(root / "logs")
+    store = root / "store"
+    done = _cli("analyze", str(root / "logs" / "all.jsonl"), "-d", str(store), "-q", cwd=root)
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = _cli("alerts", "-d", str(store), "-f", "json", "--limit", "100000", cwd=root)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    return [json.loads(x) for x in listed.stdout.splitlines() if x.strip()]
+
+
+def _on(example: render.Example, alerts: list[dict]) -> list[dict]:
+    names = example.entities()
+    return [
+        a
+        for a in alerts
+        if names & {a.get("entity_id"), a.get("session_id"), a.get("caller_id"), a.get("client_ip")}
+    ]
+
+
+def _brief(found: list[dict]) -> str:
+    return (
+        ", ".join(f"{a['category']}/{a['severity']} on {a['entity_type']}" for a in found)
+        or "nothing"
+    )
+
+
+EXAMPLES = render.build_examples()
+
+
+def _params() -> list:
+    out = []
+    for ex in EXAMPLES:
+        marks = ()
+        if ex.id in KNOWN_GAPS:
+            marks = (pytest.mark.xfail(strict=True, reason=f"issue 26: {KNOWN_GAPS[ex.id]}"),)
+        out.append(pytest.param(ex, id=ex.id, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("example", _params())
+def test_seed_example(example: render.Example, alerts: list[dict]) -> None:
+    found = _on(example, alerts)
+    if example.benign:
+        loud = [a for a in found if _SEVERITY.get(a["severity"], 3) >= _SEVERITY["medium"]]
+        assert not loud, f"{example.id} ({example.quote}) is benign but raised {_brief(loud)}"
+    else:
+        hits = [a for a in found if a["category"] in example.expected]
+        assert hits, (
+            f"{example.id} ({example.quote}): expected {' or '.join(example.expected)}, "
+            f"toolwatch raised {_brief(found)}"
+        )
+
+
+def test_background_users_quiet(alerts: list[dict]) -> None:
+    """The ordinary users behind every example raise nothing at medium or higher."""
+    users = {x["caller_id"] for x in render.background()}
+    loud = [
+        a
+        for a in alerts
+        if a.get("caller_id") in users and _SEVERITY.get(a["severity"], 3) >= _SEVERITY["medium"]
+    ]
+    assert not loud, _brief(loud)
+
+
+def test_examples_are_small_and_deterministic() -> None:
+    """Each example stays small; the cross-server chain moves less than 1 MB; same bytes twice."""
+    again = render.build_examples()
+    for ex, ex2 in zip(EXAMPLES, again, strict=True):
+        assert ex.lines == ex2.lines
+        assert 1 <= len(ex.lines) <= 400, ex.id
+        assert set(ex.expected) <= {*render.CATEGORIES, "benign"}, ex.id
+    chain = next(ex for ex in EXAMPLES if ex.id == "s003_cross_server_export")
+    assert sum(x.get("bytes", 0) for x in chain.lines) < 1_000_000

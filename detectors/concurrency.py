@@ -666,6 +666,9 @@ _RACE_COLS: dict[str, pl.DataType] = {
     "max_overlap_ms": pl.Float64(),
     "n_sessions": pl.Int64(),
     "calls_listed": pl.List(_CALL),
+    # Entity rows: every session holding one of the window's racing calls (the listed calls
+    # are capped; the analyst still needs each session of a cross-session race).
+    "session_ids": pl.List(pl.String()),
 }
 
 
@@ -773,6 +776,7 @@ class RaceConditionDetector(Detector):
             pl.col("e").max().alias("last_t"),
             (pl.col("overlap_us").max() / 1000.0).alias("max_overlap_ms"),
             pl.col("at").first(), pl.col("ah").first(), pl.col("sh").first().alias("sh0"),
+            pl.col("session_id").unique().alias("_sids"),
         )
         n_score = band(pl.col("n"), c.calls_lo, c.calls_hi)
         per = per.with_columns(
@@ -801,6 +805,7 @@ class RaceConditionDetector(Detector):
             on="session_id", how="left", suffix="_r",
         )
         out = out.with_columns(
+            pl.lit(None, pl.List(pl.String)).alias("session_ids"),
             pl.col("score").fill_null(0.0),
             pl.coalesce("first_t_r", "first_t").alias("first_t"),
             pl.coalesce("last_t_r", "last_t").alias("last_t"),
@@ -829,7 +834,11 @@ class RaceConditionDetector(Detector):
             window_starts(pl.col("first_t"), self.config, 0).alias("w"),
             pl.col("at").alias("et"), pl.col("ah").alias("eh"),
         )
-        agg = self._agg(multi, ["et", "eh", "w"])
+        agg = self._agg(multi, ["et", "eh", "w"]).join(
+            multi.group_by("et", "eh", "w").agg(
+                pl.col("_sids").list.explode(keep_nulls=False, empty_as_null=False)
+                .unique().sort().alias("session_ids")),
+            on=["et", "eh", "w"], how="left")
         named = entity_names(agg, features.sessions)
         return named.select(
             "entity_type",

@@ -61,6 +61,15 @@ class EnumerationConfig:
 
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc("Score from which an alert is raised.", 0.5)
+    rewrite_share_lo: float = doc(
+        "Share of a walk's ids that the same session also wrote successfully (an update, "
+        "set, migrate … call) from which the walk is maintenance — a schema migration or "
+        "backfill reading and updating each document — and scores at most rewrite_score. "
+        "0 turns this off.",
+        0.8,
+    )
+    rewrite_score: float = doc(
+        "Highest score of such a write-back walk (0.55: an alert at low severity).", 0.55)
     max_step: int = doc(
         "Largest |step| between consecutive numeric ids (in time order) that still counts "
         "as a run (doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10). Step-1 "
@@ -450,6 +459,17 @@ class PrivilegeChainConfig:
         1,
     )
     sensitive_reads_hi: int = doc("Sensitive reads that make the chain critical.", 6)
+    approval_args: list[str] = doc(
+        "Argument names (case-insensitive) that carry a change or approval record. When every "
+        "write/grant/exec call after the sensitive reads names one, the chain is a change "
+        "window and scores at most approved_score. An agent can forge such an argument: "
+        "empty this list where change records are not part of the tools' arguments.",
+        factory=lambda: ["changeTicket", "change_ticket", "changeId", "change_id",
+                         "changeRequest", "change_request", "approvalId", "approval_id"],
+    )
+    approved_score: float = doc(
+        "Highest score of a chain whose escalating calls all name an approval record "
+        "(0.55: an alert at low severity, below severity_medium).", 0.55)
 
 
 @dataclass
@@ -579,6 +599,13 @@ class CrossServerFlowConfig:
         20,
     )
     data_min_bytes: int = doc("...or at least this many bytes.", 50_000)
+    own_session_first: bool = doc(
+        "An outbound call whose own session read on another server first carries only "
+        "that session's reads; only an upload-only session (each server giving the client "
+        "its own session id) takes the caller's reads in other sessions. False: every read "
+        "of the caller in the window counts.",
+        True,
+    )
     source_share_lo: float = doc(
         "A session the data was read in carries the alert too when it supplied at least "
         "this share of the bytes read before the outbound call (or a sensitive read): a "

@@ -33,6 +33,7 @@ from toolwatch.detectors.features import (
 )
 from toolwatch.detectors.scoring import all_of, any_of, band, gate, ratio
 from toolwatch.detectors.text import clean, duration, iso, pct, span_us
+from toolwatch.detectors.tools import annotated
 
 _EVIDENCE = [
     "calls", "distinct_resources", "resource_key", "resource_calls", "res_misses",
@@ -150,12 +151,14 @@ class EnumerationDetector(Detector):
         )
         s = habitual_gate(self._raw(s), self.habit_, ["caller_id"], self.threshold,
                           pl.col("z_own"), e.self_z)
-        scored = s.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
+        scored = self._cap_rewrites(
+            features, s.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score")))
         scored = self._name_walked_field(scored, ["sh"], None, features, "_score")
+        scored = self._stored_distinct(features, scored)
         pats = list(self._patterns())
         out = session_frame(
             scored, pl.col("_score"), [*_EVIDENCE, *pats, "p_summary", "z_own", "own_n",
-                                       "own_days", "habitual", "p_own",
+                                       "own_days", "habitual", "p_own", "stored_distinct",
                                        pl.lit(None, pl.List(pl.String)).alias("session_ids"),
                                        pl.lit(1, pl.Int64).alias("n_sessions")]
         )
@@ -167,7 +170,55 @@ class EnumerationDetector(Detector):
         ent = self._entities(features, flagged)
         if ent.height == 0:
             return out
+        ent = ent.with_columns(pl.lit(None, pl.Int64).alias("stored_distinct"))
         return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
+
+    def _stored_distinct(self, features: FeatureSet, scored: pl.DataFrame) -> pl.DataFrame:
+        """``stored_distinct``: distinct resources of the stored calls, for flagged sessions
+        that also have a summary line (``basis`` both); null for the others.
+
+        Such a session's ``distinct_resources`` is the larger of its calls' count and the
+        summary's ``uniqueResourcesAccessed``, which counts what the logger chose (the SDK
+        middleware counts every call's first argument, a search query too): 151 where
+        150 documentId values are stored. Scoring keeps the larger figure; the reason names
+        values of the resource key, so it counts the stored calls only (issue 27).
+        """
+        if scored.height == 0 or features.events.height == 0:
+            return scored.with_columns(pl.lit(None, pl.Int64).alias("stored_distinct"))
+        both = scored.lazy().filter(
+            (pl.col("basis") == "both") & (pl.col("_score") >= self.threshold)).select("sh")
+        per = (
+            features.events.lazy().select("sh", "rh").join(both, on="sh", how="semi")
+            .group_by("sh").agg(pl.col("rh").drop_nulls().n_unique().cast(pl.Int64)
+                                .alias("stored_distinct"))
+            .collect(engine="in-memory")
+        )
+        return scored.join(per, on="sh", how="left", maintain_order="left")
+
+    def _cap_rewrites(self, features: FeatureSet, scored: pl.DataFrame) -> pl.DataFrame:
+        """Cap the score of walks that successfully write back (nearly) every id they visit.
+
+        A schema migration or backfill reads and updates each document in id order; an
+        agent probing for ids it may read, or harvesting them, does not write them back.
+        Such a walk stays visible at ``rewrite_score`` (low) instead of paging."""
+        e = self.settings
+        if not e.rewrite_share_lo or scored.height == 0:
+            return scored
+        cand = scored.lazy().filter(pl.col("_score") >= self.threshold).select("sh")
+        wrote = pl.col("mutates") & pl.col("ok")
+        per = (
+            annotated(features).lazy().join(cand, on="sh", how="semi")
+            .filter(pl.col("rh").is_not_null())
+            .group_by("sh", "rh").agg(wrote.any().alias("_w"))
+            .group_by("sh").agg(pl.col("_w").mean().alias("_rewritten"))
+            .collect(engine="in-memory")
+        )
+        if per.height == 0:
+            return scored
+        capped = pl.col("_rewritten").fill_null(0.0) >= e.rewrite_share_lo
+        return scored.join(per, on="sh", how="left", maintain_order="left").with_columns(
+            pl.when(capped).then(pl.min_horizontal(pl.col("_score"), pl.lit(e.rewrite_score)))
+            .otherwise(pl.col("_score")).alias("_score")).drop("_rewritten")
 
     def _candidates(self, residual: pl.DataFrame) -> pl.DataFrame:
         """Entity windows that could reach the threshold, from cheap session-level upper
@@ -367,6 +418,9 @@ class EnumerationDetector(Detector):
         key = row.get("resource_key") or "resource"
         dur = duration(row.get("span_s"))
         reasons: list[str] = []
+        # values of the key counted on the stored calls, not the summary line's count
+        stored = row.get("stored_distinct")
+        distinct = row.get("distinct_resources") if stored is None else stored
         entity = row["entity_type"] != "session"
         if row.get("basis") == "summary":
             reasons.append(
@@ -378,9 +432,14 @@ class EnumerationDetector(Detector):
         else:
             where = f" across {row['n_sessions']} sessions" if entity else ""
             reasons.append(
-                f"{row['distinct_resources']} distinct {key} values in {dur}{where}, "
+                f"{distinct} distinct {key} values in {dur}{where}, "
                 f"{pct(row.get('miss_ratio'))} of lookups not found or denied."
             )
+            if distinct != row["distinct_resources"]:
+                reasons.append(
+                    f"The session's summary line counts {row['distinct_resources']} "
+                    "distinct resources (of every kind its logger counts)."
+                )
         run = row.get("seq_run") or 0
         if run >= self.settings.miss_run_lo and row.get("seq_first"):
             reasons.append(
@@ -404,7 +463,10 @@ class EnumerationDetector(Detector):
         evidence = clean(
             {
                 "calls": row.get("calls"),
-                "distinct_resources": row.get("distinct_resources"),
+                "distinct_resources": distinct,
+                "summary_distinct_resources": (
+                    row.get("distinct_resources") if distinct != row.get("distinct_resources")
+                    else None),
                 "resource_key": row.get("resource_key"),
                 "not_found": row.get("not_found"),
                 "denied": row.get("denied"),

@@ -433,22 +433,40 @@ class PrivilegeChainDetector(_SequenceDetector):
     summary = "Sensitive reads followed by writes, grants or executions in one session."
 
     _extra: ClassVar[list[str]] = ["sensitive_reads", "mutations_after", "admin_after",
-                                   "sensitive_writes", "first_escalation", "chain"]
+                                   "sensitive_writes", "approved_after", "first_escalation",
+                                   "chain"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""
         s = self.settings
         found = self._find(features)
+        found = found.join(self._approved(features, found), on="sh", how="left").with_columns(
+            pl.col("approved_after").fill_null(0))
         sens = band(pl.col("sensitive_reads"), s.sensitive_reads_lo, s.sensitive_reads_hi)
         ok = (pl.col("sensitive_reads") >= s.sensitive_reads_lo) & (pl.col("mutations_after") > 0)
+        raw = pl.when(ok).then(any_of(
+            sens,
+            pl.when(pl.col("admin_after") > 0).then(0.9).otherwise(0.0),
+            pl.when(pl.col("sensitive_writes") > 0).then(0.85).otherwise(0.0),
+        )).otherwise(0.0)
+        # Every escalating call names a change or approval record: a change window, kept
+        # visible (it is still a privileged change) but scored as low, not as an attack.
+        approved = (pl.col("approved_after") >= pl.col("mutations_after")) & ok
         found = found.with_columns(
-            pl.when(ok).then(any_of(
-                sens,
-                pl.when(pl.col("admin_after") > 0).then(0.9).otherwise(0.0),
-                pl.when(pl.col("sensitive_writes") > 0).then(0.85).otherwise(0.0),
-            )).otherwise(0.0).alias("_s")
-        )
+            pl.when(approved).then(pl.min_horizontal(raw, pl.lit(s.approved_score)))
+            .otherwise(raw).alias("_s"))
         return _frame(features, found, self._extra)
+
+    def _approved(self, features: FeatureSet, found: pl.DataFrame) -> pl.DataFrame:
+        """Per found session: mutating calls whose arguments name an approval record."""
+        keys = self.settings.approval_args
+        if not keys or found.height == 0:
+            return pl.DataFrame(schema={"sh": pl.UInt64, "approved_after": pl.Int64})
+        ev = annotated(features).lazy().join(found.lazy().select("sh"), on="sh", how="semi")
+        named = pl.col("args").fill_null("").str.contains_any(
+            [f'"{k}"' for k in keys], ascii_case_insensitive=True)
+        return ev.filter(pl.col("mutates")).group_by("sh").agg(
+            named.sum().cast(pl.Int64).alias("approved_after")).collect(engine="in-memory")
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         schema = {"sensitive_reads": pl.Int64, "mutations_after": pl.Int64,
@@ -497,11 +515,19 @@ class PrivilegeChainDetector(_SequenceDetector):
             reasons.append(f"{num(row['admin_after'])} of them execute or grant (admin_exec).")
         if row.get("sensitive_writes"):
             reasons.append(f"{num(row['sensitive_writes'])} of them write to a sensitive place.")
+        if row.get("approved_after"):
+            reasons.append(
+                f"{num(row['approved_after'])} of them name a change or approval record "
+                f"({', '.join(self.settings.approval_args[:2])} …): "
+                + ("a change window, scored low; check the record exists."
+                   if row["approved_after"] >= (row.get("mutations_after") or 0)
+                   else "the others do not."))
         return reasons, self._evidence(row, {
             "sensitive_reads": row.get("sensitive_reads"),
             "mutations_after": row.get("mutations_after"),
             "admin_exec_after": row.get("admin_after"),
             "sensitive_writes": row.get("sensitive_writes"),
+            "approved_after": row.get("approved_after"),
             "first_escalation": row.get("first_escalation")})
 
 
@@ -1063,6 +1089,14 @@ class CrossServerFlowDetector(_SequenceDetector):
         pairs = out.join(reads, on="ck").filter(
             (pl.col("server") != pl.col("out_server")) & (pl.col("t") <= pl.col("t_out"))
             & (pl.col("t") >= pl.col("t_out") - win))
+        if s.own_session_first:
+            # An outbound call whose own session read on another server carries what that
+            # session read (a multi-server agent host: read, then upload, in one session).
+            # Only an upload-only session — each server giving the client its own session
+            # id — takes the caller's reads in its other sessions: otherwise a small upload
+            # of public figures would inherit every analyst query of the caller's hour.
+            own = pl.col("sh_r") == pl.col("sh")
+            pairs = pairs.filter(own | ~own.any().over("sh", "i"))
         if pairs.height == 0:
             return _empty_found({**schema, "t_out": pl.Int64})
         # The sessions the data was read in are named only when they supplied a real part

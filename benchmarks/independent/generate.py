@@ -1311,6 +1311,7 @@ def ben_abandoned_and_declined(g):
 def ben_warehouse(g):
     r = g.rng
     orders = sorted(g.paid_orders, key=lambda x: x[1])
+    shipped: set[str] = set()
     n = g.n(60)
     for k in range(n):
         t = T0 + int((k + 0.5) / n * 34 * H)
@@ -1318,9 +1319,13 @@ def ben_warehouse(g):
         s = g.sess(g.SHOP, g.svc["warehouse"], "10.9.2.7", B, "warehouse_fulfilment", None, t, pace="bot")
         s.do("listOrders", {"status": "paid"})
         for o in batch:
+            carrier = r.choice(["dhl", "ups", "dpd"])   # drawn for every order: same stream
+            if o in shipped:   # listOrders(status=paid) no longer lists a shipped order
+                continue
+            shipped.add(o)
             s.do("getOrder", {"orderId": o})
             s.do("fulfillOrder", {"orderId": o})
-            s.do("shipOrder", {"orderId": o, "carrier": r.choice(["dhl", "ups", "dpd"])})
+            s.do("shipOrder", {"orderId": o, "carrier": carrier})
 
 
 def ben_subscription(g):

@@ -1,0 +1,142 @@
+"""Everyday business work that looks like an attack stays below medium; the attack beside it
+does not (issue 26: hard negatives written independently of the detectors)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import polars as pl
+import pytest
+from toolwatch.detectors import DetectorsConfig
+
+from tests.fixtures.traffic import T0, Traffic
+from toolwatch import detectors
+
+T = T0 + timedelta(hours=30)
+
+
+def run(tr: Traffic, **cfg: object) -> detectors.DetectResult:
+    return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig.from_dict(cfg))
+
+
+def alerts_of(res: detectors.DetectResult, category: str, **match: str) -> list[dict]:
+    a = res.alerts.filter(pl.col("category") == category)
+    for k, v in match.items():
+        a = a.filter(pl.col(k) == v)
+    return a.to_dicts()
+
+
+def base() -> Traffic:
+    tr = Traffic(seed=3)
+    tr.background(days=2, users=25, per_day=2)
+    return tr
+
+
+def config_change(tr: Traffic, sid: str, caller: str, ticket: bool) -> None:
+    """Read nginx.conf, write it back, test and reload it — with or without a change id."""
+    chg = {"changeTicket": "CHG-4711"} if ticket else {}
+    t = T
+    for tool, args in [
+        ("readFile", {"path": "/etc/nginx/nginx.conf"}),
+        ("writeFile", {"path": "/etc/nginx/nginx.conf", "content": "worker_connections 4096;",
+                       **chg}),
+        ("executeCommand", {"command": "nginx -t", **chg}),
+        ("executeCommand", {"command": "systemctl reload nginx", **chg}),
+    ]:
+        tr.call(sid, t, tool, caller=caller, server="files", args=args)
+        t += timedelta(seconds=20)
+
+
+@pytest.mark.parametrize("ticket", [True, False])
+def test_a_change_window_naming_its_ticket_is_low_and_without_it_high(ticket: bool) -> None:
+    tr = base()
+    config_change(tr, "chg", "sre-1", ticket)
+    found = alerts_of(run(tr), "privilege_chain", session_id="chg")
+    assert len(found) == 1, "the chain is seen either way"
+    if ticket:
+        assert found[0]["severity"] == "low"
+        assert orjson.loads(found[0]["evidence"])["approved_after"] == 3
+    else:
+        assert found[0]["severity"] in ("high", "critical")
+
+
+def test_an_approval_id_on_only_some_escalating_calls_does_not_lower_the_chain() -> None:
+    tr = base()
+    t = T
+    for tool, args in [("readFile", {"path": "/etc/sudoers"}),
+                       ("writeFile", {"path": "/etc/sudoers.d/90-agent", "changeTicket": "CHG-1"}),
+                       ("executeCommand", {"command": "sudo -n id"})]:
+        tr.call("esc", t, tool, caller="mallory", server="files", args=args)
+        t += timedelta(seconds=5)
+    found = alerts_of(run(tr), "privilege_chain", session_id="esc")
+    assert found and found[0]["severity"] in ("high", "critical")
+    assert alerts_of(run(tr, privilege_chain={"approval_args": []}), "privilege_chain",
+                     session_id="esc")
+
+
+def walk(tr: Traffic, sid: str, caller: str, write_back: bool) -> None:
+    t = T
+    for i in range(1000, 1300):
+        tr.call(sid, t, "getDocument", caller=caller, resource_key="documentId",
+                resource_id=f"doc-{i}", nbytes=3_000)
+        t += timedelta(milliseconds=700)
+        if write_back:
+            tr.call(sid, t, "updateDocument", caller=caller, resource_key="documentId",
+                    resource_id=f"doc-{i}", args={"schemaVersion": 3}, nbytes=200)
+            t += timedelta(milliseconds=700)
+
+
+@pytest.mark.parametrize("write_back", [True, False])
+def test_a_migration_writing_back_every_document_is_low_a_read_walk_is_not(
+        write_back: bool) -> None:
+    tr = base()
+    walk(tr, "walk", "svc-migrate" if write_back else "prober", write_back)
+    found = alerts_of(run(tr), "enumeration", session_id="walk")
+    assert len(found) == 1
+    if write_back:
+        assert found[0]["severity"] == "low"
+        assert not alerts_of(run(tr, enumeration={"rewrite_share_lo": 0.0}), "enumeration",
+                             session_id="walk", severity="low")
+    else:
+        assert found[0]["severity"] in ("high", "critical")
+
+
+def test_an_upload_carries_its_own_sessions_reads_not_the_callers_other_work() -> None:
+    tr = base()
+    # The analyst's morning: 3 MB of queries in one session on the internal server...
+    for k in range(30):
+        tr.call("queries", T + timedelta(minutes=k), "run_query", caller="ana",
+                server="internal", args={"sql": f"SELECT {k}"}, nbytes=100_000, rows=2_000)
+    # ...then, in the agent host's session, public figures read and charted on a plugin.
+    t = T + timedelta(minutes=40)
+    tr.call("chart", t, "get_public_metrics", caller="ana", server="internal", nbytes=3_000,
+            rows=40)
+    tr.call("chart", t + timedelta(seconds=5), "upload_dataset", caller="ana",
+            server="community-plugin", args={"datasetName": "weekly_kpis"})
+    # An upload-only session (each server its own session id) after a big read elsewhere.
+    for k in range(30):
+        tr.call("dump", T + timedelta(minutes=k), "run_query", caller="insider",
+                server="internal", args={"sql": f"SELECT * FROM t{k}"}, nbytes=100_000,
+                rows=2_000)
+    tr.call("up", T + timedelta(minutes=35), "upload_dataset", caller="insider",
+            server="community-plugin", args={"datasetName": "crm_dump"})
+    res = run(tr)
+    assert not alerts_of(res, "cross_server_flow", caller_id="ana")
+    assert alerts_of(res, "cross_server_flow", session_id="up")
+    off = run(tr, cross_server_flow={"own_session_first": False})
+    assert alerts_of(off, "cross_server_flow", session_id="chart")
+
+
+def test_a_cross_session_race_names_every_session_it_spans() -> None:
+    tr = base()
+    t = T + timedelta(hours=2)
+    for sid in ("tab-1", "tab-2"):
+        tr.call(sid, t, "approveExpense", caller="nsilva", server="billing",
+                resource_key="expenseId", resource_id="EXP-69332", duration_ms=250.0)
+        t += timedelta(milliseconds=30)
+    found = alerts_of(run(tr), "race_condition", entity_type="caller_id", entity_id="nsilva")
+    assert len(found) == 1
+    ev = orjson.loads(found[0]["evidence"])
+    assert ev["session_ids"] == ["tab-1", "tab-2"]
+    assert ev["session_ids_truncated"] is False

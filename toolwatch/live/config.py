@@ -137,9 +137,8 @@ class LiveConfig:
         "the file, the spool or Kafka keeps the lines), so a host too busy to keep up "
         "holds this many in memory, not more. Under a backlog the commit thread also "
         "waits for this many (or the window's size, if smaller) before committing them as "
-        "one batch. The default (one micro-batch at the default flush_events) measured "
-        "30-50 MiB less RSS than 4 x flush_events at 10k events/s, catching up at "
-        "0.90-0.98x the speed; raise it with flush_events. 0: 4 x flush_events.",
+        "one batch. A larger queue catches up a little faster for more memory at the "
+        "peak (docs/performance.md); raise it with flush_events. 0: 4 x flush_events.",
         10_000,
     )
     overlap_detection: bool = doc(
@@ -184,10 +183,10 @@ class LiveConfig:
     backlog_detect_passes: int = doc(
         "Passes a detection a backlog deferred (see backlog_detect_events) runs in, over "
         "the same at most max_detect_events x detect_passes touched events. Each pass has a "
-        "fixed cost (~0.15 CPU-s for the twelve detectors, whatever its size), so one pass "
-        "catches up ~1.6x faster than four, with the same alerts, for ~+10-35 MiB at the "
-        "peak of that detection (memory_high_mib can halve it when memory is high). Caught "
-        "up, flushes keep detect_passes. 0: detect_passes.",
+        "fixed cost whatever its size (fitting the baselines), so fewer passes catch up "
+        "faster, with the same alerts, for a higher peak during that detection "
+        "(memory_high_mib can halve it when memory is high). Caught up, flushes keep "
+        "detect_passes. 0: detect_passes.",
         1,
     )
     memory_high_mib: int = doc(
@@ -195,10 +194,9 @@ class LiveConfig:
         "passes read half as many events each (twice as many passes over the same "
         "events: more CPU, less working memory at once, so the peak stays lower while "
         "the next micro-batch is parsed beside it). Never below max_detect_events / 2. "
-        "0 (default): off. Measured at 10k events/s in real time: the passes' own rise "
-        "(~25-50 MiB) is not what makes the peak (parse, window expiry and store write "
-        "beside it are), and halved passes cost alert latency (p99 5.2 s vs 1.4 s), so "
-        "it is a knob for hosts that value memory over latency, not a default.",
+        "0 (default): off. The passes' own rise is not what makes the peak (parse, window "
+        "expiry and store write beside it are) and halved passes cost alert latency, so "
+        "it is a knob for hosts that value memory over latency (docs/performance.md).",
         0,
     )
     memory_gate_mib: int = doc(
@@ -207,8 +205,9 @@ class LiveConfig:
         "flush_events lines; the commit thread's detection and compaction) take turns "
         "instead of running at once, and the one that ends returns freed memory to the OS "
         "before the next starts (toolwatch.live.memgate). Below it they overlap (catch-up "
-        "speed). Measured at 10k events/s (docs/performance.md, Live memory): the RSS "
-        "peaks were two of these phases at once. 0: off (no releases either).",
+        "speed). The RSS peaks of a live process are two of these phases at once; taking "
+        "turns costs some catch-up speed (docs/performance.md, Live memory). 0: off (no "
+        "releases either).",
         460,
     )
     drop_code_pages: bool = doc(
@@ -216,10 +215,10 @@ class LiveConfig:
         "unmap the resident pages of the shared libraries' code (clean, file-backed; the "
         "page cache keeps them and the next use maps them back without I/O), so RSS "
         "counts the code in use rather than every page of polars, DuckDB and Arrow "
-        "touched since start: ~230 MiB of a live process's RSS on kernels that map "
-        "page-cache folios whole (Linux 6.16+ on ext4). Never below the gate: dropping "
-        "at every real-time flush cost alert latency (p99 4-6 s vs 1.3 s at 10k "
-        "events/s). Linux only (toolwatch/codepages.py; docs/performance.md).",
+        "touched since start; that matters on kernels that map page-cache folios whole "
+        "(Linux 6.16+ on ext4). Never below the gate: mapping the code back in at every "
+        "real-time flush costs alert latency. Linux only (toolwatch/codepages.py; "
+        "docs/performance.md, Live memory).",
         True,
     )
     out_of_order_tolerance_s: float = doc(
@@ -252,8 +251,8 @@ class LiveConfig:
     compact_budget_s: float = doc(
         "Seconds of compaction one commit may do (at least one merge of up to 4 MiB of "
         "small files); what is left goes on at the next commits, so the commit thread, "
-        "and with it alerts, never stops for a whole compaction (one call over a "
-        "backlog's hundreds of files held it for ~100 s). 0: one merge per commit.",
+        "and with it alerts, never stops for a whole compaction (a backlog's hundreds of "
+        "files take minutes to merge). 0: one merge per commit.",
         0.25,
     )
     status_interval_s: float = doc(

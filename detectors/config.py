@@ -112,8 +112,8 @@ class EnumerationConfig:
         "be first requests of an id (distinct resources / lookups naming a resource): a "
         "shuffled walk asks for each id once, while a person working all day on the few "
         "dozen newest issues of a project re-opens them again and again and so covers a "
-        "block of consecutive ids without walking anything (benchmarks/power_day.py, seed "
-        "9202: 179 issue ids in 512 lookups, 0.35). 0 restores the plain dense-block rule.",
+        "block of consecutive ids without walking anything (docs/performance.md, Detection "
+        "quality). 0 restores the plain dense-block rule.",
         0.5,
     )
     summary_distinct_lo: int = doc(
@@ -618,8 +618,8 @@ class CrossServerFlowConfig:
         "when the flow counts by volume (min_bytes read before the outbound call); a flow "
         "that alerts only for its sensitive reads is carried by the outbound call's session "
         "and the sessions holding those reads. Otherwise a compromised account's .env read "
-        "and send also flagged the owner's own booking lookups of that hour (two benign "
-        "sessions on seeds 9204/9205). False: any session supplying source_share_lo.",
+        "and send would also flag the owner's own lookups of that hour. False: any session "
+        "supplying source_share_lo.",
         True,
     )
     self_z: float = doc(
@@ -634,9 +634,8 @@ class CrossServerFlowConfig:
         "The caller's usual flows that self_z is measured against are its largest flow of "
         "each active day (as the habit itself is judged per day), not every outbound call: "
         "a person who posts to chat many times a day after small reads, and once or twice "
-        "after downloading an export, has a small median flow, so each export day looked "
-        "'far beyond its usual' (benchmarks/power_day.py: 17 of 2,935 sessions on seeds "
-        "9201-9205). False: one observation per outbound call.",
+        "after downloading an export, has a small median flow, so each export day would "
+        "look 'far beyond its usual'. False: one observation per outbound call.",
         True,
     )
     habit_margin: float = doc(

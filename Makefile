@@ -1,6 +1,9 @@
 # toolwatch — two commands on a fresh machine (Python 3.11 + make):
 #   make demo   set up, analyze the bundled sample logs, print flagged sessions, open the dashboard
 #   make test   set up (incl. Chromium for the browser test) and run the whole test suite
+# While editing:
+#   make test-fast   unit and in-process tests only (-m "not slow"), on every core, with
+#                    few Hypothesis examples: a few minutes. CONTRIBUTING.md has the tiers.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
@@ -10,7 +13,7 @@ DEMO_DIR ?= .toolwatch/demo
 DEMO_LOGS := $(wildcard sample_logs/demo/*.jsonl*)
 PORT   ?= 8501
 
-.PHONY: setup setup-dev browser demo analyze-demo dashboard test lint bench clean
+.PHONY: setup setup-dev browser demo analyze-demo dashboard test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +56,12 @@ demo: analyze-demo
 
 test: setup-dev browser
 	$(BIN)/python -m pytest
+
+# The tier to run while editing: no process-starting, browser, broker or long tests
+# (marked `slow`), property tests on the `dev` Hypothesis profile (tests/conftest.py),
+# spread over the cores by pytest-xdist. `make test` stays the full suite.
+test-fast: setup-dev
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -m "not slow" -n auto -q
 
 lint: setup-dev
 	$(BIN)/ruff check .

@@ -1,4 +1,17 @@
-"""Shared fixtures: run the real ``toolwatch`` CLI against a temporary store."""
+"""Shared fixtures: run the real ``toolwatch`` CLI against a temporary store.
+
+Also the test tiers (see CONTRIBUTING.md):
+
+* ``make test`` runs everything; ``make test-fast`` runs ``-m "not slow"`` under
+  pytest-xdist with the ``dev`` Hypothesis profile.
+* Tests that start a process (the real CLI through the ``tw`` fixture, the Tansu broker
+  through ``kafka_broker``) are marked ``slow`` here, so a new one is out of the fast tier
+  without anyone remembering to mark it. Others are marked in their files.
+* Hypothesis profiles: ``ci`` keeps every property test's own example count (what the
+  suite has always run); ``dev`` caps each at :data:`DEV_MAX_EXAMPLES`. Chosen by
+  ``HYPOTHESIS_PROFILE``; without it, ``ci`` when ``CI`` is set and Hypothesis's
+  ``default`` otherwise, so ``make test`` runs what it always ran.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +24,54 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.kafka_broker import kafka_broker  # noqa: F401  (real Tansu broker fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
+
+# ------------------------------------------------------------------ hypothesis profiles
+#: Most examples a property test runs under the ``dev`` profile (``make test-fast``).
+DEV_MAX_EXAMPLES = 10
+
+# ``ci`` is Hypothesis's built-in CI profile (derandomized, no deadline, no example
+# database) with each test's own example count: what CI has always run. ``dev`` is the
+# local default profile with fewer examples.
+settings.register_profile("ci", settings.get_profile("ci"))
+settings.register_profile("dev", settings.get_profile("default"),
+                          max_examples=DEV_MAX_EXAMPLES)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or (
+    "ci" if os.environ.get("CI") else "default"
+)
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+#: Fixtures that start another process: a test using one is ``slow``.
+PROCESS_FIXTURES = {"tw": "slow", "kafka_broker": "kafka"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark process-starting tests ``slow``; under ``dev``, cap property tests' examples."""
+    for item in items:
+        for fixture, marker in PROCESS_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.slow)
+                item.add_marker(getattr(pytest.mark, marker))
+        if HYPOTHESIS_PROFILE == "dev":
+            _cap_examples(item)
+
+
+def _cap_examples(item: pytest.Item) -> None:
+    """Most property tests pin ``@settings(max_examples=...)``, which outranks the loaded
+    profile; the dev tier lowers each to :data:`DEV_MAX_EXAMPLES` (never raises one).
+
+    Hypothesis reads a test's settings from this attribute when the test runs; if a new
+    Hypothesis renames it, the cap is simply not applied (slower, never weaker).
+    """
+    fn = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+    own = getattr(fn, "_hypothesis_internal_use_settings", None)
+    if isinstance(own, settings) and own.max_examples > DEV_MAX_EXAMPLES:
+        fn._hypothesis_internal_use_settings = settings(own, max_examples=DEV_MAX_EXAMPLES)
 
 
 @dataclass

@@ -1220,7 +1220,7 @@ def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> bool:
     1-hour backlog found the highest RSS samples inside a detection pass with 59 MiB of
     glibc heap free but resident. A fixed threshold keeps such blocks mmapped (1M-event
     backlog, interleaved: p95 RSS 416 vs 459 MiB, the same speed;
-    docs/performance.md, ninth session).
+    docs/performance.md, Live memory).
 
     Skipped when ``MALLOC_MMAP_THRESHOLD_`` is set (the user's choice), when
     ``TOOLWATCH_MEMORY_TUNING=0``, and where the C library is not glibc. Process-wide:

@@ -1732,11 +1732,12 @@ class _Demo:
         keeps its examples and the attack share does not grow), gives them the identity
         of its first session and lays them end to end, a few minutes to ~40 min apart —
         inside one activity window. The anchor session keeps its time (a bulk read at
-        night stays at night), the others move around it. Benign users keep their own
-        identities: an actor is an attacker's own (or a stolen) account; a fraud or
-        exfiltration ring gets an account of its own, a swarm an anonymous agent id on a
-        hosting address. Sessionless (wiki) and entity-labelled
-        sessions are left alone: their labels pin their identity and time.
+        night stays at night), the others move around it; the full four-stage story
+        runs on the last afternoon, where the incident queue (risk decays) opens on it.
+        Benign users keep their own identities: an actor is an attacker's own (or a
+        stolen) account; a fraud or exfiltration ring gets an account of its own, a swarm
+        an anonymous agent id on a hosting address. Sessionless (wiki) and
+        entity-labelled sessions are left alone: their labels pin their identity and time.
 
         A campaign session read from within the hour before the campaign's outbound call
         on another server is part of that cross-server flow too (``also``).
@@ -1809,6 +1810,9 @@ class _Demo:
                 t += max(x.last for x in g) - min(x.first for x in g) + r.uniform(240, 2400)
             length = t
             origin = min(x.first for x in groups[anchor]) - starts[anchor]
+            if name == "harvest":
+                # the full story runs on the last afternoon, so the queue opens on it
+                origin = self.t0 + (DAYS - 1) * 86400.0 + r.uniform(12, 14) * 3600.0
             origin = min(max(origin, self.t0 + 600.0), self.t0 + self.span - 600.0 - length)
             for g, start in zip(groups, starts, strict=True):
                 dt = origin + start - min(x.first for x in g)

@@ -456,7 +456,7 @@ def consume_kafka(
                 detector=detector, live=live, verbose=verbose)
     if r.live.detect:
         # The fetch answers' buffers get pages of their own, returned when freed: with
-        # detection the consumer peaked ~30 MiB lower (docs/kafka-notes.md, item 17).
+        # detection the consumer peaked ~30 MiB lower (docs/kafka-notes.md, "Throughput", Memory).
         # Without, it stays ~170 MiB below the bound and the page faults (~3% of its
         # CPU) buy nothing.
         tune_fetch_malloc()

@@ -791,7 +791,7 @@ def tune_fetch_malloc(threshold: int = FETCH_MMAP_THRESHOLD) -> bool:
     ``malloc_trim`` (``toolwatch.spool``: every 5 s). Sampled every 50 ms, a consumer with
     detection held 30-60 MiB of such free heap at its peaks (``tail`` of the same events:
     15-30). A fixed threshold keeps them mmapped: freeing one returns its pages at once
-    (docs/kafka-notes.md, item 17).
+    (docs/kafka-notes.md, "Throughput", Memory).
 
     Skipped when ``MALLOC_MMAP_THRESHOLD_`` is set (the user's choice), when
     ``TOOLWATCH_MEMORY_TUNING=0``, and where the C library is not glibc. Process-wide: call

@@ -65,15 +65,18 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def demo_server(tmp_path_factory):
-    """The dashboard on the demo store (``toolwatch analyze sample_logs/demo/*.jsonl*``)."""
+    """The dashboard on the demo store as ``make demo`` builds it (``toolwatch analyze
+    sample_logs/demo/*.jsonl* -c sample_logs/demo/toolwatch.toml``)."""
     import glob
 
     data_dir = tmp_path_factory.mktemp("demo-store") / "store"
     logs = sorted(glob.glob(str(ROOT / "sample_logs" / "demo" / "*.jsonl*")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("demo-config"))
-    r = subprocess.run([sys.executable, "-m", "toolwatch.cli", "analyze", *logs, "-d",
-                        str(data_dir), "-q"], capture_output=True, text=True, env=env,
+    config = ROOT / "sample_logs" / "demo" / "toolwatch.toml"
+    r = subprocess.run([sys.executable, "-m", "toolwatch.cli", "analyze", *logs, "-c",
+                        str(config), "-d", str(data_dir), "-q"],
+                       capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     with _dashboard(data_dir, tmp_path_factory) as url:

@@ -32,6 +32,7 @@ def analyzed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"cli": cli, "stdout": proc.stdout, "alerts": alerts, "tmp": tmp}
 
 
+@pytest.mark.slow  # starts a process
 def test_analyze_prints_summary_and_flagged_sessions(analyzed: dict) -> None:
     out = analyzed["stdout"]
     assert "events stored" in out and "quarantined" in out
@@ -40,6 +41,7 @@ def test_analyze_prints_summary_and_flagged_sessions(analyzed: dict) -> None:
         assert category in out
 
 
+@pytest.mark.slow  # starts a process
 def test_alerts_file_matches_the_documented_schema(analyzed: dict) -> None:
     rows = [json.loads(x) for x in analyzed["alerts"].read_text().splitlines()]
     assert rows, "the demo holds attacks: analyze must flag some"
@@ -50,6 +52,7 @@ def test_alerts_file_matches_the_documented_schema(analyzed: dict) -> None:
     assert entity and all(r["session_id"] is None for r in entity)
 
 
+@pytest.mark.slow  # starts a process
 def test_alerts_are_stored_and_filterable(analyzed: dict) -> None:
     cli = analyzed["cli"]
     d = str(cli.data_dir)
@@ -75,6 +78,7 @@ def test_alerts_are_stored_and_filterable(analyzed: dict) -> None:
     assert all(sum(i in ln for ln in table.splitlines()) == 1 for i in ids), table
 
 
+@pytest.mark.slow  # starts a process
 def test_reanalyze_gives_the_same_alert_ids(analyzed: dict) -> None:
     cli = analyzed["cli"]
     again = analyzed["tmp"] / "again.jsonl"
@@ -85,6 +89,7 @@ def test_reanalyze_gives_the_same_alert_ids(analyzed: dict) -> None:
     assert n["n"] == len(ids(again))  # updated, not duplicated
 
 
+@pytest.mark.slow  # starts a process
 def test_evaluate_reports_per_category_and_role(analyzed: dict) -> None:
     cli = analyzed["cli"]
     labels = ROOT / "sample_logs" / "demo" / "labels.ndjson"
@@ -100,6 +105,7 @@ def test_evaluate_reports_per_category_and_role(analyzed: dict) -> None:
         assert fps[hard] == 0, (hard, res["false_positives"])
 
 
+@pytest.mark.slow  # starts a process
 def test_train_then_analyze_uses_the_model(analyzed: dict) -> None:
     cli = analyzed["cli"]
     out = cli("train", "-d", str(cli.data_dir)).stdout

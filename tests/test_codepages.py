@@ -123,6 +123,7 @@ def test_live_config_turns_it_on_by_default_and_off_on_request() -> None:
     assert off.drop_code_pages is False
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 def test_real_process_rss_falls_and_the_libraries_still_compute() -> None:
     """In a fresh interpreter: RSS of library code falls, and polars/DuckDB still answer."""

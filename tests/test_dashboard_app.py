@@ -80,6 +80,7 @@ def assert_no_markup_from_logs(at: AppTest) -> None:
     assert not at.get("html"), "st.html must not be used"
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_overview(store_dir):
     at = open_page(store_dir, "overview")
     assert at.title[0].value == "Overview"
@@ -99,6 +100,7 @@ def test_overview(store_dir):
     assert_no_markup_from_logs(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_overview_timezone_switch(store_dir):
     at = open_page(store_dir, "overview")
     at.selectbox(key="tz").set_value("UTC").run()
@@ -108,6 +110,7 @@ def test_overview_timezone_switch(store_dir):
     assert "Events 2026-11-02 17:20:00" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_flagged_lists_filters_and_clicks_through(store_dir):
     at = open_page(store_dir, "flagged")
     assert at.title[0].value == "Flagged sessions"
@@ -153,6 +156,7 @@ def test_flagged_lists_filters_and_clicks_through(store_dir):
     assert "Session id: sess-enum-1" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_flagged_triage_status_filter(fresh_store):
     TriageStore(fresh_store).mark("al-bulk-0002", "escalated", "alice")
     at = open_page(fresh_store, "flagged")
@@ -162,6 +166,7 @@ def test_flagged_triage_status_filter(fresh_store):
     assert df["status"].to_list() == ["escalated"]
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_session_detail_by_alert_shows_reasons_contributions_and_raw(store_dir):
     at = open_page(store_dir, "session", alert="al-anom-0004")
     body = texts(at)
@@ -187,6 +192,7 @@ def test_session_detail_by_alert_shows_reasons_contributions_and_raw(store_dir):
     assert any(XSS_ARG in c.value for c in at.code)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_session_detail_by_session_id(store_dir):
     at = open_page(store_dir, "session", session="sess-enum-1")
     body = texts(at)
@@ -197,6 +203,7 @@ def test_session_detail_by_session_id(store_dir):
     assert at.dataframe(key="sd_alerts_0").value["alert_id"].to_list() == ["al-enum-0001"]
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_session_detail_entity_alert_picks_among_sessions(store_dir):
     at = open_page(store_dir, "session", alert="al-cred-0003")
     assert "6 sessions of this client_ip in the window" in texts(at)
@@ -204,6 +211,7 @@ def test_session_detail_entity_alert_picks_among_sessions(store_dir):
     assert "Session id: sess-cred-3" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_session_detail_without_params_offers_a_picker(store_dir):
     at = open_page(store_dir, "session")
     assert at.selectbox(key="sd_pick_alert")
@@ -212,12 +220,14 @@ def test_session_detail_without_params_offers_a_picker(store_dir):
     assert "Session id: sess-bulk-1" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_session_detail_unknown_ids(store_dir):
     at = open_page(store_dir, "session", alert="nope", session="nope")
     assert "No alert with this id in the store." in [w.value for w in at.warning]
     assert "No events or summary for this session in the store." in [w.value for w in at.warning]
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_triage_from_session_detail_persists(fresh_store):
     at = open_page(fresh_store, "session", alert="al-loop-0005")
     at.radio[0].set_value("escalated")
@@ -248,6 +258,7 @@ def test_triage_from_session_detail_persists(fresh_store):
     ]
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_entity_page(store_dir):
     at = open_page(store_dir, "entity", type="caller_id", id="agent-harvester")
     assert "Caller: agent-harvester" in texts(at)
@@ -265,6 +276,7 @@ def test_entity_page(store_dir):
     assert "Session id: sess-enum-0" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_entity_page_client_address_and_hostile_caller(store_dir):
     at = open_page(store_dir, "entity", type="client_ip", id="198.51.100.23")
     assert {m.label: m.value for m in at.metric}["Sessions"] == "6"
@@ -274,6 +286,7 @@ def test_entity_page_client_address_and_hostile_caller(store_dir):
     assert_no_markup_from_logs(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_entity_page_picker_without_params(store_dir):
     at = open_page(store_dir, "entity")
     assert at.selectbox(key="en_id_caller_id").value is None
@@ -282,6 +295,7 @@ def test_entity_page_picker_without_params(store_dir):
     assert "Caller: crawler-9" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_forensics_saved_query(store_dir):
     at = open_page(store_dir, "forensics")
     at.selectbox(key="fx_saved").set_value("Sessions that touched a resource").run()
@@ -296,6 +310,7 @@ def test_forensics_saved_query(store_dir):
     assert len(at.get("download_button")) == 2
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_forensics_custom_sql_and_refusals(store_dir):
     at = open_page(store_dir, "forensics")
     at.text_area(key="fx_sql").set_value("SELECT count(*) AS n FROM alerts").run()
@@ -320,6 +335,7 @@ def test_forensics_custom_sql_and_refusals(store_dir):
     assert not Path("/tmp/x.csv").exists() or Path("/tmp/x.csv").stat().st_size == 0
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_password_gate(store_dir, monkeypatch):
     monkeypatch.setenv("TOOLWATCH_DASHBOARD_PASSWORD", "s3cret-pass")
     at = make_app(store_dir).run()
@@ -335,6 +351,7 @@ def test_password_gate(store_dir, monkeypatch):
     assert "6 incident(s) from 6 alert(s)" in texts(at)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_empty_store_renders(tmp_path):
     at = make_app(tmp_path).run()
     assert not at.exception, [e.value for e in at.exception]
@@ -357,6 +374,7 @@ def test_no_unsafe_rendering_in_source():
         assert "st.markdown(" not in src, path
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_flagged_shows_and_deletes_suppression_rules(fresh_store):
     from toolwatch.dashboard.triage import add_suppression
 

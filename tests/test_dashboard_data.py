@@ -422,6 +422,7 @@ def test_streamlit_argv(tmp_path):
     assert argv[-2:] == ["--data-dir", str(tmp_path)]
 
 
+@pytest.mark.slow  # starts a process
 def test_dashboard_refuses_public_bind_without_password(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

@@ -12,6 +12,8 @@ from toolwatch.detectors.incidents import STAGES
 from tests.fixtures.dashboard_store import build_store
 from toolwatch.triage_store import incident_statuses
 
+pytestmark = pytest.mark.slow  # runs the app (AppTest)
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 
 

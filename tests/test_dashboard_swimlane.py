@@ -57,6 +57,7 @@ def _chart(at: AppTest, key: str) -> dict:
     return json.loads(charts[0].proto.spec)
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_race_alert_highlights_the_racing_calls_in_lanes(analysed: dict) -> None:
     race = [a for a in analysed["alerts"] if a["category"] == "race_condition"]
     assert len(race) == 1 and race[0]["session_id"] == "race"
@@ -79,6 +80,7 @@ def test_race_alert_highlights_the_racing_calls_in_lanes(analysed: dict) -> None
     assert "<img" not in json.dumps([tr.get("hovertemplate") for tr in spec["data"]])
 
 
+@pytest.mark.slow  # runs the app (AppTest)
 def test_session_without_alert_draws_lanes_unmarked(analysed: dict) -> None:
     at = session_page(analysed["store"], session="ok-3")
     spec = _chart(at, "sd_swimlane")

@@ -388,6 +388,7 @@ def test_live_tail_never_imports_sklearn_and_alerts_like_the_sklearn_path(
     assert _alerts(runs["ref"]) == live
 
 
+@pytest.mark.slow  # starts a process
 def test_live_tail_with_a_broken_model_keeps_ingesting_and_counts_the_failure(
     traffic: Traffic, tmp_path: Path
 ) -> None:

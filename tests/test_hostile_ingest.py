@@ -28,6 +28,8 @@ from tests.conftest import TOOLWATCH
 from toolwatch.cli import app
 from toolwatch.store import Store
 
+pytestmark = pytest.mark.slow  # starts a process
+
 TS = "2026-11-02T10:00:00Z"
 KEY = "ab" * 32
 VIEWS = ("events", "sessions", "summaries", "quarantine")

@@ -231,6 +231,7 @@ def analyzed(tmp_path_factory: pytest.TempPathFactory) -> CLI:
     return cli
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_incidents_json_and_table(analyzed: CLI) -> None:
     d = str(analyzed.data_dir)
     alerts = [json.loads(x) for x in analyzed("alerts", "-d", d, "-f", "json").stdout
@@ -258,6 +259,7 @@ def test_cli_incidents_json_and_table(analyzed: CLI) -> None:
     assert analyzed("incidents", "-d", d, "--status", "closed", check=False).returncode == 2
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_status_filters_follow_triage(analyzed: CLI) -> None:
     from toolwatch.dashboard.triage import TriageStore, set_incident_verdict
 
@@ -282,6 +284,7 @@ def test_cli_status_filters_follow_triage(analyzed: CLI) -> None:
     assert ids("incidents", "--status", "acknowledged") == [iid]
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_mistakes_exit_with_a_clear_error(analyzed: CLI, tmp_path: Path) -> None:
     d = str(analyzed.data_dir)
     bad = analyzed("alerts", "-d", d, "--category", "enumerashun", check=False)
@@ -292,6 +295,7 @@ def test_cli_mistakes_exit_with_a_clear_error(analyzed: CLI, tmp_path: Path) -> 
     assert gone.returncode != 0 and "no toolwatch store" in gone.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_json_matches_the_documented_schema(analyzed: CLI) -> None:
     import jsonschema
 
@@ -304,6 +308,7 @@ def test_cli_json_matches_the_documented_schema(analyzed: CLI) -> None:
         jsonschema.validate(r, schema)
 
 
+@pytest.mark.slow  # starts a process
 def test_cut_incident_queries_exit_cleanly(analyzed: CLI) -> None:
     """A result cut at --max-rows used to abort the process now and then at exit
     ("terminate called without an active exception", 2-4 runs in 10): the query's
@@ -318,6 +323,7 @@ def test_cut_incident_queries_exit_cleanly(analyzed: CLI) -> None:
         assert "mallory" in proc.stdout and "result cut at 1 rows" in proc.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_live_tail_gives_the_same_incident_as_analyze(analyzed: CLI) -> None:
     """Batch and live alike: ``tail`` writes the same alerts, so the view rolls them up
     into the same incident (id, alerts, stages). Its risk is decayed to the live clock
@@ -355,6 +361,7 @@ def test_cli_version_and_short_help(tw: CLI) -> None:
     assert "sample_logs/demo/*.jsonl*" in tw("analyze", "-h").stdout
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_incidents_read_the_config_table(analyzed: CLI, tmp_path: Path) -> None:
     """``[detectors.incidents]`` reaches the view: stricter bands change the severity."""
     d = str(analyzed.data_dir)

@@ -79,6 +79,7 @@ def test_to_numpy() -> None:
         arrays.to_numpy(pa.array([1, None]))
 
 
+@pytest.mark.slow  # starts a process
 def test_ingest_process_never_imports_pandas(tmp_path: Path) -> None:
     """pandas costs ~0.18 s per process and nothing on the ingest path needs it.
 

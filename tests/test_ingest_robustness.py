@@ -318,6 +318,7 @@ def test_unknown_config_key_names_file_and_key(tw, write_lines, tmp_path):
     assert "max_line_byte" in proc.stderr and str(cfg) in proc.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_reader_runs_while_writer_writes(tw, tmp_path):
     """query keeps answering, with a growing count, while an ingest commits batches.
 

@@ -35,6 +35,7 @@ def _config(tmp_path) -> Config:
     return cfg
 
 
+@pytest.mark.slow  # starts a process
 def test_batches_commit_in_order_with_checkpoints_advancing(tmp_path, many_batches, monkeypatch):
     monkeypatch.setenv("TOOLWATCH_HMAC_KEY", "11" * 32)
     seen: list[int] = []
@@ -54,6 +55,7 @@ def test_batches_commit_in_order_with_checkpoints_advancing(tmp_path, many_batch
     }
 
 
+@pytest.mark.slow  # starts a process
 def test_no_batch_commits_after_a_failed_commit(tmp_path, many_batches, monkeypatch):
     monkeypatch.setenv("TOOLWATCH_HMAC_KEY", "11" * 32)
     committed: list[int] = []

@@ -61,6 +61,7 @@ def test_message_key_never_raises(line: bytes) -> None:
     assert key is None or isinstance(key, bytes)
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.kafka
 @pytest.mark.timeout(120)
 def test_server_stderr_forwarded_keyed_and_stored(kafka_broker, tmp_path: Path) -> None:

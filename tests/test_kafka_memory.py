@@ -47,7 +47,10 @@ def _has_mallinfo2() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc >= 2.33")
+pytestmark = [
+    pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc >= 2.33"),
+    pytest.mark.slow,  # starts a process
+]
 
 
 def _probe(**env: str) -> dict[str, int | bool]:

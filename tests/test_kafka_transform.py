@@ -269,6 +269,7 @@ def test_pipelined_fetch_stores_every_message_once(kafka_broker, tmp_path: Path)
     assert src.counters.processed == 3000
 
 
+@pytest.mark.slow  # starts a process
 def test_a_flush_of_several_partitions_never_imports_pandas(tmp_path: Path) -> None:
     """The joined parse of several Kafka partitions stays pandas-free.
 

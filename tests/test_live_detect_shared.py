@@ -373,6 +373,7 @@ def test_reasons_column_equals_polars_construction(lists: list[list[str]]) -> No
                         pl.Series("reasons", lists, dtype=pl.List(pl.String)))
 
 
+@pytest.mark.slow  # starts a process
 def test_reasons_column_does_not_import_pandas() -> None:
     # A live process never loads pandas (~37 MiB); pyarrow.array() would import it.
     import subprocess

@@ -53,7 +53,10 @@ def _has_mallinfo2() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc >= 2.33")
+pytestmark = [
+    pytest.mark.skipif(not _has_mallinfo2(), reason="needs glibc >= 2.33"),
+    pytest.mark.slow,  # starts a process
+]
 
 
 def _probe(tmp_path: Path, detect: bool, **env: str) -> dict[str, int]:

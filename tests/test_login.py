@@ -118,6 +118,7 @@ def test_clients_behind_a_proxy_get_separate_backoffs() -> None:
     assert good and held == 0
 
 
+@pytest.mark.slow  # starts a process
 def test_dashboard_lets_the_right_password_in_after_wrong_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

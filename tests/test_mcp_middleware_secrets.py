@@ -208,6 +208,7 @@ def test_secret_in_caller_and_tool_name_too() -> None:
     assert json.loads(lines[-1])["event"] == "SESSION_END"
 
 
+@pytest.mark.slow  # starts a process
 def test_no_key_falls_back_to_unkeyed_digests(monkeypatch, capsys) -> None:
     """Without a usable key the rules are the same, the digests unkeyed and saying so
     (``sha256:``, never ingest's ``hmac:``: ingest hashes them again with its key)."""
@@ -219,6 +220,7 @@ def test_no_key_falls_back_to_unkeyed_digests(monkeypatch, capsys) -> None:
         assert secret not in line and "sha256:" in line and "hmac:" not in line
 
 
+@pytest.mark.slow  # starts a process
 def test_scanner_is_imported_on_the_first_call_only() -> None:
     """Starting a server with the middleware must not import pyarrow/numpy."""
     code = (
@@ -262,6 +264,7 @@ def _ingest(path: Path, store: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in q.stdout.splitlines()]
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.timeout(300)
 def test_real_server_stderr_and_ingest_store_the_same_digests(tmp_path) -> None:
     """The real SDK server (subprocess, stdio) logs through the middleware; its stderr holds
@@ -315,6 +318,7 @@ def test_real_server_stderr_and_ingest_store_the_same_digests(tmp_path) -> None:
         assert secret not in _store_text(tmp_path / store)
 
 
+@pytest.mark.slow  # starts a process
 def test_ingest_keeps_the_credential_hash_of_a_middleware_line(tmp_path) -> None:
     line = _log_calls([{"user": "bob", "password": "Xk7pQ2vLm9Rt4Wz8Nb3c"}])[0]
     path = tmp_path / "mw.jsonl"
@@ -323,6 +327,7 @@ def test_ingest_keeps_the_credential_hash_of_a_middleware_line(tmp_path) -> None
     assert row["credential_hash"] == _hasher().digest("Xk7pQ2vLm9Rt4Wz8Nb3c")
 
 
+@pytest.mark.slow  # starts a process
 def test_sdk_traceback_of_a_tool_exception_is_scrubbed(tmp_path) -> None:
     """A tool raising with its argument in the message (``ValueError(f"document {id} not
     found")``): the SDK's own ``logger.exception`` prints it with the traceback on stderr,

@@ -136,6 +136,7 @@ def _password_digest() -> str:
     return _run([("fine", {"x": "ok", "password": "hunter2"})])[-1]["args"]["password"]
 
 
+@pytest.mark.slow  # starts a process
 def test_secrets_are_keyed_with_toolwatchs_own_key(tmp_path, monkeypatch) -> None:
     import hashlib
     import hmac
@@ -158,6 +159,7 @@ def test_secrets_are_keyed_with_toolwatchs_own_key(tmp_path, monkeypatch) -> Non
     assert _password_digest() == "hmac:" + want
 
 
+@pytest.mark.slow  # starts a process
 def test_no_usable_key_falls_back_to_sha256_with_a_warning(monkeypatch, capsys) -> None:
     monkeypatch.setenv("TOOLWATCH_HMAC_KEY", "not hex")
     digest = _password_digest()

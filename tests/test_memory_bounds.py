@@ -111,6 +111,7 @@ def test_window_after_expiry_does_not_pin_evicted_rows() -> None:
     assert pa.total_allocated_bytes() - base < 2_000_000
 
 
+@pytest.mark.slow  # starts a process
 def test_tune_memory_only_for_live_commands() -> None:
     assert {"tail", "collect", "kafka", "run"} <= LIVE_COMMANDS
     env = dict(os.environ)
@@ -125,6 +126,7 @@ def test_tune_memory_only_for_live_commands() -> None:
         os.environ.update(env)
 
 
+@pytest.mark.slow  # starts a process
 def test_tune_memory_sets_jemalloc_before_polars_and_keeps_user_settings() -> None:
     """In a fresh interpreter (polars not yet loaded): defaults set, a user's value wins."""
     code = (
@@ -152,6 +154,7 @@ def test_tune_memory_sets_jemalloc_before_polars_and_keeps_user_settings() -> No
     assert out.stdout.strip() == "dirty_decay_ms:5000"
 
 
+@pytest.mark.slow  # starts a process
 def test_tune_memory_is_not_switched_off_by_a_parent_that_imported_polars() -> None:
     """``import polars`` writes its own default into ``_RJEM_MALLOC_CONF``; a live process
     started by such a parent (a Python supervisor, a benchmark harness) inherits it. That
@@ -232,6 +235,7 @@ def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # typ
     assert capped  # alerts still come from the newest events
 
 
+@pytest.mark.slow  # starts a process
 def test_fitting_the_forest_does_not_import_pandas() -> None:
     """A live process pays for scikit-learn when it fits or loads the forest, not for
     pandas (~37 MiB): sklearn imports it only because it is installed."""
@@ -251,6 +255,7 @@ def test_fitting_the_forest_does_not_import_pandas() -> None:
     assert out.stdout.split() == ["5", "False", "1"]
 
 
+@pytest.mark.slow  # starts a process
 def test_a_live_process_never_imports_pandas(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """tail with detection, forest fitted: pandas stays unimported (pyarrow's
     Schema.empty_table and scikit-learn would each pull it in: ~37 MiB RSS), whether the
@@ -545,6 +550,7 @@ def test_window_expiry_keeps_the_rows_and_values_it_should(
         assert got["ts"].min() >= df["ts"].sort(descending=True)[cap - 1]
 
 
+@pytest.mark.slow  # starts a process
 def test_window_expiry_copies_one_column_of_strings_at_a_time() -> None:
     """The peak of an expiry is the window plus about one string column, not two windows.
 
@@ -601,6 +607,7 @@ print(out[0], out[1])
     assert by_column < 0.7 * all_at_once
 
 
+@pytest.mark.slow  # starts a process
 def test_duckdb_allocator_returns_freed_pages() -> None:
     """A live process sets DuckDB's bundled jemalloc to decay 0: after a large query its
     resident memory falls back (the default, 1000 ms without a background thread, kept it)."""

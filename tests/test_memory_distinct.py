@@ -89,6 +89,7 @@ def test_annotation_looks_for_each_configured_key_once() -> None:
     assert out["bk"].to_list() == [None, "C9", "o-1"]
 
 
+@pytest.mark.slow  # starts a process
 def test_memory_per_distinct_tool_is_bounded() -> None:
     # 200k distinct names in a child process: the per-tool Python lists took ~5 KB per
     # name (1 GB here); the columnar table needs well under 0.5 KB.

@@ -55,6 +55,7 @@ async def _both(data: Path, env: dict, names: list[str | None]) -> None:
             tg.start_soon(_client, data, env, n)
 
 
+@pytest.mark.slow  # starts a process
 def test_two_default_clients_are_two_callers(tmp_path: Path, tw_env: dict) -> None:
     data = tmp_path / "store"
     anyio.run(_both, data, tw_env, [None, None, "svc-nightly-export"])
@@ -161,6 +162,7 @@ def test_caller_suppression_needs_an_authenticated_caller(tmp_path: Path) -> Non
                                      events=pl.concat([silent, forged])).height == 2
 
 
+@pytest.mark.slow  # starts a process
 def test_store_from_before_the_column_reads_null(tmp_path: Path, tw_env: dict) -> None:
     """Events files written before ``caller_authenticated`` existed: the view has the
     column (null), analyze runs, compaction keeps the rows."""

@@ -67,6 +67,7 @@ def test_notebook_is_committed_without_outputs():
     )
 
 
+@pytest.mark.slow  # starts a process
 def test_notebook_on_fixture_store(tmp_path, monkeypatch):
     """Fast and independent of the detectors' exact output."""
     store = tmp_path / "store"
@@ -78,6 +79,7 @@ def test_notebook_on_fixture_store(tmp_path, monkeypatch):
     assert bundle["pivot"] == {"column": "caller_id", "value": "svc-export"}
 
 
+@pytest.mark.slow  # starts a process
 def test_notebook_relative_paths_mean_the_repository_root(tmp_path, monkeypatch):
     """`TOOLWATCH_NOTEBOOK_DATA_DIR=.toolwatch/demo/store` typed at the repository root
     names that store, although the kernel runs in notebooks/ (it used to open an empty

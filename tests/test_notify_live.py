@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import TOOLWATCH
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]  # starts a process
 
 CALLER, IP = "mallory", "203.0.113.7"
 BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)

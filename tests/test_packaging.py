@@ -35,6 +35,7 @@ def test_no_source_imports_the_folders_as_top_level_packages():
     assert offenders == []
 
 
+@pytest.mark.slow  # starts a process
 def test_installed_names_outside_the_checkout(tmp_path):
     # From a directory that is not the checkout: only toolwatch.* is importable.
     code = (
@@ -89,6 +90,7 @@ def test_module_names_in_strings_are_namespaced():
     assert offenders == []
 
 
+@pytest.mark.slow  # starts a process
 def test_analyze_warms_the_namespaced_detectors_without_pandas():
     # Run from the checkout, where a top-level `detectors` folder *is* importable: the
     # warm-up must still load toolwatch.detectors (one copy) and scikit-learn without pandas.

@@ -95,6 +95,7 @@ def test_uninterruptible_query_is_killed_at_the_timeout(store: Store):
     assert elapsed < 3 + 10  # generous: the issue's bar is timeout + 2 s
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_timeout_and_memory_exit_codes(store: Store):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
     started = time.monotonic()
@@ -131,6 +132,7 @@ def test_hundred_thousand_term_or_is_a_clean_answer(store: Store):
     assert elapsed < 5 + 10
 
 
+@pytest.mark.slow  # starts a process
 def test_a_killed_parent_takes_its_query_child_along(store: Store, tmp_path: Path):
     """A caller SIGKILLed mid-query cannot abandon a runaway: the child's watchdog ends it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}

@@ -13,6 +13,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.fixtures.dashboard_store import build_store
 
+pytestmark = pytest.mark.slow  # runs the app (AppTest)
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 
 

@@ -20,6 +20,8 @@ from tests.conftest import TOOLWATCH
 from toolwatch.errors import QueryError
 from toolwatch.store import VIEWS, Store
 
+pytestmark = pytest.mark.slow  # starts a process
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "query.md"
 
 LOG = b"\n".join(

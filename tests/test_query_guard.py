@@ -347,6 +347,7 @@ def _cli(store: Store, *args: str, env_extra: dict[str, str] | None = None):
     )
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_exit_codes_and_one_line_errors(store: Store):
     p = _cli(store, "SELECT * FROM duckdb_settings()", "-f", "csv")
     assert p.returncode == 2 and "Traceback" not in p.stderr and "refused" in p.stderr
@@ -370,6 +371,7 @@ ODD_VALUES = (
 )
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_every_value_type_renders(store: Store, fmt: str):
     p = _cli(store, ODD_VALUES, "-f", fmt)
@@ -407,6 +409,7 @@ def _threads(pid: int) -> int:
     return int(next(ln for ln in status.splitlines() if ln.startswith("Threads")).split()[1])
 
 
+@pytest.mark.slow  # starts a process
 def test_ctrl_c_stops_a_running_query(store: Store):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
     proc = subprocess.Popen(

@@ -25,6 +25,8 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import TOOLWATCH
 from toolwatch.output import is_unsafe_char, safe_text
 
+pytestmark = pytest.mark.slow  # runs the app (AppTest)
+
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 TIMEOUT = 120
 #: one of each trick: bidi override and isolates, zero-width space and joiner, BOM,

@@ -17,6 +17,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolwatch.ingest.sources.file import GzipStream
@@ -75,6 +76,7 @@ def _ingest(tmp: Path, path: Path) -> tuple[int, dict]:
     return res.returncode, json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # starts a process
 def test_truncated_gz_keeps_its_lines_and_the_intact_copy_completes_it(tmp_path: Path) -> None:
     """Real CLI: half an archive stores the complete lines in it (it stored none), exit 1
     naming the damage; the whole archive read next stores the rest, each line once."""
@@ -94,6 +96,7 @@ def test_truncated_gz_keeps_its_lines_and_the_intact_copy_completes_it(tmp_path:
     assert rows == [{"n": N, "d": N}]
 
 
+@pytest.mark.slow  # starts a process
 def test_trailing_garbage_keeps_every_line(tmp_path: Path) -> None:
     path = tmp_path / "a.gz"
     path.write_bytes(GZ + b"this is not gzip")

@@ -16,6 +16,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,6 +100,7 @@ def _run_on_hostile_log(
     return res, out
 
 
+@pytest.mark.slow  # starts a process
 def test_tail_stdout_and_file_alerts_are_terminal_safe(tmp_path: Path) -> None:
     """The real ``toolwatch tail``: its stdout and ``--alerts-out`` lines."""
     res, out = _run_on_hostile_log(tmp_path, "tail", "--exit-when-idle", "2")
@@ -111,6 +113,7 @@ def test_tail_stdout_and_file_alerts_are_terminal_safe(tmp_path: Path) -> None:
             assert HOSTILE in alert["entity_id"]  # the exact value, once decoded
 
 
+@pytest.mark.slow  # starts a process
 def test_analyze_alerts_out_is_terminal_safe(tmp_path: Path) -> None:
     """``toolwatch analyze --alerts-out``: the same lines as the live file sink."""
     _, out = _run_on_hostile_log(tmp_path, "analyze", "--quiet", "--no-progress")
@@ -141,6 +144,7 @@ def test_dashboard_downloads_are_inert(values: list[str]) -> None:
     assert [r["caller_id"] for r in json.loads(js)] == values
 
 
+@pytest.mark.slow  # starts a process
 def test_analyze_table_cuts_a_huge_entity(tmp_path: Path) -> None:
     """A 300 kB session id made ``analyze``'s alert table thousands of lines (1 MB of
     output) where ``toolwatch alerts`` shows a cut cell: the same cut in both."""

@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from toolwatch.ingest.sources.base import display_name
 
 from tests.conftest import TOOLWATCH
@@ -51,6 +52,7 @@ def test_display_name_is_valid_text() -> None:
     assert shown.encode("utf-8") and "\\udcff" in shown
 
 
+@pytest.mark.slow  # starts a process
 def test_ingest_reads_a_directory_with_a_non_utf8_name(tmp_path: Path) -> None:
     d = _bad_dir(tmp_path)
     store = tmp_path / "st"
@@ -61,6 +63,7 @@ def test_ingest_reads_a_directory_with_a_non_utf8_name(tmp_path: Path) -> None:
     _check(store)
 
 
+@pytest.mark.slow  # starts a process
 def test_tail_follows_a_file_with_a_non_utf8_name(tmp_path: Path) -> None:
     d = _bad_dir(tmp_path)
     store = tmp_path / "st"

@@ -15,11 +15,14 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
 from toolwatch.store import Store
+
+pytestmark = pytest.mark.slow  # starts a process
 
 
 def _run(tmp_path: Path, lines: list[dict]) -> list[dict]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolwatch.ingest.records import RawBatch
@@ -53,6 +54,7 @@ def test_split_reads_records_as_the_parser_does(lines: list[bytes]) -> None:
     assert text == [x for x in lines if not _is_record(x)]
 
 
+@pytest.mark.slow  # starts a process
 def test_a_record_behind_a_bom_is_detected_on_in_run(tmp_path: Path) -> None:
     lines = [
         b'\xef\xbb\xbf{"ts":"2026-11-02T10:00:00Z","session_id":"s","tool":"hidden"}',

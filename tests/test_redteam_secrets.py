@@ -148,6 +148,7 @@ def ingest_and_check_absent(tmp_path: Path, lines: list[str], secret: str) -> tu
     return summary, st_
 
 
+@pytest.mark.slow  # starts a process
 def test_encoded_secrets_never_reach_the_store(tmp_path: Path) -> None:
     """Real CLI, real store: events, quarantine (cut and non-JSON lines) and raw bytes."""
     s = "Q9xW7vK3mP8rT2yZ"
@@ -190,6 +191,7 @@ def _pem_lines() -> list[str]:
             *PEM_BODY, "-----END RSA PRIVATE KEY-----", "ServerStartedSuccessfully"]
 
 
+@pytest.mark.slow  # starts a process
 def test_pem_body_over_several_lines_is_hashed_by_ingest(tmp_path: Path) -> None:
     """A server that prints a private key over several lines: only the first names it, so
     every body line was stored in clear (quarantine ``invalid_json``)."""
@@ -208,6 +210,7 @@ def test_pem_body_over_several_lines_is_hashed_by_ingest(tmp_path: Path) -> None
     assert raws[-1] == "ServerStartedSuccessfully"  # a word without digits is no key
 
 
+@pytest.mark.slow  # starts a process
 def test_pem_body_on_a_wrapped_servers_stderr_is_hashed(tmp_path: Path) -> None:
     """The same through ``toolwatch run`` (non-JSON stderr: quarantine ``server_text``)."""
     script = tmp_path / "srv.py"
@@ -247,6 +250,7 @@ def test_duplicate_keys_never_hide_a_secret(secret: str, where: int, copies: int
     assert key in obj and all(f"{key}#{i}" in obj for i in range(2, copies + 1))
 
 
+@pytest.mark.slow  # starts a process
 def test_duplicate_keys_through_ingest(tmp_path: Path) -> None:
     s = "Q9xW7vK3mP8rT2yZ"
     src = tmp_path / "in.jsonl"

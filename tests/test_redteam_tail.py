@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toolwatch.ingest.sources.file import StreamReader
@@ -107,6 +108,7 @@ def test_an_endless_line_is_one_row_and_later_lines_keep_their_numbers() -> None
     assert out[-1].lines.to_pylist() == [ev(2) + b"\n"]
 
 
+@pytest.mark.slow  # starts a process
 def test_a_cut_piece_that_is_a_json_object_is_never_stored(tmp_path: Path) -> None:
     """Through the real ``toolwatch tail``: an over-long line whose bytes after the cut
     form valid event objects (an argument array of objects) stores no forged event."""

@@ -38,7 +38,7 @@ except ImportError:  # tests/ itself on sys.path
         wait_for,
     )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.slow]  # starts a process
 
 FAKE = str(Path(__file__).with_name("fake_mcp_server.py"))
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))

@@ -97,6 +97,7 @@ def test_key_env_names_agree() -> None:
     assert RECORD_KEY_ENV == SPOOL_KEY_ENV
 
 
+@pytest.mark.slow  # starts a process
 def test_forged_events_through_the_sdk_exception_are_never_stored(
     tmp_path: Path, tw_env: dict
 ) -> None:
@@ -121,6 +122,7 @@ def test_forged_events_through_the_sdk_exception_are_never_stored(
     assert any("exportAll" in (r[1] or "") for r in q if r[0] == "server_text"), q
 
 
+@pytest.mark.slow  # starts a process
 def test_untagged_json_lines_after_the_hello_are_quarantined(tmp_path: Path,
                                                              tw_env: dict) -> None:
     """A tool that prints an agent's argument raw to stderr (not through logging): the
@@ -147,6 +149,7 @@ def test_untagged_json_lines_after_the_hello_are_quarantined(tmp_path: Path,
     assert not [r for r in q if r[0] in ("no_tool", "server_text")], q
 
 
+@pytest.mark.slow  # starts a process
 def test_server_without_the_middleware_works_as_before(tmp_path: Path, tw_env: dict) -> None:
     srv = tmp_path / "plain.py"
     srv.write_text(
@@ -165,6 +168,7 @@ def test_server_without_the_middleware_works_as_before(tmp_path: Path, tw_env: d
     assert _query(data, "SELECT reason FROM quarantine") == [("server_text",)]
 
 
+@pytest.mark.slow  # starts a process
 def test_traceback_is_one_quarantine_row(tmp_path: Path, tw_env: dict) -> None:
     srv = tmp_path / "tb.py"
     srv.write_text(
@@ -286,6 +290,7 @@ def test_split_refuses_untagged_and_forged_after_the_hello() -> None:
     assert keep3.lines.to_pylist() == [forged] and not groups3
 
 
+@pytest.mark.slow  # starts a process
 def test_tail_says_what_it_watches_and_warns_about_missing_paths(tmp_path: Path,
                                                                  tw_env: dict) -> None:
     log = tmp_path / "a.jsonl"
@@ -303,6 +308,7 @@ def test_tail_says_what_it_watches_and_warns_about_missing_paths(tmp_path: Path,
     assert f"warning: glob {tmp_path / '*.log'} matches no file yet" in err
 
 
+@pytest.mark.slow  # starts a process
 @settings(max_examples=2, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(args=st.lists(_arg, min_size=1, max_size=6))

@@ -59,6 +59,7 @@ def secret(tmp_path: Path) -> Path:
 
 
 # ----------------------------------------------------------------------- safe_open
+@pytest.mark.slow  # starts a process
 def test_open_regular_refuses_fifo_symlink_device_and_foreign_owner(
     tmp_path: Path, secret: Path
 ) -> None:
@@ -79,6 +80,7 @@ def test_open_regular_refuses_fifo_symlink_device_and_foreign_owner(
 
 
 # ----------------------------------------------------------------------- the store
+@pytest.mark.slow  # starts a process
 def test_a_fifo_in_the_spool_hangs_nothing_and_is_set_aside(
     tmp_path: Path, tw_env: dict, write_lines: object
 ) -> None:
@@ -107,6 +109,7 @@ def test_a_fifo_in_the_spool_hangs_nothing_and_is_set_aside(
     assert Store(data).query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 5
 
 
+@pytest.mark.slow  # starts a process
 def test_a_symlinked_spool_never_copies_its_target_into_the_store(
     tmp_path: Path, tw_env: dict, secret: Path
 ) -> None:
@@ -125,6 +128,7 @@ def test_a_symlinked_spool_never_copies_its_target_into_the_store(
     assert MARKER not in store_text(data)
 
 
+@pytest.mark.slow  # starts a process
 def test_planted_fifos_in_the_store_state_hang_no_writer(
     tmp_path: Path, tw_env: dict
 ) -> None:
@@ -241,6 +245,7 @@ def test_tail_checkpoint_past_the_end_reads_the_rewritten_file_from_the_start(
     again.close()
 
 
+@pytest.mark.slow  # starts a process
 def test_ingest_of_a_glob_skips_a_fifo_it_matches(tmp_path: Path, tw_env: dict) -> None:
     """``ingest 'logs/*'`` with a FIFO among the matches: the FIFO is skipped (it would
     block ``open(2)`` forever), the log is stored."""

@@ -260,6 +260,7 @@ def hostile_store(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"cli": cli, "analyze": proc, "alerts_file": out, "tmp": tmp}
 
 
+@pytest.mark.slow  # starts a process
 def test_analyze_table_escapes_session_ids(hostile_store: dict) -> None:
     out = hostile_store["analyze"].stdout
     assert "enumeration" in out, out
@@ -267,6 +268,7 @@ def test_analyze_table_escapes_session_ids(hostile_store: dict) -> None:
     assert "\\x1b]8;;http://evil.example/" in out
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
 def test_alerts_command_output_is_safe(hostile_store: dict, fmt: str) -> None:
     cli = hostile_store["cli"]
@@ -281,6 +283,7 @@ def test_alerts_command_output_is_safe(hostile_store: dict, fmt: str) -> None:
         assert unescape_text(row["session_id"]) == HOSTILE_SESSION
 
 
+@pytest.mark.slow  # starts a process
 def test_query_output_is_safe(hostile_store: dict) -> None:
     cli = hostile_store["cli"]
     for fmt in ("table", "csv", "json"):
@@ -291,6 +294,7 @@ def test_query_output_is_safe(hostile_store: dict) -> None:
         assert not _bad_chars(out), (fmt, [hex(ord(c)) for c in _bad_chars(out)])
 
 
+@pytest.mark.slow  # starts a process
 def test_error_quoting_a_logged_value_is_escaped(hostile_store: dict) -> None:
     cli = hostile_store["cli"]
     bad = hostile_store["tmp"] / "no[link=evil]such\x1b[2J.jsonl"
@@ -302,6 +306,7 @@ def test_error_quoting_a_logged_value_is_escaped(hostile_store: dict) -> None:
     assert proc.returncode == 2 and not _bad_chars(proc.stderr)
 
 
+@pytest.mark.slow  # starts a process
 def test_evaluate_output_is_safe(hostile_store: dict) -> None:
     cli = hostile_store["cli"]
     labels = hostile_store["tmp"] / "labels.ndjson"
@@ -477,6 +482,7 @@ def test_login_throttle_is_per_address_and_per_process() -> None:
     assert th.wait_s("a") == pytest.approx(0)
 
 
+@pytest.mark.slow  # starts a process
 def test_wrong_passwords_from_parallel_sessions_share_the_backoff(
     hostile_dashboard_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -188,6 +188,7 @@ def test_generated_secret_shapes_never_survive(case: tuple[bytes, str]) -> None:
 
 
 # --------------------------------------------------------------------------- store-wide
+@pytest.mark.slow  # starts a process
 def test_ingest_leaves_no_planted_secret_in_any_file_or_column(tmp_path: Path) -> None:
     lines = [s[1] for s in SHAPES]
     secrets = [s[2] for s in SHAPES]

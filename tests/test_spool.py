@@ -66,6 +66,7 @@ def collect_once(data: Path, env: dict) -> None:
                    env=env, check=True, timeout=60, capture_output=True)
 
 
+@pytest.mark.slow  # starts a process
 def test_kill_9_of_the_wrapper_at_random_moments_loses_nothing(
     tmp_path: Path, tw_env: dict
 ) -> None:
@@ -120,6 +121,7 @@ def _sdk_stop(p: subprocess.Popen[bytes]) -> None:
         p.wait(timeout=10)
 
 
+@pytest.mark.slow  # starts a process
 def test_sdk_stop_sequence_with_four_wrappers_under_load(tmp_path: Path, tw_env: dict) -> None:
     """4 wrappers at once, a spinning core, random session lengths: all calls stored once."""
     data = tmp_path / "store"
@@ -155,6 +157,7 @@ def test_sdk_stop_sequence_with_four_wrappers_under_load(tmp_path: Path, tw_env:
     assert per_session(data) == expected, f"before the collect pass: {stored_now}"
 
 
+@pytest.mark.slow  # starts a process
 def test_a_live_wrappers_spool_is_not_stolen(tmp_path: Path, tw_env: dict) -> None:
     """Recovery by another process skips a spool whose wrapper still runs."""
     data = tmp_path / "store"
@@ -187,6 +190,7 @@ def test_a_live_wrappers_spool_is_not_stolen(tmp_path: Path, tw_env: dict) -> No
     assert pending_spools(data) == []  # the wrapper ingested its own spool and removed it
 
 
+@pytest.mark.slow  # starts a process
 def test_server_starts_before_heavy_imports(tmp_path: Path, tw_env: dict) -> None:
     """The server runs (stderr spooled) before the wrapper has loaded polars/duckdb/typer."""
     data = tmp_path / "store"
@@ -205,6 +209,7 @@ def test_server_starts_before_heavy_imports(tmp_path: Path, tw_env: dict) -> Non
     assert pending_spools(data) == []
 
 
+@pytest.mark.slow  # starts a process
 def test_fast_path_store_dir_matches_the_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

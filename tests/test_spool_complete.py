@@ -25,7 +25,7 @@ except ImportError:  # tests/ itself on sys.path
 
 from toolwatch.spool import pending_spools, spool_dir
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # starts a process
 
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
 #: Flood size: more than the old 64 MiB read step (the issue's 500 MiB, made smaller so

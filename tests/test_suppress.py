@@ -124,6 +124,7 @@ def _tw(*args: str, env: dict) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_add_list_rm(tmp_path: Path, tw_env: dict) -> None:
     store = tmp_path / "store"
     (store / "_state").mkdir(parents=True)

@@ -22,7 +22,7 @@ from toolwatch.dashboard.triage import load_suppressions
 from tests.conftest import TOOLWATCH
 from toolwatch.store import Store
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # starts a process
 
 APP = Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
 BASE = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)

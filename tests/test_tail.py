@@ -215,6 +215,7 @@ def test_start_at_end_skips_existing_content(tmp_path: Path) -> None:
     assert seqs(data) == [10, 11]
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_tail_sigterm_flushes_and_reports_status(tmp_path: Path, tw_env: dict) -> None:
     data = tmp_path / "store"
     log = tmp_path / "app.log"

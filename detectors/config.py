@@ -294,6 +294,18 @@ class ScrapingLoopConfig:
     rate_lo: float = doc("Calls per minute from which a sustained crawl counts.", 30.0)
     rate_hi: float = doc("Calls per minute that are critical.", 200.0)
     rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
+    summary_repeat_lo: float = doc(
+        "A session known only from its summary line counts at rate_lo calls per minute when "
+        "at least this share of its calls touched no new resource (1 - unique resources / "
+        "calls): a crawl or loop over a few resources, not an id walk.",
+        0.8,
+    )
+    summary_min_bytes_per_call: int = doc(
+        "...and when its calls returned at least this many bytes on average: a crawl "
+        "returns listings and pages, a client polling a job or build status a few hundred "
+        "bytes.",
+        1_000,
+    )
     entity: bool = doc(
         "Also score callers and client addresses per window: distinct pages / cursors of "
         "one tool over sessions not flagged on their own that resume a listing (their "

@@ -33,19 +33,19 @@ from toolwatch.detectors.baseline import Baseline, established_rows, habits, hab
 from toolwatch.detectors.bulk import established_count
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import explode_entities, group_agg
-from toolwatch.detectors.scoring import all_of, any_of, band, ratio
+from toolwatch.detectors.scoring import all_of, any_of, band, gate, ratio
 from toolwatch.detectors.text import clean, duration, num, pct
 
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
              "own_days", "own_typical_calls", "habitual", "p_mech", "p_sweep", "p_rate",
-             "p_own"]
+             "p_rate_summary", "p_own", "distinct_resources"]
 
 
 def _dup() -> pl.Expr:
     """Share of repeated calls; for sessions known only from a summary, the share of calls
-    that touched no new resource stands in (when the summary reports resources)."""
-    return pl.when((pl.col("basis") == "summary") & (pl.col("distinct_resources") > 0)).then(
+    that touched no new resource stands in."""
+    return pl.when(pl.col("basis") == "summary").then(
         1.0 - ratio(pl.col("distinct_resources"), pl.col("calls"))
     ).otherwise(pl.col("dup_ratio"))
 
@@ -114,6 +114,17 @@ class ScrapingLoopDetector(Detector):
             "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
             .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), progressing,
                          one_tool))
+            .otherwise(0.0),
+            # Known only from its summary line: no pages or tools to see progress in, but a
+            # sustained rate over few resources returning content is the seed's "callCount >
+            # 50" crawl signal. An id walk touches many resources (enumeration's business);
+            # a service polling a status gets a few hundred bytes a call.
+            "p_rate_summary": pl.when(
+                (pl.col("basis") == "summary") & (pl.col("calls") >= s.rate_min_calls))
+            .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi),
+                         gate(_dup(), s.summary_repeat_lo),
+                         gate(ratio(pl.col("total_bytes"), pl.col("calls")),
+                              s.summary_min_bytes_per_call)))
             .otherwise(0.0),
         }
         cols = sessions.columns
@@ -217,8 +228,8 @@ class ScrapingLoopDetector(Detector):
             *[pl.lit(None).alias(k) for k in ("z_own", "own_n", "own_days",
                                              "own_typical_calls", "habitual", "p_mech")],
             pl.col("score").alias("p_sweep"),
-            *[pl.lit(None).alias(k) for k in ("p_rate", "p_own")],
-            "session_ids", "n_sessions",
+            *[pl.lit(None).alias(k) for k in ("p_rate", "p_rate_summary", "p_own")],
+            "session_ids", "n_sessions", pl.lit(None, pl.Int64).alias("distinct_resources"),
         )
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -227,6 +238,10 @@ class ScrapingLoopDetector(Detector):
             f"{num(row['calls'])} calls in {duration(row.get('span_s'))} "
             f"({num(row.get('calls_per_min'))} per minute), {pct(row.get('top_tool_share'))} "
             f"of them to {row.get('top_tool') or 'one tool'}."
+        ] if row.get("basis") != "summary" else [
+            f"Known from the server's session summary only: {num(row['calls'])} calls in "
+            f"{duration(row.get('span_s'))} ({num(row.get('calls_per_min'))} per minute) "
+            f"touching {num(row.get('distinct_resources'))} distinct resources."
         ]
         if row.get("gap_cv") is not None:
             reasons.append(
@@ -270,7 +285,8 @@ class ScrapingLoopDetector(Detector):
                 "own_baseline_days": row.get("own_days"),
                 "basis": row.get("basis"),
                 "pattern_scores": clean({k: row.get(k) for k in
-                                         ("p_mech", "p_sweep", "p_rate", "p_own")}),
+                                         ("p_mech", "p_sweep", "p_rate", "p_rate_summary",
+                                          "p_own")}),
             }
         )
         return reasons, evidence

@@ -773,10 +773,17 @@ WITH b AS (
   SELECT *, CASE WHEN reason IS NULL AND resource_id_v IS NULL THEN json_keys(args_o) END AS ak
   FROM k
 ), res AS (
+  -- A key naming who acts (userId, tenantId …) is the resource only when no other key is
+  -- and the tool is about that kind of thing: getUser(userId) reads a user profile (an
+  -- IDOR walk over users), listOrders(userId) reads orders on behalf of a user.
   SELECT *,
-    list_position(ak, list_filter(ak, lambda k:
-      regexp_full_match(k, {_sql_str(RESOURCE_KEY_PATTERN)})
-      AND NOT list_contains({non_res}, k))[1]) AS res_i
+    coalesce(
+      list_position(ak, list_filter(ak, lambda k:
+        regexp_full_match(k, {_sql_str(RESOURCE_KEY_PATTERN)})
+        AND NOT list_contains({non_res}, k))[1]),
+      list_position(ak, list_filter(ak, lambda k:
+        list_contains({non_res}, k)
+        AND contains(lower(tool_n), regexp_replace(lower(k), '_?id$', '')))[1])) AS res_i
   FROM a
 )
 SELECT

@@ -140,3 +140,17 @@ def test_a_cross_session_race_names_every_session_it_spans() -> None:
     ev = orjson.loads(found[0]["evidence"])
     assert ev["session_ids"] == ["tab-1", "tab-2"]
     assert ev["session_ids_truncated"] is False
+
+
+def test_a_summary_only_crawl_is_scraping_a_status_poll_is_not() -> None:
+    tr = base()
+    # Seed 001's signal, callCount > 50, on a session known only from its summary line.
+    tr.summary("crawl", T, kind="SESSION_ANOMALY", caller="svc-agent-104", calls=180,
+               unique_resources=2, total_bytes=880_000, duration_s=240)
+    # A CI bot polling a build status: as many calls, a few hundred bytes each.
+    tr.summary("poll", T, kind="SESSION_ANOMALY", caller="ci-buildkite", calls=160,
+               unique_resources=2, total_bytes=160 * 400, duration_s=260)
+    res = run(tr)
+    found = alerts_of(res, "scraping_loop", session_id="crawl")
+    assert found and "summary" in found[0]["reasons"][0]
+    assert not res.alerts.filter(pl.col("session_id") == "poll").height

@@ -151,6 +151,27 @@ def test_resource_derived_from_args(tw, write_lines) -> None:
     ]
 
 
+def test_a_who_key_is_the_resource_only_of_a_tool_about_that_kind(tw, write_lines) -> None:
+    # getUser(userId) reads a user profile (seed 001's IDOR walk over users); listOrders
+    # (userId) lists orders on behalf of a user; another id key always wins.
+    lines = [
+        {**BASE, "tool": "getUser", "args": {"userId": "usr-20001"}},
+        {**BASE, "tool": "get_user_profile", "args": {"user_id": "usr-7"}},
+        {**BASE, "tool": "listOrders", "args": {"userId": "usr-20001"}},
+        {**BASE, "tool": "getUser", "args": {"userId": "u1", "documentId": "doc-1"}},
+        {**BASE, "tool": "getTenant", "args": {"sessionId": "s", "tenantId": "t-9"}},
+    ]
+    tw.ingest(write_lines(*lines))
+    rows = tw.query("SELECT resource_key, resource_id FROM events ORDER BY line_no")
+    assert [(r["resource_key"], r["resource_id"]) for r in rows] == [
+        ("userId", "usr-20001"),
+        ("user_id", "usr-7"),
+        (None, None),
+        ("documentId", "doc-1"),
+        ("tenantId", "t-9"),
+    ]
+
+
 def test_session_summaries_become_sessions(tw, write_lines) -> None:
     summary = {
         "event": "SESSION_ANOMALY",

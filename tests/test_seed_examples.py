@@ -42,12 +42,6 @@ KNOWN_GAPS: dict[str, str] = {
     "no rule knows that a cart is frozen once its price is locked",
     "s000_quota_reset": "generateReport run to rate_limited, reset with admin resetUsageCounter, "
     "run again (3 cycles) raises nothing",
-    "s000_charge_loop_refused": "chargePayment repeated 6 more times after the first, each refused "
-    "('called N times this session'), raises nothing: refused repeats do not count",
-    "s001_idor_users": "getUser walked over 130 sequential userId values (all ok) raises nothing: "
-    "userId is never a resource id, so the walk is invisible",
-    "s001_summary_scrape": "SESSION_ANOMALY with callCount 180 (> 50, seed 001's scraping signal) "
-    "and 2 unique resources raises nothing",
 }
 
 
@@ -132,6 +126,46 @@ def test_seed_example(example: render.Example, alerts: list[dict]) -> None:
         )
 
 
+#: Session summaries carry seed 001's absolute thresholds (totalBytesReturned > 1 MB,
+#: authFailures > 2, ...): they should hold on a store that holds nothing else (a first day).
+SUMMARY_EXAMPLES = [ex for ex in EXAMPLES if all("event" in x for x in ex.lines)]
+
+#: id -> what toolwatch misses when the summary is the only thing in the store.
+KNOWN_GAPS_ALONE: dict[str, str] = {
+    "s001_summary_bulk": "a SESSION_ANOMALY of 46 MB in 12 calls, alone in a store, raises "
+    "nothing: the volume rule needs a population, seed 001's > 1 MB is absolute",
+    "s001_summary_combined": "a SESSION_ANOMALY of 1450 calls, 1302 resources, 88 MB, alone "
+    "in a store, raises nothing",
+}
+
+
+def _alone_params() -> list:
+    out = []
+    for ex in SUMMARY_EXAMPLES:
+        marks = ()
+        if ex.id in KNOWN_GAPS_ALONE:
+            reason = f"issue 26: {KNOWN_GAPS_ALONE[ex.id]}"
+            marks = (pytest.mark.xfail(strict=True, reason=reason),)
+        out.append(pytest.param(ex, id=ex.id, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("example", _alone_params())
+def test_summary_alone(example: render.Example, tmp_path: Path) -> None:
+    """One server's one summary line, analyzed on an empty store."""
+    render.write_jsonl(tmp_path / "summary.jsonl", example.lines)
+    done = _cli("analyze", "summary.jsonl", "-d", "store", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = _cli("alerts", "-d", "store", "-f", "json", cwd=tmp_path)
+    found = [json.loads(x) for x in listed.stdout.splitlines() if x.strip()]
+    if example.benign:
+        assert not [a for a in found if _SEVERITY.get(a["severity"], 3) >= 1], _brief(found)
+    else:
+        assert [a for a in found if a["category"] in example.expected], (
+            f"{example.id}: expected {' or '.join(example.expected)}, raised {_brief(found)}"
+        )
+
+
 def test_background_users_quiet(alerts: list[dict]) -> None:
     """The ordinary users behind every example raise nothing at medium or higher."""
     users = {x["caller_id"] for x in render.background()}
@@ -150,5 +184,14 @@ def test_examples_are_small_and_deterministic() -> None:
         assert ex.lines == ex2.lines
         assert 1 <= len(ex.lines) <= 400, ex.id
         assert set(ex.expected) <= {*render.CATEGORIES, "benign"}, ex.id
+    # no two examples (nor the background) share a session, caller or address, so an alert
+    # can be attributed to exactly one example
+    seen: dict[str, str] = {}
+    for x in render.background():
+        for key in ("session_id", "caller_id", "client_ip"):
+            seen[x[key]] = "background"
+    for ex in EXAMPLES:
+        for name in ex.entities():
+            assert seen.setdefault(name, ex.id) == ex.id, f"{name}: {seen[name]} and {ex.id}"
     chain = next(ex for ex in EXAMPLES if ex.id == "s003_cross_server_export")
     assert sum(x.get("bytes", 0) for x in chain.lines) < 1_000_000

@@ -22,7 +22,7 @@ import sys
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 SEEDS = {
@@ -88,7 +88,7 @@ class Example:
         """Sessions, callers and client addresses the example's lines name."""
         out: set[str] = set()
         for line in self.lines:
-            for key in ("session_id", "sessionId", "caller_id", "callerId", "client_ip"):
+            for key in _ENTITY_KEYS:
                 if isinstance(line.get(key), str):
                     out.add(line[key])
         return out
@@ -161,6 +161,82 @@ class Actor:
         if start >= self.t:
             self.t = end
         return end
+
+
+#: Keys (of the aliases docs/log-format.md lists) that name a session, caller or address.
+_ENTITY_KEYS = (
+    "session_id",
+    "sessionId",
+    "mcp.session.id",
+    "caller_id",
+    "callerId",
+    "principal",
+    "authenticatedUserId",
+    "client_ip",
+    "clientIp",
+    "remote_addr",
+)
+
+
+def restyle(lines: list[dict], style: str) -> list[dict]:
+    """Rewrite canonical per-call lines in another server's field names.
+
+    Parameters
+    ----------
+    lines
+        Lines as ``Actor.call`` writes them.
+    style
+        ``"camel"``: camelCase aliases, epoch-millisecond times, **no session id** (the
+        2026-07-28 MCP revision), the caller as ``authenticatedUserId``;
+        ``"otel"``: OpenTelemetry-style dotted keys and an ISO time with a +02:00 offset;
+        ``"interval"``: explicit ``start_ts``/``end_ts`` and no duration.
+    """
+    out = []
+    for x in lines:
+        # another deployment, another agent: its caller must not be the original example's
+        x = {**x, "caller_id": f"{x['caller_id']}-{style}"}
+        end = datetime.strptime(x["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+        if style == "camel":
+            y = {
+                "timestamp": int(end.timestamp() * 1000),
+                "authenticatedUserId": x["caller_id"],
+                "clientIp": x["client_ip"],
+                "serverName": x["server"],
+                "toolName": x["tool"],
+                "arguments": x["args"],
+                "outcome": x["status"],
+                "isError": x["status"] != "ok",
+                "bytesReturned": x["bytes"],
+                "latencyMs": x["duration_ms"],
+            }
+            if "rows" in x:
+                y["rowsReturned"] = x["rows"]
+        elif style == "otel":
+            local = end.astimezone(timezone(timedelta(hours=2)))
+            y = {
+                "@timestamp": local.isoformat(timespec="milliseconds"),
+                "mcp.session.id": x["session_id"],
+                "principal": x["caller_id"],
+                "remote_addr": x["client_ip"],
+                "server_name": x["server"],
+                "gen_ai.tool.name": x["tool"],
+                "input": x["args"],
+                "status": x["status"],
+                "response_bytes": x["bytes"],
+                "latency_ms": x["duration_ms"],
+            }
+            if "rows" in x:
+                y["rows_returned"] = x["rows"]
+        elif style == "interval":
+            start = end - timedelta(milliseconds=x["duration_ms"])
+            y = {k: v for k, v in x.items() if k != "duration_ms"}
+            y.update(ts=iso(start), start_ts=iso(start), end_ts=iso(end))
+        else:
+            raise ValueError(style)
+        if "error" in x:
+            y["error"] = x["error"]
+        out.append(y)
+    return out
 
 
 def _rng(example_id: str) -> random.Random:
@@ -1176,6 +1252,30 @@ def s004_pool_exhaustion(eid: str, slot: int) -> list[dict]:
     return a.lines
 
 
+# --------------------------------------------------------------------------- other log shapes
+
+
+def v_fulfill_otel(eid: str, slot: int) -> list[dict]:
+    return restyle(s000_fulfill_without_charge(eid, slot), "otel")
+
+
+def v_idor_no_session(eid: str, slot: int) -> list[dict]:
+    return restyle(s001_idor_documents(eid, slot), "camel")
+
+
+def v_cross_server_no_session(eid: str, slot: int) -> list[dict]:
+    # each server logs on its own, without a session id: only the caller joins the two
+    return restyle(s003_cross_server_export(eid, slot), "camel")
+
+
+def v_transfer_race_interval(eid: str, slot: int) -> list[dict]:
+    return restyle(s002_transfer_credits_race(eid, slot), "interval")
+
+
+def v_stuffing_no_session(eid: str, slot: int) -> list[dict]:
+    return restyle(s001_credential_stuffing(eid, slot), "camel")
+
+
 # --------------------------------------------------------------------------- hard negatives
 
 
@@ -1352,6 +1452,99 @@ def neg_summary_end(eid: str, slot: int) -> list[dict]:
         authFailures=0,
         durationMs=300_000,
     )
+
+
+def neg_login_typos(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-dana-31", 78)
+    # two mistyped passwords, then the right one: a person, not a list of stolen keys
+    for i, status in enumerate(("auth_failed", "auth_failed", "ok")):
+        a.call(
+            "integrations",
+            "connectExternalService",
+            {
+                "service": "mailbox",
+                "username": "dana@example.com",
+                "password": f"Autumn-2026{'!?'[i % 2] * i}",
+            },
+            status=status,
+            nbytes=40,
+            dur=a.rng.uniform(300, 700),
+            gap=a.rng.uniform(8, 20),
+            error="Authentication failed" if status != "ok" else None,
+        )
+    a.call("mail", "listMessages", {"folder": "inbox", "limit": 20}, rows=20, nbytes=6200, gap=5)
+    return a.lines
+
+
+def neg_edit_own_config(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-dev-14", 79)
+    # a developer's agent reads and rewrites files in its own project
+    a.call("fs", "listDirectory", {"path": "/home/dev14/project"}, nbytes=900)
+    a.call("fs", "readFile", {"path": "/home/dev14/project/config.yaml"}, nbytes=1300)
+    a.call(
+        "fs",
+        "writeFile",
+        {"path": "/home/dev14/project/config.yaml", "content": "debug: false\n"},
+        nbytes=40,
+        gap=25,
+    )
+    a.call("fs", "readFile", {"path": "/home/dev14/project/README.md"}, nbytes=4200, gap=30)
+    a.call(
+        "fs",
+        "writeFile",
+        {"path": "/home/dev14/project/README.md", "content": "# Project\n"},
+        nbytes=40,
+        gap=40,
+    )
+    return a.lines
+
+
+def neg_share_meeting_notes(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-pm-6", 80)
+    # read one's own meeting notes, post a short summary to the team channel
+    a.call("docs", "getDocument", {"documentId": "doc-61120"}, nbytes=5400, rows=1)
+    a.call(
+        "slack",
+        "post_message",
+        {"channel": "#team-alpha", "text": "Notes from today: ship Friday."},
+        nbytes=70,
+        dur=380,
+        gap=45,
+    )
+    return a.lines
+
+
+def neg_parallel_distinct_writes(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-editor-3", 81)
+    t0 = a.t + timedelta(seconds=1)
+    # a client saves five different documents at once: parallel, but no shared resource
+    for i, d in enumerate((8801, 8802, 8803, 8804, 8805)):
+        a.call(
+            "docs",
+            "updateDocument",
+            {"documentId": f"doc-{d}", "title": f"Chapter {i + 1}"},
+            start=t0 + timedelta(milliseconds=i * 3),
+            dur=a.rng.uniform(60, 140),
+            nbytes=80,
+        )
+    return a.lines
+
+
+def neg_constant_poll(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "svc-etl-runner", 82)
+    job = f"exp-{_hex(a.rng, 8)}"
+    a.call("warehouse", "start_export", {"table": "daily_sales", "date": "2026-10-04"}, nbytes=70)
+    # a fixed 5-second poll until the export finishes, then the download
+    for i in range(12):
+        a.call(
+            "warehouse",
+            "get_export_status",
+            {"exportId": job},
+            nbytes=90 if i < 11 else 140,
+            gap=5 + a.rng.uniform(-0.2, 0.2),
+        )
+    a.call("warehouse", "download_export", {"exportId": job}, nbytes=61_000, rows=800, dur=800)
+    return a.lines
 
 
 # --------------------------------------------------------------------------- catalogue
@@ -1718,6 +1911,76 @@ CATALOGUE: list[tuple[str, str, str, tuple[str, ...], _Renderer]] = [
         "pools.",
         ("concurrency_abuse",),
         s004_pool_exhaustion,
+    ),
+    (
+        "v_fulfill_otel",
+        "000",
+        "fulfillOrder without chargePayment, logged with OpenTelemetry-style keys (+02:00).",
+        ("step_skip",),
+        v_fulfill_otel,
+    ),
+    (
+        "v_idor_no_session",
+        "001",
+        "getDocument id walk logged without a session id (camelCase, epoch ms).",
+        ("enumeration",),
+        v_idor_no_session,
+    ),
+    (
+        "v_cross_server_no_session",
+        "003",
+        "get_customer_export -> upload_dataset (< 1 MB), two servers' logs without session ids.",
+        ("cross_server_flow",),
+        v_cross_server_no_session,
+    ),
+    (
+        "v_transfer_race_interval",
+        "002",
+        "Call A / Call B transfer_credits race, logged with explicit start_ts/end_ts.",
+        ("race_condition",),
+        v_transfer_race_interval,
+    ),
+    (
+        "v_stuffing_no_session",
+        "001",
+        "connectExternalService stuffing logged without a session id.",
+        ("credential_stuffing",),
+        v_stuffing_no_session,
+    ),
+    (
+        "neg_login_typos",
+        "-",
+        "A person mistypes a password twice, then signs in.",
+        ("benign",),
+        neg_login_typos,
+    ),
+    (
+        "neg_edit_own_config",
+        "-",
+        "A developer's agent reads and rewrites files in its own project folder.",
+        ("benign",),
+        neg_edit_own_config,
+    ),
+    (
+        "neg_share_meeting_notes",
+        "-",
+        "Read one's own meeting notes, post a two-line summary to the team channel.",
+        ("benign",),
+        neg_share_meeting_notes,
+    ),
+    (
+        "neg_parallel_distinct_writes",
+        "-",
+        "A client saves five different documents at the same moment.",
+        ("benign",),
+        neg_parallel_distinct_writes,
+    ),
+    (
+        "neg_constant_poll",
+        "-",
+        "An ETL runner polls an export every 5 s (12 times) until done, then downloads it.",
+        ("benign",),
+        neg_constant_poll,
     ),
     (
         "neg_treasury_run",

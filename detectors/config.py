@@ -576,6 +576,13 @@ class DuplicateExecutionConfig:
                          "correlation_id", "nonce", "timestamp", "clientTime", "client_time",
                          "attempt", "retry"],
     )
+    attempts_lo: int = doc(
+        "Refused tries of an operation after it had succeeded (no idempotency key, or a new "
+        "one) from which the session is reported at attempt_score: an attempted second "
+        "execution the server happened to stop. 0 turns this off.",
+        1,
+    )
+    attempt_score: float = doc("Score of such a session (a 'low' alert by default).", 0.55)
 
 
 @dataclass

@@ -874,7 +874,7 @@ class DuplicateExecutionDetector(_SequenceDetector):
                "twice without a shared idempotency key.")
 
     _extra: ClassVar[list[str]] = ["dup_tool", "dup_key", "executions", "idem_keys",
-                                   "key_reuse", "chain"]
+                                   "key_reuse", "retried_after", "chain"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session: the session holding the repeated execution."""
@@ -882,15 +882,18 @@ class DuplicateExecutionDetector(_SequenceDetector):
         found = self._find(features).with_columns(
             pl.when(pl.col("executions") >= 2)
             .then(band(pl.col("executions") - 1, 1, max(2, s.executions_hi - 1)) * 0.5 + 0.4)
+            .when(pl.lit(s.attempts_lo > 0) & (pl.col("retried_after") >= s.attempts_lo))
+            .then(s.attempt_score)
             .otherwise(0.0).clip(0.0, 1.0).alias("_s"))
         return _frame(features, found, self._extra)
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
         schema = {"dup_tool": pl.String, "dup_key": pl.String, "executions": pl.Int64,
-                  "idem_keys": pl.Int64, "key_reuse": pl.Boolean, "chain": _CHAIN}
-        ev = _seq(features).filter(pl.col("irreversible") & pl.col("ok"))
-        if ev.height < 2:
+                  "idem_keys": pl.Int64, "key_reuse": pl.Boolean, "retried_after": pl.Int64,
+                  "chain": _CHAIN}
+        ev = _seq(features).filter(pl.col("irreversible"))
+        if ev.height < 2 or not ev["ok"].any():
             return _empty_found(schema)
         # The argument text of these few rows (``_seq`` drops args: long strings).
         ev = ev.join(annotated(features).select("i", "args"), on="i", how="left")
@@ -905,11 +908,13 @@ class DuplicateExecutionDetector(_SequenceDetector):
         if ev.height < 2:
             return _empty_found(schema)
         g = ["ck", "tool", "oph"]
+        win = s.window_minutes * 60_000_000
+        retried = self._retried_after(ev.sort([*g, "t"]), g, win)
+        ev = ev.filter(pl.col("ok"))
         ev = ev.sort([*g, "t"])
         # A replay with the same idempotency key is one execution: keep its first call.
         first = ev.filter(pl.col("idemh").is_null()
                           | pl.struct(*g, "idemh").is_first_distinct())
-        win = s.window_minutes * 60_000_000
         same = pl.all_horizontal([pl.col(c) == pl.col(c).shift(1) for c in g]).fill_null(False)
         dup = same & ((pl.col("t") - pl.col("t").shift(1)) <= win)
         first = first.with_columns(dup.alias("_dup"), (~dup).cum_sum().alias("_grp"))
@@ -917,6 +922,7 @@ class DuplicateExecutionDetector(_SequenceDetector):
             pl.len().cast(pl.Int64).alias("executions"),
             pl.col("idemh").drop_nulls().n_unique().cast(pl.Int64).alias("idem_keys"),
             pl.lit(False).alias("key_reuse"),
+            pl.lit(0, pl.Int64).alias("retried_after"),
             pl.col("tool").first().alias("dup_tool"),
             pl.col("bk").first().alias("dup_key"),
             pl.col("sh").filter(pl.col("_dup")).unique().alias("_sessions"),
@@ -928,23 +934,56 @@ class DuplicateExecutionDetector(_SequenceDetector):
             pl.col("oph").n_unique().cast(pl.Int64).alias("executions"),
             pl.lit(1, pl.Int64).alias("idem_keys"),
             pl.lit(True).alias("key_reuse"),
+            pl.lit(0, pl.Int64).alias("retried_after"),
             pl.col("tool").first().alias("dup_tool"),
             pl.col("bk").first().alias("dup_key"),
             pl.col("sh").unique().alias("_sessions"),
             _chain_expr(),
         ).filter(pl.col("executions") >= 2).drop("ck", "tool", "idemh")
-        groups = pl.concat([groups, reuse.select(groups.columns)])
+        groups = pl.concat([groups, reuse.select(groups.columns),
+                            retried.select(groups.columns)])
         if groups.height == 0:
             return _empty_found(schema)
         per = groups.explode("_sessions").rename({"_sessions": "sh"})
         return (per.sort("executions", descending=True).group_by("sh", maintain_order=True)
                 .first().select("sh", pl.lit(0.0).alias("_s"), *schema))
 
+    def _retried_after(self, ev: pl.DataFrame, g: list[str], win: int) -> pl.DataFrame:
+        """Groups whose operation, once it had succeeded, was tried again and refused.
+
+        Retrying a call that failed is what clients should do; trying an operation again
+        after it went through — with no idempotency key or a new one, so the server cannot
+        tell it is a replay — is a second execution the server happened to refuse (seed
+        000: "chargePayment has been called N times this session")."""
+        t_ok = pl.col("t").filter(pl.col("ok")).min().over(g)
+        key_ok = pl.col("idemh").filter(pl.col("ok")).first().over(g)
+        after = (~pl.col("ok") & (pl.col("t") > t_ok) & (pl.col("t") - t_ok <= win)
+                 & (pl.col("idemh").is_null() | key_ok.is_null()
+                    | (pl.col("idemh") != key_ok)).fill_null(True))
+        cand = ev.with_columns(after.fill_null(False).alias("_after"))
+        return cand.filter(pl.col("_after").any().over(g)).group_by(g).agg(
+            pl.col("ok").sum().cast(pl.Int64).alias("executions"),
+            pl.col("idemh").drop_nulls().n_unique().cast(pl.Int64).alias("idem_keys"),
+            pl.lit(False).alias("key_reuse"),
+            pl.col("_after").sum().cast(pl.Int64).alias("retried_after"),
+            pl.col("tool").first().alias("dup_tool"),
+            pl.col("bk").first().alias("dup_key"),
+            pl.col("sh").filter(pl.col("_after")).unique().alias("_sessions"),
+            _chain_expr(),
+        ).filter(pl.col("executions") == 1).drop(g)
+
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: how often the operation ran, and the idempotency keys."""
         k = row.get("idem_keys") or 0
         key = f" on {row.get('dup_key')}" if row.get("dup_key") else ""
-        if row.get("key_reuse"):
+        if row.get("retried_after") and (row.get("executions") or 0) < 2:
+            reasons = [
+                f"{row.get('dup_tool')}{key} succeeded, then the same operation was tried "
+                f"{num(row['retried_after'])} more time(s) by one caller and refused each "
+                "time, " + ("with no idempotency key" if k == 0 else "under a new "
+                            "idempotency key") + ": an attempted second execution.",
+            ]
+        elif row.get("key_reuse"):
             reasons = [
                 f"One idempotency key was used for {num(row.get('executions'))} different "
                 f"{row.get('dup_tool')} operations{key} by one caller: a key meant to make a "
@@ -962,6 +1001,7 @@ class DuplicateExecutionDetector(_SequenceDetector):
         return reasons, self._evidence(row, {
             "tool": row.get("dup_tool"), "business_key": row.get("dup_key"),
             "executions": row.get("executions"), "distinct_idempotency_keys": k,
+            "refused_retries_after_success": row.get("retried_after"),
             "idempotency_key_reused": bool(row.get("key_reuse"))})
 
 

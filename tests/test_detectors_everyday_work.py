@@ -154,3 +154,26 @@ def test_a_summary_only_crawl_is_scraping_a_status_poll_is_not() -> None:
     found = alerts_of(res, "scraping_loop", session_id="crawl")
     assert found and "summary" in found[0]["reasons"][0]
     assert not res.alerts.filter(pl.col("session_id") == "poll").height
+
+
+def test_a_refused_retry_after_success_is_an_attempt_a_retry_of_a_failure_is_not() -> None:
+    tr = base()
+    t = T
+    charge = {"orderId": "ord-7", "amountCents": 2500}
+    tr.call("replay", t, "chargePayment", caller="agent-9", server="billing", args=charge)
+    for k in range(3):   # the per-session limit refuses the rest
+        tr.call("replay", t + timedelta(seconds=5 * (k + 1)), "chargePayment",
+                caller="agent-9", server="billing", args=charge, status="error")
+    # A client retrying an upstream timeout under its idempotency key, then succeeding.
+    keyed = {"orderId": "ord-8", "amountCents": 900, "idempotencyKey": "k-1"}
+    tr.call("retry", t, "chargePayment", caller="cust-8", server="billing", args=keyed,
+            status="error", duration_ms=30_000)
+    tr.call("retry", t + timedelta(seconds=40), "chargePayment", caller="cust-8",
+            server="billing", args=keyed)
+    res = run(tr)
+    found = alerts_of(res, "duplicate_execution", session_id="replay")
+    assert found and found[0]["severity"] == "low"
+    assert orjson.loads(found[0]["evidence"])["refused_retries_after_success"] == 3
+    assert not alerts_of(res, "duplicate_execution", session_id="retry")
+    off = run(tr, duplicate_execution={"attempts_lo": 0})
+    assert not alerts_of(off, "duplicate_execution", session_id="replay")

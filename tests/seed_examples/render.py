@@ -1547,6 +1547,56 @@ def neg_constant_poll(eid: str, slot: int) -> list[dict]:
     return a.lines
 
 
+def neg_admin_migration(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-dba-1", 83)
+    # an admin's agent moves the team's 120 records to schema v3, one after another
+    a.call("crm", "listRecords", {"team": "emea-sales", "limit": 200}, rows=120, nbytes=24_000)
+    for r in range(4100, 4220):
+        a.call(
+            "crm",
+            "migrateRecord",
+            {"recordId": f"rec-{r}", "schemaVersion": 3},
+            nbytes=60,
+            dur=a.rng.uniform(30, 90),
+            gap=a.rng.uniform(0.2, 0.5),
+        )
+    a.call(
+        "crm", "listRecords", {"team": "emea-sales", "schemaVersion": 2}, rows=0, nbytes=40, gap=3
+    )
+    return a.lines
+
+
+def neg_sync_job(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "svc-crm-sync", 84)
+    since = BASE + slot * SLOT
+    # every 15 minutes: read what changed since the last run (a few pages), then stop
+    for run in range(8):
+        a.session = f"s-{_hex(a.rng, 12)}"
+        a.t = since + timedelta(minutes=15 * (run + 1), seconds=a.rng.uniform(0, 3))
+        cursor = None
+        for page in range(a.rng.randint(1, 3)):
+            args: dict = {"since": iso(since + timedelta(minutes=15 * run)), "limit": 100}
+            if cursor:
+                args["cursor"] = cursor
+            a.call(
+                "crm",
+                "listChanges",
+                args,
+                rows=100 if page < 2 else 37,
+                nbytes=a.rng.randint(9000, 14000),
+                gap=0.3,
+            )
+            cursor = "c" + _hex(a.rng, 12)
+        a.call(
+            "warehouse",
+            "upsertRows",
+            {"table": "crm_contacts", "rowCount": 137},
+            nbytes=50,
+            gap=0.5,
+        )
+    return a.lines
+
+
 # --------------------------------------------------------------------------- catalogue
 
 _Renderer = Callable[[str, int], list[dict]]
@@ -1981,6 +2031,20 @@ CATALOGUE: list[tuple[str, str, str, tuple[str, ...], _Renderer]] = [
         "An ETL runner polls an export every 5 s (12 times) until done, then downloads it.",
         ("benign",),
         neg_constant_poll,
+    ),
+    (
+        "neg_admin_migration",
+        "-",
+        "An admin's agent migrates its team's 120 records to a new schema, one after another.",
+        ("benign",),
+        neg_admin_migration,
+    ),
+    (
+        "neg_sync_job",
+        "-",
+        "A CRM sync job reads the changes since its last run every 15 min (1-3 pages each).",
+        ("benign",),
+        neg_sync_job,
     ),
     (
         "neg_treasury_run",

@@ -192,6 +192,20 @@ class DashboardConfig:
 
 
 @dataclass
+class TriageConfig:
+    """How the suppressions analysts create in triage are applied (batch and live)."""
+
+    suppress_unauthenticated_callers: bool = doc(
+        "Whether a suppression scoped by caller also silences a caller whose events say "
+        "caller_authenticated = false (a self-declared name, which anyone can claim). "
+        "False (default): such a rule silences only callers the log's writer vouched for "
+        "(or whose logs say nothing either way), so logging in under a suppressed "
+        "caller's name does not hide an alert. True: the name alone matches.",
+        False,
+    )
+
+
+@dataclass
 class Config:
     """Root of the toolwatch configuration."""
 
@@ -201,6 +215,7 @@ class Config:
     query: QueryConfig = doc("Bounds of forensic SQL queries.", factory=QueryConfig)
     analyze: AnalyzeConfig = doc("Memory bounds of analyze.", factory=AnalyzeConfig)
     dashboard: DashboardConfig = doc("Dashboard settings.", factory=DashboardConfig)
+    triage: TriageConfig = doc("Triage suppressions.", factory=TriageConfig)
     detectors: dict[str, Any] = doc(
         "Detector thresholds and windows (see docs/detectors.md); parsed by "
         "detectors.config.DetectorsConfig.",

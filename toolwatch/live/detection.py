@@ -65,7 +65,9 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         alerts = detectors.run_batch(
             events, summaries, dcfg, history=history, model_path=model_path, reuse=reuse
         )
-        return apply_triage_suppressions(alerts, config.data_dir, events=events)
+        return apply_triage_suppressions(
+            alerts, config.data_dir, events=events,
+            unauthenticated=config.triage.suppress_unauthenticated_callers)
 
     # The forest child's counters (runs, failures, last error) for the live status.
     from toolwatch.detectors.forest import child_stats

@@ -62,6 +62,7 @@ def single(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     return _analyze(tmp_path_factory.mktemp("single"), DEMO, tag="single")
 
 
+@pytest.mark.slow  # demo analyzed twice, ~15 s
 def test_demo_in_four_partitions_gives_the_single_pass_alerts(
     single: list[bytes], tmp_path: Path
 ) -> None:

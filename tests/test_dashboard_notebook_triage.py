@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 from toolwatch.dashboard.triage import TriageStore
 
 from tests.fixtures.dashboard_store import build_store
@@ -17,6 +18,7 @@ def _digest(d: Path) -> dict[str, str]:
             for p in sorted(d.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # executes the notebook
 def test_notebook_leaves_the_stores_triage_alone(tmp_path: Path, monkeypatch) -> None:
     store = tmp_path / "store"
     build_store(store)

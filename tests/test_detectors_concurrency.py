@@ -427,6 +427,7 @@ hostile = st.one_of(
 )
 
 
+@pytest.mark.slow  # full detection per example / micro-batch
 @settings(max_examples=40, deadline=None)
 @given(dur=hostile, start=hostile, end=hostile)
 @example(dur=86_400_001, start=None, end=None)  # stored, but too long to place as a call
@@ -452,6 +453,7 @@ def test_hostile_durations_and_times_never_crash_or_run_backwards(
 
 
 # ---------------------------------------------------------------- live
+@pytest.mark.slow  # full detection per example / micro-batch
 def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
     """A race whose calls arrive in different micro-batches, a burst spread over three,
     and one caller's parallelism spread over six sessions are caught live as in batch."""

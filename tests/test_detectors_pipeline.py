@@ -113,6 +113,7 @@ def test_suppression_allowlists_drop_and_count(traffic: Traffic,
     assert "tool_patterns" in set(res.suppressed["suppressed_by"])  # the stuck search loop
 
 
+@pytest.mark.slow  # streams 3 days in micro-batches, ~14 s
 def test_incremental_matches_batch_without_duplicates(traffic: Traffic,
                                                       result: detectors.DetectResult) -> None:
     ev = traffic.events().sort("ts")

@@ -189,6 +189,7 @@ def _poll_then_walk(tr: Traffic, sid: str, key: str, *, caller: str = "walker",
         t += timedelta(seconds=2)
 
 
+@pytest.mark.slow  # full detection per example
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(key=st.text(min_size=1, max_size=30).filter(lambda k: k != "jobId"))

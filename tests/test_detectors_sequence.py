@@ -189,6 +189,7 @@ def test_train_saves_learned_workflows(tmp_path: Path) -> None:
     assert "step_skip" in cats(res, "elsewhere")
 
 
+@pytest.mark.slow  # live vs batch over generated traffic
 def test_live_matches_batch() -> None:
     tr = base()
     seq.double_charge(tr, "dup", T, "ord-4")

@@ -153,6 +153,7 @@ def _same_detector(a: IsolationForestDetector, b: IsolationForestDetector,
     assert a.explain_all(decided) == b.explain_all(decided)
 
 
+@pytest.mark.slow  # starts the forest child process
 def test_isolated_fit_equals_in_process_fit(fs: FeatureSet,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = DetectorsConfig()
@@ -195,6 +196,7 @@ def test_history_rescored_at_every_flush_reuses_remembered_rows(traffic: Traffic
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow  # starts the forest child process
 def test_isolated_load_uses_the_arrays_beside_the_model(
     traffic: Traffic, fs: FeatureSet, tmp_path: Path
 ) -> None:
@@ -218,6 +220,7 @@ def test_isolated_load_uses_the_arrays_beside_the_model(
     _same_detector(ref, child, fs)
 
 
+@pytest.mark.slow  # starts the forest child process
 def test_isolated_load_checks_versions_like_in_process(fs: FeatureSet, tmp_path: Path) -> None:
     cfg = DetectorsConfig()
     det = IsolationForestDetector(cfg).fit(fs)
@@ -239,6 +242,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fmod, "_failures_in_row", 0)
 
 
+@pytest.mark.slow  # starts the forest child process
 def test_child_refusing_a_bad_model_file_leaves_the_forest_unfitted(
     fs: FeatureSet, tmp_path: Path, no_backoff: None, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -50,7 +50,7 @@ except ImportError:  # pytest's rootdir-relative import
         stored_count,
     )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # real-time polls, ~12 s each
 
 
 def _batch(fp: str, start: int, n: int) -> RawBatch:

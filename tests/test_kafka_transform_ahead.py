@@ -112,6 +112,7 @@ _poll = st.lists(st.tuples(st.integers(0, 2), st.lists(_line, min_size=1, max_si
                  min_size=1, max_size=3)
 
 
+@pytest.mark.slow  # ~13 s
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(polls=st.lists(_poll, min_size=1, max_size=6), end=st.none() | st.integers(0, 5))

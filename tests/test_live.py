@@ -91,6 +91,7 @@ def test_alert_raised_when_threshold_crossed_then_updated_not_duplicated(tmp_pat
     assert latest.height == 1 and "9 distinct" in latest["reasons"][0][0]
 
 
+@pytest.mark.slow  # waits out session expiry
 def test_idle_sessions_expire_and_window_stays_bounded(tmp_path: Path) -> None:
     lp, _ = pipeline(tmp_path, session_idle_minutes=1.0, window_minutes=2.0,
                      out_of_order_tolerance_s=0.0)
@@ -347,6 +348,7 @@ def test_live_config_rejects_unknown_keys_and_bad_sinks(tmp_path: Path) -> None:
     assert LiveConfig.from_config(cfg).sinks[0].slack is True
 
 
+@pytest.mark.slow  # batch vs live over generated traffic, ~13 s
 def test_batch_and_live_raise_the_same_alerts(tmp_path: Path) -> None:
     """The demo logs through ``analyze`` and through ``tail`` in small micro-batches give
     the same (entity, category) alerts, once live has the baselines batch had. Without

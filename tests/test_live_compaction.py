@@ -111,6 +111,7 @@ def test_compact_within_a_budget_stops_starting_merges(tmp_path: Path) -> None:
     assert s.calls == 4
 
 
+@pytest.mark.slow  # many live commits and merges
 def test_live_commits_compact_a_merge_at_a_time_and_lose_nothing(tmp_path: Path) -> None:
     """Through the real live pipeline: with ``compact_budget_s = 0`` no commit does more
     than one merge, the small files are merged over the following commits, the status

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from toolwatch.live_cli import tail_files
 
 try:
@@ -26,6 +28,7 @@ def _run(tmp_path: Path, name: str, **live: object) -> tuple[int, dict]:
     return lp.status.events_stored, dict(lp.status.extra)
 
 
+@pytest.mark.slow  # live detection over generated traffic
 def test_detection_reads_every_new_event_when_uncapped(tmp_path: Path) -> None:
     stored, extra = _run(tmp_path, "whole", max_detect_events=0)
     assert stored > 0
@@ -35,6 +38,7 @@ def test_detection_reads_every_new_event_when_uncapped(tmp_path: Path) -> None:
     assert extra["detect_events"] >= stored
 
 
+@pytest.mark.slow  # live detection over generated traffic
 def test_capped_detection_counts_only_what_it_read(tmp_path: Path) -> None:
     stored, extra = _run(tmp_path, "capped", max_detect_events=300, detect_passes=1)
     assert stored > 300 and extra.get("detect_capped", 0) > 0

@@ -121,6 +121,7 @@ def _passes(ev: pl.DataFrame, n: int) -> list[pl.DataFrame]:
     return [ev.filter(part == i) for i in range(n)]
 
 
+@pytest.mark.slow  # fits on generated traffic per example, ~20 s
 def test_history_features_built_once_per_history_frame(traffic: Traffic) -> None:
     ev = traffic.events().sort("ts")
     hist, live = ev.head(ev.height // 2), ev.tail(ev.height - ev.height // 2)
@@ -152,6 +153,7 @@ def _full_history(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dp, "_history_rest", lambda history, batch: None)
 
 
+@pytest.mark.slow  # fits on generated traffic per example, ~20 s
 @settings(max_examples=6, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 10_000), cut=st.floats(0.3, 0.8), back=st.floats(0.0, 0.6),
@@ -194,6 +196,7 @@ def test_history_inside_the_batch_gives_the_same_alerts(
 
 
 
+@pytest.mark.slow  # fits on generated traffic
 def test_history_covered_by_the_batch_is_not_featurized(traffic: Traffic) -> None:
     """The catch-up case: every history event's session is in the batch."""
     ev = traffic.events().sort("ts")
@@ -262,6 +265,7 @@ def _counted_window_sums() -> Iterator[dict[str, int]]:
         bulk_mod._entity_windows = real  # type: ignore[assignment]
 
 
+@pytest.mark.slow  # fits on generated traffic
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), attack=st.booleans(), cut=st.floats(0.2, 1.0))
 def test_bulk_windows_reused_from_the_fit_give_the_same_scores(

@@ -96,6 +96,7 @@ def test_own_strings_keeps_values_and_nulls(values: list[str | None]) -> None:
     assert _own_strings(df).equals(df)
 
 
+@pytest.mark.slow  # live pipeline under memory gates, threads
 def test_window_after_expiry_does_not_pin_evicted_rows() -> None:
     """Evicted rows' strings are released even though a few rows of each batch remain."""
     gc.collect()
@@ -292,6 +293,7 @@ def test_a_live_process_never_imports_pandas(tmp_path) -> None:  # type: ignore[
     assert out.stdout.split()[-1] == "False"
 
 
+@pytest.mark.slow  # live pipeline under memory gates, threads
 def test_backlog_stores_at_once_and_detects_every_backlog_detect_events(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Backlog micro-batches (size-triggered) are committed as they come, but detection
     runs once per ``backlog_detect_events`` new events, over every entity they touched;
@@ -458,6 +460,7 @@ def test_compaction_merges_in_bounded_groups(tmp_path) -> None:  # type: ignore[
     assert n == distinct + 3 * 10
 
 
+@pytest.mark.slow  # live pipeline under memory gates, threads
 def test_a_deferred_backlog_detection_runs_in_backlog_detect_passes(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A detection a backlog gathered runs in ``backlog_detect_passes`` passes (default
     one: a pass's cost is mostly fixed), not in ``detect_passes`` passes of
@@ -809,6 +812,7 @@ def _enter_and_log(gate, name: str, order: list[str]) -> None:  # type: ignore[n
         order.append(name)
 
 
+@pytest.mark.slow  # live pipeline under memory gates, threads
 def test_live_pipeline_parse_waits_for_detection_while_memory_is_high(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """With the gate closed (threshold 1 MiB: always high), the reader's parse of a
     backlog-sized micro-batch (> 1.5 x flush_events lines) does not start while the

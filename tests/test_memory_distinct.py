@@ -158,6 +158,7 @@ def test_a_caller_above_the_cap_is_spread_over_partitions() -> None:
     assert _split_big_keys(con, cfg, 1) is None  # single pass: nothing to split
 
 
+@pytest.mark.slow  # analyze end to end
 def test_analyze_reports_the_callers_it_split(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

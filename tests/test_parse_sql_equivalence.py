@@ -169,6 +169,7 @@ def monkeypatch_module():
     mp.undo()
 
 
+@pytest.mark.slow  # searches the strategy for every kind, ~10 s
 def test_generated_lines_reach_every_kind(parsers) -> None:
     """The strategy is not vacuous: its lines come out as calls, summaries, JSON-RPC
     halves and quarantine (checked on a fixed sample)."""

@@ -116,6 +116,7 @@ def test_cli_timeout_and_memory_exit_codes(store: Store):
     assert p.returncode == 4 and "memory cap" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow  # large queries in the guarded runner
 def test_hundred_thousand_term_or_is_a_clean_answer(store: Store):
     sql = "SELECT count(*) AS n FROM events WHERE " + " OR ".join(
         f"event_id = 'x{i}'" for i in range(100_000)
@@ -220,6 +221,7 @@ def test_ordinary_names_still_work(store: Store, sql: str):
 
 
 # ------------------------------------------------------------------ reported crashes
+@pytest.mark.slow  # large queries in the guarded runner
 def test_reported_crashes_are_clean_answers(store: Store):
     res = store.run_query("SELECT ts::DATE AS day, count(*) AS n FROM events GROUP BY 1")
     assert res.table.to_pylist() == [{"day": T0.date(), "n": 40}]

@@ -197,6 +197,7 @@ def _e2e_lines(group: str) -> list[str]:
     return lines + [ln[:-3] for ln in lines[::3]]  # cut lines: quarantined, scrubbed
 
 
+@pytest.mark.slow  # ingest end to end
 @pytest.mark.parametrize("group", [
     "cli",
     "keyname",

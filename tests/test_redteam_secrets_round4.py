@@ -173,6 +173,7 @@ def test_port_and_path_flags_stay(argv: list[str]) -> None:
 
 
 # ------------------------------------------------------------------ end to end
+@pytest.mark.slow  # ingest end to end
 def test_round4_shapes_never_reach_the_store(tmp_path: Path) -> None:
     lines = []
     for n in PROSE_NAMES:

@@ -155,6 +155,7 @@ def test_lists_of_names_and_ordinary_lists_stay() -> None:
 
 
 # ------------------------------------------------------------------ end to end
+@pytest.mark.slow  # ingest end to end
 def test_new_shapes_never_reach_the_store(tmp_path: Path) -> None:
     """Real CLI (the batch prefilter, the plan and the exact path), real store."""
     s = "Q9xW7vK3mP8rT2yZ"

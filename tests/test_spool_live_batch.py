@@ -68,6 +68,7 @@ def test_suppressions_apply_in_live_mode_as_in_batch(tmp_path: Path) -> None:
     assert "mallory" not in suppressed  # a triage suppression (dashboard)
 
 
+@pytest.mark.slow  # a live process fitting the forest
 def test_forest_is_fitted_once_per_live_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

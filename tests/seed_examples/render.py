@@ -1597,6 +1597,41 @@ def neg_sync_job(eid: str, slot: int) -> list[dict]:
     return a.lines
 
 
+def neg_cas_retry(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-wallet-77", 85)
+    # seed 002's fix 1 seen from the client: the CAS fails once, a backed-off retry succeeds
+    args = {"fromUserId": "usr-7707", "toUserId": "usr-1188", "amount": 25}
+    a.call("credits", "getBalance", {"accountId": "usr-7707"}, nbytes=64)
+    a.call(
+        "credits",
+        "transfer_credits",
+        args,
+        status="error",
+        dur=140,
+        gap=6,
+        error="Transfer failed: balance changed concurrently. Please retry.",
+    )
+    a.call("credits", "transfer_credits", args, dur=150, gap=0.4)
+    a.call("credits", "getBalance", {"accountId": "usr-7707"}, nbytes=64, gap=3)
+    return a.lines
+
+
+def neg_order_lock_retry(eid: str, slot: int) -> list[dict]:
+    a = _actor(eid, slot, "usr-buyer-52", 86)
+    args = {"orderId": "ord-551200", "userId": "usr-5512", "paymentMethodId": "pm_card_mc"}
+    # the order is locked by the shop's own worker; the agent waits as told and retries once
+    a.call(
+        "orders",
+        "process_order",
+        args,
+        status="error",
+        dur=60,
+        error="Order is currently being processed. Please wait and retry.",
+    )
+    a.call("orders", "getOrderStatus", {"orderId": "ord-551200"}, nbytes=120, gap=12)
+    return a.lines
+
+
 # --------------------------------------------------------------------------- catalogue
 
 _Renderer = Callable[[str, int], list[dict]]
@@ -2045,6 +2080,21 @@ CATALOGUE: list[tuple[str, str, str, tuple[str, ...], _Renderer]] = [
         "A CRM sync job reads the changes since its last run every 15 min (1-3 pages each).",
         ("benign",),
         neg_sync_job,
+    ),
+    (
+        "neg_cas_retry",
+        "-",
+        "Seed 002's CAS fix from the client side: 'balance changed concurrently', one retry, ok.",
+        ("benign",),
+        neg_cas_retry,
+    ),
+    (
+        "neg_order_lock_retry",
+        "-",
+        "process_order answered 'currently being processed, wait and retry'; the agent "
+        "checks status.",
+        ("benign",),
+        neg_order_lock_retry,
     ),
     (
         "neg_treasury_run",

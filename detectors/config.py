@@ -479,6 +479,19 @@ class PrivilegeChainConfig:
         factory=lambda: ["changeTicket", "change_ticket", "changeId", "change_id",
                          "changeRequest", "change_request", "approvalId", "approval_id"],
     )
+    limit_verbs: list[str] = doc(
+        "With limit_nouns: a tool whose name holds one of these verbs and one of those "
+        "nouns lifts a limit (resetUsageCounter, raise_quota, clearRateLimit). Called in a "
+        "session after it was refused with status rate_limited, it is a privilege chain at "
+        "limit_reset_score.",
+        factory=lambda: ["reset", "clear", "raise", "increase", "lift", "bump", "override",
+                         "extend", "restore"],
+    )
+    limit_nouns: list[str] = doc(
+        "See limit_verbs.", factory=lambda: ["usage", "quota", "limit", "counter", "rate",
+                                             "budget", "credit"])
+    limit_reset_score: float = doc(
+        "Score of a session that lifts a limit it was just refused by (0.85: high).", 0.85)
     approved_score: float = doc(
         "Highest score of a chain whose escalating calls all name an approval record "
         "(0.55: an alert at low severity, below severity_medium).", 0.55)

@@ -433,13 +433,13 @@ class PrivilegeChainDetector(_SequenceDetector):
     summary = "Sensitive reads followed by writes, grants or executions in one session."
 
     _extra: ClassVar[list[str]] = ["sensitive_reads", "mutations_after", "admin_after",
-                                   "sensitive_writes", "approved_after", "first_escalation",
-                                   "chain"]
+                                   "sensitive_writes", "approved_after", "limit_resets",
+                                   "first_escalation", "chain"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""
         s = self.settings
-        found = self._find(features)
+        found = self._with_limit_resets(features, self._find(features))
         found = found.join(self._approved(features, found), on="sh", how="left").with_columns(
             pl.col("approved_after").fill_null(0))
         sens = band(pl.col("sensitive_reads"), s.sensitive_reads_lo, s.sensitive_reads_hi)
@@ -455,7 +455,46 @@ class PrivilegeChainDetector(_SequenceDetector):
         found = found.with_columns(
             pl.when(approved).then(pl.min_horizontal(raw, pl.lit(s.approved_score)))
             .otherwise(raw).alias("_s"))
+        found = found.with_columns(pl.max_horizontal(
+            "_s", pl.when(pl.col("limit_resets") > 0).then(s.limit_reset_score).otherwise(0.0)))
         return _frame(features, found, self._extra)
+
+    def _with_limit_resets(self, features: FeatureSet, found: pl.DataFrame) -> pl.DataFrame:
+        """``limit_resets``: calls lifting a limit (reset a usage counter, raise a quota)
+        made after the same session was refused for that limit (``rate_limited``).
+
+        Seed 000: an administrative tool resets the usage counter, then the rate-limited
+        tool runs again. An actor lifting a limit placed on itself is escalating its own
+        privileges, whoever may call the tool."""
+        s = self.settings
+        if not s.limit_verbs or not s.limit_nouns:
+            return found.with_columns(pl.lit(0, pl.Int64).alias("limit_resets"))
+        low = pl.col("tool").fill_null("").str.to_lowercase()
+        lifts = (low.str.contains_any([v.lower() for v in s.limit_verbs])
+                 & low.str.contains_any([n.lower() for n in s.limit_nouns]))
+        ev = _seq(features).lazy().select("sh", "t", "server", "tool", "bk", "status")
+        limited = pl.col("status") == "rate_limited"
+        t0 = pl.col("t").filter(limited).min().over("sh")
+        after = (lifts & (pl.col("t") > t0)).fill_null(False)
+        hit = (ev.filter(pl.col("status").eq("rate_limited").any().over("sh"))
+               .with_columns(after.alias("_lift"))
+               .filter(pl.col("_lift").any().over("sh")))
+        rows = hit.group_by("sh").agg(
+            pl.col("_lift").sum().cast(pl.Int64).alias("limit_resets"),
+            pl.col("tool").filter(pl.col("_lift")).first().alias("_first_lift"),
+            _chain_expr_filtered(limited | pl.col("_lift"), CHAIN_MAX).alias("_lchain"),
+        ).collect(engine="in-memory")
+        if rows.height == 0:
+            return found.with_columns(pl.lit(0, pl.Int64).alias("limit_resets"))
+        out = found.join(rows, on="sh", how="full", coalesce=True)
+        return out.with_columns(
+            pl.col("limit_resets").fill_null(0),
+            pl.col("_s").fill_null(0.0),
+            *[pl.col(c).fill_null(0) for c in ("sensitive_reads", "mutations_after",
+                                               "admin_after", "sensitive_writes")],
+            pl.coalesce("first_escalation", "_first_lift").alias("first_escalation"),
+            pl.coalesce("chain", "_lchain").alias("chain"),
+        ).drop("_first_lift", "_lchain")
 
     def _approved(self, features: FeatureSet, found: pl.DataFrame) -> pl.DataFrame:
         """Per found session: mutating calls whose arguments name an approval record."""
@@ -510,11 +549,16 @@ class PrivilegeChainDetector(_SequenceDetector):
             f"{', '.join(sens_tools[:4]) or 'sensitive places'}) followed in the same session "
             f"by {num(row.get('mutations_after'))} write/grant/exec call(s), first "
             f"{row.get('first_escalation')}."
-        ]
+        ] if row.get("sensitive_reads") else []
         if row.get("admin_after"):
             reasons.append(f"{num(row['admin_after'])} of them execute or grant (admin_exec).")
         if row.get("sensitive_writes"):
             reasons.append(f"{num(row['sensitive_writes'])} of them write to a sensitive place.")
+        if row.get("limit_resets"):
+            reasons.append(
+                f"After being refused for a rate limit or quota, the session called "
+                f"{row.get('first_escalation')} {num(row['limit_resets'])} time(s) to lift "
+                "that limit (seed 000: quota exhaustion by a different path).")
         if row.get("approved_after"):
             reasons.append(
                 f"{num(row['approved_after'])} of them name a change or approval record "
@@ -528,6 +572,7 @@ class PrivilegeChainDetector(_SequenceDetector):
             "admin_exec_after": row.get("admin_after"),
             "sensitive_writes": row.get("sensitive_writes"),
             "approved_after": row.get("approved_after"),
+            "limit_resets": row.get("limit_resets"),
             "first_escalation": row.get("first_escalation")})
 
 

@@ -80,7 +80,8 @@ VERBS: dict[str, str] = {
          "patch", "move", "rename", "log", "append", "upsert", "commit", "merge", "submit",
          "book", "reserve", "cancel", "sync", "assign", "tag", "comment", "mark", "archive",
          "restore", "import", "register", "schedule", "enqueue", "start", "open", "close",
-         "link", "attach", "upload_own", "increment", "decrement", "process", "reset"),
+         "link", "attach", "upload_own", "increment", "decrement", "process", "reset",
+         "migrate", "backfill", "reindex", "upgrade", "convert", "repair", "fix"),
         "write"),
     **dict.fromkeys(
         ("charge", "pay", "refund", "transfer", "delete", "remove", "purge", "drop", "destroy",

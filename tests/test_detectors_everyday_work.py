@@ -177,3 +177,27 @@ def test_a_refused_retry_after_success_is_an_attempt_a_retry_of_a_failure_is_not
     assert not alerts_of(res, "duplicate_execution", session_id="retry")
     off = run(tr, duplicate_execution={"attempts_lo": 0})
     assert not alerts_of(off, "duplicate_execution", session_id="replay")
+
+
+def test_lifting_a_limit_the_session_was_refused_by_is_a_privilege_chain() -> None:
+    tr = base()
+    t = T
+    for cycle in range(2):
+        for k in range(4):
+            tr.call("quota", t, "generateReport", caller="agent-12", server="reports")
+            t += timedelta(seconds=2)
+        tr.call("quota", t, "generateReport", caller="agent-12", server="reports",
+                status="rate_limited")
+        t += timedelta(seconds=2)
+        tr.call("quota", t, "resetUsageCounter", caller="agent-12", server="admin",
+                args={"counter": "generateReport"})
+        t += timedelta(seconds=2)
+    # An admin raising a customer's quota it was never refused by is routine.
+    tr.call("ops", t, "raiseQuota", caller="ops-admin", server="admin",
+            args={"customerId": "cus-1", "quota": 500})
+    res = run(tr)
+    found = alerts_of(res, "privilege_chain", session_id="quota")
+    assert found and found[0]["severity"] == "high"
+    assert found[0]["reasons"][0].startswith("After being refused for a rate limit")
+    assert orjson.loads(found[0]["evidence"])["limit_resets"] == 2
+    assert not alerts_of(res, "privilege_chain", session_id="ops")

@@ -40,8 +40,6 @@ _SEVERITY = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 KNOWN_GAPS: dict[str, str] = {
     "s000_add_after_price_lock": "addToCart after lockPrice (then charge, fulfil) raises nothing; "
     "no rule knows that a cart is frozen once its price is locked",
-    "neg_admin_migration": "enumeration (critical) on an admin's sequential migrateRecord writes, "
-    "all ok, over exactly the 120 records its own listRecords returned",
 }
 
 

@@ -59,9 +59,10 @@ test: setup-dev browser
 
 # The tier to run while editing: no process-starting, browser, broker or long tests
 # (marked `slow`), property tests on the `dev` Hypothesis profile (tests/conftest.py),
-# spread over the cores by pytest-xdist. `make test` stays the full suite.
+# spread over the cores by pytest-xdist: one file per worker at a time (--dist loadfile),
+# so a module's expensive fixture is built once. `make test` stays the full suite.
 test-fast: setup-dev
-	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -m "not slow" -n auto -q
+	HYPOTHESIS_PROFILE=dev $(BIN)/python -m pytest -m "not slow" -n auto --dist loadfile -q
 
 lint: setup-dev
 	$(BIN)/ruff check .

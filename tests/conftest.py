@@ -46,8 +46,9 @@ HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or (
 )
 settings.load_profile(HYPOTHESIS_PROFILE)
 
-#: Fixtures that start another process: a test using one is ``slow``.
-PROCESS_FIXTURES = {"tw": "slow", "kafka_broker": "kafka"}
+#: Fixtures that start another process (``tw_env`` is only the CLI's environment): a test
+#: using one is ``slow``, plus the marker named here.
+PROCESS_FIXTURES = {"tw": "slow", "tw_env": "slow", "kafka_broker": "kafka"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

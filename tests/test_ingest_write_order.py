@@ -96,6 +96,7 @@ def test_no_batch_commits_after_a_failed_commit(tmp_path, many_batches, monkeypa
     assert total == distinct == 3000
 
 
+@pytest.mark.slow  # not xdist-safe: the worker's execnet thread allocates
 def test_gc_pause_nests_and_restores() -> None:
     """``analyze`` pauses collection around ``ingest``, which pauses it again: the inner
     exit must not turn collection back on, the outer exit must restore everything."""

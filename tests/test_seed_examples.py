@@ -148,6 +148,7 @@ def _alone_params() -> list:
     return out
 
 
+@pytest.mark.slow  # a store and a detection per example
 @pytest.mark.parametrize("example", _alone_params())
 def test_summary_alone(example: render.Example, tmp_path: Path) -> None:
     """One server's one summary line, analyzed on an empty store."""

@@ -77,6 +77,7 @@ def _run(tmp_path: Path, name: str, *, authenticated: bool | None, trust_claims:
     return _alerted(data)
 
 
+@pytest.mark.slow  # three full detections per mode
 @pytest.mark.parametrize("mode", ["batch", "partitioned", "live"])
 def test_claimed_name_is_not_silenced(tmp_path: Path, mode: str) -> None:
     # The real svc-x (the log's writer vouched for it): the rule silences it.

@@ -497,6 +497,10 @@ class PrivilegeChainConfig:
         "(0.55: an alert at low severity, below severity_medium).", 0.55)
 
 
+#: Verbs after which a cart or order is frozen (see StepSkipConfig.workflows).
+_FREEZING = ("lock", "freeze", "finalize", "finalise", "seal", "checkout")
+
+
 @dataclass
 class WorkflowRule:
     """One declared workflow step: ``step`` requires an earlier ``requires`` call."""
@@ -516,6 +520,12 @@ class WorkflowRule:
         "else the resource id).",
         "",
     )
+    not_after: list[str] = doc(
+        "Tools (or verb:<verb>) after whose success for the same business key this step must "
+        "not run (items added to a cart whose price is locked, an order fulfilled after its "
+        "refund). A rule with both requires and not_after is two rules.",
+        factory=list,
+    )
 
 
 @dataclass
@@ -530,6 +540,12 @@ class StepSkipConfig:
             WorkflowRule("verb:fulfill", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:fulfil", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:ship", ["verb:charge", "verb:pay", "verb:capture"]),
+            # Seed 000, sequence manipulation: a locked, checked-out or finalised cart or
+            # order is not changed afterwards, and a refunded order is not sent.
+            *[WorkflowRule(f"verb:{v}", not_after=[f"verb:{x}" for x in _FREEZING])
+              for v in ("add", "update", "remove", "set", "edit", "modify", "apply")],
+            *[WorkflowRule(f"verb:{v}", not_after=["verb:refund", "verb:void", "verb:cancel"])
+              for v in ("fulfill", "fulfil", "ship")],
         ],
     )
     declared_score: float = doc("Score of a skipped declared step.", 0.9)

@@ -599,13 +599,17 @@ def _matches(spec: str) -> pl.Expr:
 
 def _rules_table(declared: list[WorkflowRule], learned: list[dict[str, Any]],
                  declared_score: float, learned_score: float) -> list[dict[str, Any]]:
-    rules = [{"id": i, "step": r.step, "requires": list(r.requires), "key": r.key or None,
+    rules = [{"step": r.step, "requires": list(specs), "key": r.key or None, "kind": kind,
               "server": None, "score": declared_score, "source": "declared"}
-             for i, r in enumerate(declared) if r.step and r.requires]
+             for r in declared if r.step
+             for kind, specs in (("requires", r.requires), ("not_after", r.not_after))
+             if specs]
     for r in learned:
-        rules.append({"id": len(rules), "step": r["step"], "requires": list(r["requires"]),
-                      "key": None, "server": r.get("server"), "score": learned_score,
+        rules.append({"step": r["step"], "requires": list(r["requires"]), "key": None,
+                      "kind": "requires", "server": r.get("server"), "score": learned_score,
                       "source": "learned"})
+    for i, r in enumerate(rules):
+        r["id"] = i
     return rules
 
 
@@ -659,8 +663,11 @@ def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[
         support, on=["server", "tool"]).with_columns(
         (pl.col("n") / pl.col("support")).alias("confidence"))
     conf = conf.filter(pl.col("confidence") >= s.min_confidence)
-    declared_tools = {r.step for r in s.workflows if not r.step.startswith("verb:")}
-    declared_verbs = {r.step[5:].lower() for r in s.workflows if r.step.startswith("verb:")}
+    # Only prerequisite rules take a step over: a declared not_after rule (nothing added to
+    # a locked cart) says nothing about what must come before the step.
+    required = [r for r in s.workflows if r.requires]
+    declared_tools = {r.step for r in required if not r.step.startswith("verb:")}
+    declared_verbs = {r.step[5:].lower() for r in required if r.step.startswith("verb:")}
     out = []
     for (server, name), grp in conf.sort("server", "tool", "tool_a").group_by(
             "server", "tool", maintain_order=True):
@@ -711,7 +718,7 @@ class StepSkipDetector(_SequenceDetector):
     summary = "Workflow steps (declared or learned) without their prerequisite."
 
     _extra: ClassVar[list[str]] = ["skipped_step", "skipped_key", "missing", "rule_source",
-                                   "skips", "refused", "chain"]
+                                   "rule_kind", "skips", "refused", "chain"]
 
     #: Directory of saved models (set by the pipeline); a workflows.json there is used.
     model_dir: Path | None = None
@@ -797,8 +804,8 @@ class StepSkipDetector(_SequenceDetector):
         if not self.is_fitted:
             self.fit(FeatureSet.empty(self.config))
         schema = {"skipped_step": pl.String, "skipped_key": pl.String, "missing": pl.String,
-                  "rule_source": pl.String, "skips": pl.Int64, "refused": pl.Boolean,
-                  "chain": _CHAIN}
+                  "rule_source": pl.String, "rule_kind": pl.String, "skips": pl.Int64,
+                  "refused": pl.Boolean, "chain": _CHAIN}
         ev = _seq(features)
         found = _empty_found(schema)
         if self.rules_ and ev.height:
@@ -827,20 +834,25 @@ class StepSkipDetector(_SequenceDetector):
         if self.prereqs_ is not None and self.prereqs_.height:
             done = pl.concat([done, self.prereqs_]).group_by("ck", "bkh", "rule").agg(
                 pl.col("_tp").min())
-        j = steps.join(done, on=["ck", "bkh", "rule"], how="left")
-        skips = j.filter(pl.col("_tp").is_null() | (pl.col("_tp") > pl.col("t")))
-        if skips.height == 0:
-            return _empty_found(schema)
         rule_info = pl.DataFrame(
             {"rule": [r["id"] for r in self.rules_],
              "_score": [r["score"] for r in self.rules_],
              "rule_source": [r["source"] for r in self.rules_],
+             "rule_kind": [r["kind"] for r in self.rules_],
              "missing": [" or ".join(x[5:] + "…" if x.startswith("verb:") else x
                                      for x in r["requires"]) for r in self.rules_]},
             schema={"rule": pl.Int32, "_score": pl.Float64, "rule_source": pl.String,
-                    "missing": pl.String})
+                    "rule_kind": pl.String, "missing": pl.String})
+        j = steps.join(done, on=["ck", "bkh", "rule"], how="left").join(rule_info, on="rule")
+        # A required step missing (or later), or a freezing step already done before.
+        broken = pl.when(pl.col("rule_kind") == "not_after").then(
+            pl.col("_tp").is_not_null() & (pl.col("_tp") < pl.col("t"))
+        ).otherwise(pl.col("_tp").is_null() | (pl.col("_tp") > pl.col("t")))
+        skips = j.filter(broken)
+        if skips.height == 0:
+            return _empty_found(schema)
         # One skip per (session, step call): the strongest rule it breaks.
-        skips = skips.join(rule_info, on="rule").with_columns(
+        skips = skips.with_columns(
             pl.when(pl.col("_refused")).then(
                 pl.min_horizontal(pl.col("_score"), pl.lit(self.settings.attempt_score)))
             .otherwise(pl.col("_score")).alias("_score"))
@@ -857,6 +869,7 @@ class StepSkipDetector(_SequenceDetector):
             pl.col("bk").first().alias("skipped_key"),
             pl.col("missing").first(),
             pl.col("rule_source").sort_by("_score", descending=True).first(),
+            pl.col("rule_kind").sort_by("_score", descending=True).first(),
             pl.len().cast(pl.Int64).alias("skips"),
             pl.col("_refused").all().alias("refused"),
         ).join(chains, on="sh", how="left").select("sh", "_s", *schema)
@@ -867,7 +880,15 @@ class StepSkipDetector(_SequenceDetector):
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: which step ran for which key without which prerequisite."""
         src = row.get("rule_source") or "declared"
-        if row.get("refused"):
+        if row.get("rule_kind") == "not_after":
+            done = "was attempted" if row.get("refused") else "succeeded"
+            reasons = [
+                f"{row.get('skipped_step')} {done} for {row.get('skipped_key')} after "
+                f"{row.get('missing')} had already succeeded for that key{self._by()} ({src} "
+                "workflow rule: nothing changes a cart or order once it is locked, and a "
+                "refunded order is not sent).",
+            ]
+        elif row.get("refused"):
             reasons = [
                 f"{row.get('skipped_step')} was attempted for {row.get('skipped_key')} with no "
                 f"earlier successful {row.get('missing')} for that key{self._by()} ({src} "
@@ -884,7 +905,10 @@ class StepSkipDetector(_SequenceDetector):
             reasons.append(f"{num(row['skips'])} steps in this session skipped a prerequisite.")
         return reasons, self._evidence(row, {
             "skipped_step": row.get("skipped_step"), "business_key": row.get("skipped_key"),
-            "missing_prerequisite": row.get("missing"), "rule_source": src,
+            "missing_prerequisite": (row.get("missing")
+                                     if row.get("rule_kind") != "not_after" else None),
+            "done_before": row.get("missing") if row.get("rule_kind") == "not_after" else None,
+            "rule_source": src,
             "skipped_steps": row.get("skips"), "refused": bool(row.get("refused"))})
 
 
@@ -926,7 +950,9 @@ class DuplicateExecutionDetector(_SequenceDetector):
         s = self.settings
         found = self._find(features).with_columns(
             pl.when(pl.col("executions") >= 2)
-            .then(band(pl.col("executions") - 1, 1, max(2, s.executions_hi - 1)) * 0.5 + 0.4)
+            # Two executions of one irreversible operation is already money or goods moved
+            # twice: medium; executions_hi of them critical.
+            .then(band(pl.col("executions") - 1, 1, max(2, s.executions_hi - 1)) * 0.5 + 0.5)
             .when(pl.lit(s.attempts_lo > 0) & (pl.col("retried_after") >= s.attempts_lo))
             .then(s.attempt_score)
             .otherwise(0.0).clip(0.0, 1.0).alias("_s"))

@@ -201,3 +201,27 @@ def test_lifting_a_limit_the_session_was_refused_by_is_a_privilege_chain() -> No
     assert found[0]["reasons"][0].startswith("After being refused for a rate limit")
     assert orjson.loads(found[0]["evidence"])["limit_resets"] == 2
     assert not alerts_of(res, "privilege_chain", session_id="ops")
+
+
+@pytest.mark.parametrize("late", ["addItem", "fulfillOrder"])
+def test_changing_a_locked_cart_or_sending_a_refunded_order_is_a_step_skip(late: str) -> None:
+    tr = base()
+    t = T
+    key = {"addItem": ("cartId", "cart-1"), "fulfillOrder": ("orderId", "ord-1")}[late]
+    first = {"addItem": "lockPrice", "fulfillOrder": "refundPayment"}[late]
+    # The same steps in the everyday order: add, then lock; charge, fulfil, then refund.
+    ok_flow = {"addItem": ["addItem", "lockPrice"],
+               "fulfillOrder": ["chargePayment", "fulfillOrder", "refundPayment"]}[late]
+    for tool in ok_flow:
+        tr.call("shopper", t, tool, caller="cust-1", server="shop", resource_key=key[0],
+                resource_id=key[1] + "-ok")
+        t += timedelta(seconds=3)
+    for tool in (["chargePayment"] if late == "fulfillOrder" else []) + [first, late]:
+        tr.call("late", t, tool, caller="cust-2", server="shop", resource_key=key[0],
+                resource_id=key[1])
+        t += timedelta(seconds=3)
+    res = run(tr)
+    found = alerts_of(res, "step_skip", session_id="late")
+    assert found and found[0]["severity"] in ("high", "critical")
+    assert f"after {first[:-5] if first == 'lockPrice' else 'refund'}" in found[0]["reasons"][0]
+    assert not alerts_of(res, "step_skip", session_id="shopper")

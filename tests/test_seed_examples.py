@@ -37,10 +37,7 @@ _spec.loader.exec_module(render)
 _SEVERITY = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 #: id -> what toolwatch misses (issue 26); strict xfail until the detectors catch it.
-KNOWN_GAPS: dict[str, str] = {
-    "s000_add_after_price_lock": "addToCart after lockPrice (then charge, fulfil) raises nothing; "
-    "no rule knows that a cart is frozen once its price is locked",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

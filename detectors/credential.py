@@ -8,9 +8,10 @@ hash equal and the detector can count *distinct* failing credentials without see
   twice (2 failures, then success) and a client retrying one bad key (1 credential) stay
   far below the bar.
 * **Entity** (caller id, client address; per hopping window) — over sessions not flagged
-  on their own: distinct failing credentials (sessions without hashes count one each), and
-  for an address the distinct caller ids that failed, gated by the share of failing
-  sessions that *never* authenticated. Stuffing spread over many sessions with ≤ 2
+  on their own (a session reported only as an attempt still counts): distinct failing
+  credentials (sessions without hashes count one each), and for an address the distinct
+  caller ids that failed, gated by the share of failing sessions that *never*
+  authenticated. Stuffing spread over many sessions with ≤ 2
   failures each is invisible per session but obvious here, while an office NAT where a
   few people mistype (and then succeed) is not. Summary-only sessions contribute their
   ``auth_failures``.
@@ -47,7 +48,8 @@ class CredentialStuffingDetector(Detector):
             .then(band(pl.col("failed_creds"), c.creds_lo, c.creds_hi))
             .otherwise(band(pl.col("auth_failures"), c.failures_lo, c.failures_hi))
         )
-        score = all_of(units, band(pl.col("auth_fail_ratio"), c.fail_ratio_lo, c.fail_ratio_hi))
+        main = all_of(units, band(pl.col("auth_fail_ratio"), c.fail_ratio_lo, c.fail_ratio_hi))
+        score = main
         # Seed 001's own signal (authFailures > 2): three or more different credentials
         # failed and nothing in the session ever succeeded (a lockout cut it short, or the
         # stuffer gave up). Below creds_lo it is reported low, as an attempt.
@@ -67,7 +69,9 @@ class CredentialStuffingDetector(Detector):
             pl.lit(None, pl.Float64).alias("p_creds"),
             pl.lit(None, pl.Float64).alias("p_callers"),
         ])
-        flagged = out.lazy().filter(pl.col("score") >= self.threshold).select(
+        # Sessions stuffing on their own are not evidence of a campaign spread over many;
+        # attempts (a lockout after three tries) are exactly what such a campaign is made of.
+        flagged = features.sessions.lazy().filter(main >= self.threshold).select(
             "session_id").collect(engine="in-memory")
         ent = self._entities(features, flagged)
         if ent.height == 0:

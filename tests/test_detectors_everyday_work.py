@@ -225,3 +225,30 @@ def test_changing_a_locked_cart_or_sending_a_refunded_order_is_a_step_skip(late:
     assert found and found[0]["severity"] in ("high", "critical")
     assert f"after {first[:-5] if first == 'lockPrice' else 'refund'}" in found[0]["reasons"][0]
     assert not alerts_of(res, "step_skip", session_id="shopper")
+
+
+def test_lockouts_rotated_over_fresh_sessions_raise_the_address() -> None:
+    tr = base()
+    t = T
+    # Seed 001: the server locks a session after 3 failures; the agent opens a new one
+    # under a new client name each time, from one address.
+    for n in range(12):
+        for k in range(3):
+            tr.call(f"rot-{n}", t, "connectExternalService", caller=f"mcp#{n:04x}",
+                    ip="198.51.100.23", server="integrations", status="auth_failed",
+                    cred=f"sk_live_{n}_{k}", nbytes=40)
+            t += timedelta(seconds=1)
+        t += timedelta(seconds=5)
+    # An office address where a few people mistype once, then get in.
+    for n in range(6):
+        tr.call(f"office-{n}", t, "connectExternalService", caller=f"emp-{n}",
+                ip="203.0.113.5", server="integrations", status="auth_failed",
+                cred=f"typo-{n}", nbytes=40)
+        tr.call(f"office-{n}", t + timedelta(seconds=20), "connectExternalService",
+                caller=f"emp-{n}", ip="203.0.113.5", server="integrations", cred=f"good-{n}")
+        t += timedelta(minutes=3)
+    res = run(tr)
+    found = alerts_of(res, "credential_stuffing", entity_type="client_ip",
+                      entity_id="198.51.100.23")
+    assert found and found[0]["severity"] in ("high", "critical")
+    assert not alerts_of(res, "credential_stuffing", client_ip="203.0.113.5")

@@ -107,6 +107,7 @@ def _params() -> list:
     return out
 
 
+@pytest.mark.slow  # the module's alerts come from the CLI (a process)
 @pytest.mark.parametrize("example", _params())
 def test_seed_example(example: render.Example, alerts: list[dict]) -> None:
     found = _on(example, alerts)
@@ -162,6 +163,7 @@ def test_summary_alone(example: render.Example, tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow  # the module's alerts come from the CLI (a process)
 def test_background_users_quiet(alerts: list[dict]) -> None:
     """The ordinary users behind every example raise nothing at medium or higher."""
     users = {x["caller_id"] for x in render.background()}

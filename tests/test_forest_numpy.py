@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 import polars as pl
 import pytest
+import sklearn.ensemble as sklearn_ensemble
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from toolwatch.detectors import DetectorsConfig, FeatureSet, forest_trees
@@ -35,8 +36,6 @@ from toolwatch.detectors.forest_trees import TreeEnsemble
 from tests.fixtures.traffic import T0, Traffic
 from toolwatch import detectors
 from toolwatch.errors import ModelError
-
-sklearn_ensemble = pytest.importorskip("sklearn.ensemble")
 
 # Values the detector's _prep can hand the forest: log-scaled counts, shares, floors, and
 # the extremes a hostile log can produce (log1p(huge) stays finite; inf stays inf; raw

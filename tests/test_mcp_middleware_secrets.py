@@ -270,7 +270,6 @@ def test_real_server_stderr_and_ingest_store_the_same_digests(tmp_path) -> None:
     """The real SDK server (subprocess, stdio) logs through the middleware; its stderr holds
     no secret; ``toolwatch ingest`` of that stderr stores the middleware's digests as they
     are, which are the digests ingest stores for the same calls logged in clear."""
-    pytest.importorskip("mcp")
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -334,7 +333,6 @@ def test_sdk_traceback_of_a_tool_exception_is_scrubbed(tmp_path) -> None:
     which the middleware's line never covered, so the spool of ``toolwatch run`` held the
     secret until ingest. The middleware's filter scrubs that record (message and
     traceback) line by line with ingest's ``scrub_text``: the same bytes ingest would keep."""
-    pytest.importorskip("mcp")
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 

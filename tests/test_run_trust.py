@@ -25,6 +25,10 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+# The SDK is in the dev extra: without it these tests fail to import rather than skip.
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.process import (
     UNTAGGED_REASON,
@@ -36,10 +40,6 @@ from toolwatch.ingest.sources.process import (
 from toolwatch.mcp_middleware import RECORD_KEY_ENV, tag_line
 from toolwatch.spool import RECORD_KEY_ENV as SPOOL_KEY_ENV
 from toolwatch.store import Store
-
-pytest.importorskip("mcp")
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 pytestmark = [pytest.mark.timeout(300)]
 

@@ -10,7 +10,9 @@ a user who suddenly pulls far more than they ever do is not shielded:
   (combined with the caller's own z-score once established), from *heavy* calls (the
   other calls average ``heavy_factor`` × a typical call). Discounting the largest response
   keeps the person who downloads one big report out; requiring heavy calls keeps the long,
-  busy session that piles up volume from ordinary calls out;
+  busy session that piles up volume from ordinary calls out; and *focused* (a share
+  ``focus_min`` of the calls to one tool): a person's working day spreads its volume over
+  documents, queries, tickets and reports, an extraction asks one resource for it;
 * **single response** — one response far beyond the population's largest ones (a
   one-shot dump), with a high absolute floor;
 * **pagination sweep** — many distinct pages / offsets / cursors of one tool, returning
@@ -315,8 +317,17 @@ class BulkExtractionDetector(Detector):
             gate(pl.col("beyond_per_call") / self.typical_call_bytes_, b.heavy_factor)
             if self.typical_call_bytes_ else pl.lit(1.0)
         )
+        # Focus: a working day spreads its volume over many tools; an extraction asks one
+        # resource for it (no per-call tools, e.g. a summary line or an entity window: the
+        # figure is unknown and does not block).
+        focus = (
+            gate(pl.when(pl.col("top_tool").is_null()).then(1.0)
+                 .otherwise(pl.col("top_tool_share")), b.focus_min)
+            if {"top_tool_share", "top_tool"} <= set(df.columns) and b.focus_min > 0
+            else pl.lit(1.0)
+        )
         p_volume = all_of(band(pl.col("z_combined"), b.z_lo, b.z_hi),
-                          gate(pl.col("_floor"), 1.0), heavy)
+                          gate(pl.col("_floor"), 1.0), heavy, focus)
         p_single = all_of(
             band(pl.col("z_single"), b.single_z_lo, b.single_z_hi),
             gate(pl.col("max_bytes"), b.single_min_bytes),

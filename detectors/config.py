@@ -171,6 +171,15 @@ class BulkExtractionConfig:
         "session piles up volume from ordinary calls; an extraction asks for big chunks.",
         10.0,
     )
+    focus_min: float = doc(
+        "Sustained volume must also be focused: at least this share of the session's calls "
+        "go to one tool (resource family). An extraction asks one resource for a lot; a "
+        "person's working day (documents, queries, tickets, reports, one after another) "
+        "spreads its volume over many. Below it the volume pattern scores "
+        "0.5 x share / focus_min (sessions without per-call tools, summaries, count as "
+        "focused; 0 disables).",
+        0.4,
+    )
     single_z_lo: float = doc(
         "A single response this many robust z-scores above the population's largest "
         "responses counts on its own (a one-shot dump far beyond any normal export).",

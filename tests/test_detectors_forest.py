@@ -50,6 +50,7 @@ def test_too_little_history_raises(tmp_path: Path) -> None:
         detectors.train(tr.events(), None, DetectorsConfig(), tmp_path / "m.skops")
 
 
+@pytest.mark.slow  # refits the forest, ~3 s
 def test_other_sklearn_version_raises_or_refits(history: Traffic, tmp_path: Path) -> None:
     cfg = DetectorsConfig()
     fs = FeatureSet.build(history.events(), None, cfg)

@@ -528,6 +528,7 @@ def _sorted(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     return df.sort(keys, nulls_last=True)
 
 
+@pytest.mark.slow  # reference scoring per example, ~3 s
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=_plans)
 def test_rule_habits_scored_for_established_callers_only_equal_the_reference(

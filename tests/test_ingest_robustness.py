@@ -408,6 +408,7 @@ def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
     os.sync()
 
 
+@pytest.mark.slow  # ingest of generated files per example
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

@@ -100,6 +100,7 @@ def test_forest_rows_folded_into_entity_alerts_are_not_explained(traffic: Traffi
     assert lazy_n < eager_n  # the sessions of the distributed stuffing are only counted
 
 
+@pytest.mark.slow  # detection over generated traffic per case
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), cut=st.floats(0.2, 0.8))
 def test_lazy_equals_eager_on_generated_traffic(seed: int, cut: float) -> None:

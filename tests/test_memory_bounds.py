@@ -45,6 +45,7 @@ def _frame(n: int) -> pl.DataFrame:
     return df
 
 
+@pytest.mark.slow  # measures memory over large batches
 def test_own_strings_releases_the_batch_buffers() -> None:
     """A 1% filter keeps every string byte of its source alive; _own_strings frees them."""
     gc.collect()
@@ -60,6 +61,7 @@ def test_own_strings_releases_the_batch_buffers() -> None:
     assert own.height == 200
 
 
+@pytest.mark.slow  # measures memory over large batches
 def test_own_strings_skips_only_columns_that_pin_nothing() -> None:
     """Strings of up to 12 bytes live in their views: such a column holds no buffer, so it
     is not copied, and a frame of them pins none of its Arrow source either."""

@@ -51,7 +51,8 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "z_combined", "beyond_per_call",
              "z_single", "z_own", "own_n", "own_days", "own_typical_beyond_bytes",
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
-             "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own"]
+             "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own",
+             "p_request", "req_rows", "req_refused"]
 
 
 
@@ -72,6 +73,32 @@ def _for_baseline(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(multi).then(pl.col("beyond_bytes")).alias("beyond_bytes"),
         pl.when(multi & (pl.col("beyond_rows") > 0)).then(pl.col("beyond_rows"))
         .alias("beyond_rows"),
+    )
+
+
+#: Arguments that say how many records a call asks for (a page size, a row limit).
+_LIMIT_KEYS = ("limit", "pageSize", "page_size", "per_page", "maxResults", "max_results")
+_LIMIT_RE = r'"(?:' + "|".join(_LIMIT_KEYS) + r')"\s*:\s*"?(\d{1,12})\b'
+
+
+def _requested(fs: FeatureSet) -> pl.DataFrame:
+    """Per session: the most records one call asked for (``req_rows``, from a row-limit
+    or page-size argument) and whether every call asking for that many was refused
+    (``req_refused``). Volume is records as much as bytes, and asking counts: a server
+    that caps results refuses the dump, it does not make the request harmless."""
+    ev = fs.events
+    if ev.height == 0:
+        return pl.DataFrame(schema={"sh": ev.schema.get("sh", pl.UInt64), "req_rows": pl.Int64,
+                                    "req_refused": pl.Boolean})
+    return (
+        ev.lazy().select("sh", "ok", pl.col("args").str.extract(_LIMIT_RE, 1)
+                         .cast(pl.Int64, strict=False).alias("_lim"))
+        .filter(pl.col("_lim").is_not_null())
+        .group_by("sh")
+        .agg(pl.col("_lim").max().alias("req_rows"),
+             pl.col("ok").filter(pl.col("_lim") == pl.col("_lim").max()).not_().all()
+             .alias("req_refused"))
+        .collect(engine="in-memory")
     )
 
 
@@ -186,7 +213,8 @@ class BulkExtractionDetector(Detector):
               "min_mad": cfg.baseline_min_mad}
         # Session volumes count beyond the largest response — and, in long sessions, beyond
         # one report per report_every_calls calls.
-        sessions = _beyond_reports(history, self.settings.report_every_calls)
+        sessions = _beyond_reports(history, self.settings.report_every_calls).join(
+            _requested(history), on="sh", how="left")
         # The baselines read a handful of columns: select them before the filters and
         # group-bys, which would otherwise copy all ~60 session feature columns.
         narrow = _for_baseline(sessions.select("caller_id", "first_t", "calls", *_VOL))
@@ -334,15 +362,25 @@ class BulkExtractionDetector(Detector):
         )
         p_sweep = all_of(band(pl.col("max_pages"), b.pages_lo, b.pages_hi),
                          gate(pl.col("_sweep_floor"), 1.0))
+        # Asking for a dump: one call requesting request_factor x min_rows records or more.
+        # Refused every time, it is an attempt: reported, a notch lower.
+        if "req_rows" in df.columns and b.request_factor > 0:
+            lo = b.request_factor * b.min_rows
+            p_request = band(pl.col("req_rows").fill_null(0), lo, 10 * lo) * pl.when(
+                pl.col("req_refused").fill_null(False)).then(b.refused_weight).otherwise(1.0)
+        else:
+            p_request = pl.lit(0.0)
         lf = lf.with_columns(
+            p_request.alias("p_request"),
             (p_volume if bl.is_fitted else pl.lit(0.0)).alias("p_volume"),
             (p_single if bl.is_fitted else pl.lit(0.0)).alias("p_single"),
             p_sweep.alias("p_sweep"),
         )
-        raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"))
+        raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"),
+                     pl.col("p_request"))
         return lf.with_columns(raw.alias("_raw")).select(
             *cols, "z_pop", "z_combined", "beyond_per_call", "z_single", "z_own",
-            "p_volume", "p_single", "p_sweep", "_raw",
+            "p_volume", "p_single", "p_sweep", "p_request", "_raw",
         ).collect(engine="in-memory")
 
     @staticmethod
@@ -380,7 +418,8 @@ class BulkExtractionDetector(Detector):
         volume = (
             cached[1] if cached is not None and cached[0] is features.sessions
             else self._score_volume(
-                _beyond_reports(features, self.settings.report_every_calls),
+                _beyond_reports(features, self.settings.report_every_calls).join(
+                    _requested(features), on="sh", how="left"),
                 self.session_baseline_, getattr(self, "day_baseline_", None))
         )
         scored = self._gated(volume, self.habit_, ["caller_id"])
@@ -424,6 +463,8 @@ class BulkExtractionDetector(Detector):
         ent = pl.concat(parts, how="vertical_relaxed").with_columns(
             pl.lit("events").alias("basis"),
             pl.lit(None, pl.String).alias("page_tool"),
+            pl.lit(None, pl.Int64).alias("req_rows"),
+            pl.lit(None, pl.Boolean).alias("req_refused"),
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
         )
         hot = ent.filter(pl.col("_score") >= self.threshold)
@@ -466,8 +507,17 @@ class BulkExtractionDetector(Detector):
             f"Returned {size(row['total_bytes'])}{rows_txt} in {num(row['calls'])} calls over "
             f"{duration(row.get('span_s'))}{where}; {largest}."
         ]
-        pats = {k: float(row.get(k) or 0.0) for k in ("p_volume", "p_single", "p_sweep")}
+        pats = {k: float(row.get(k) or 0.0)
+                for k in ("p_volume", "p_single", "p_sweep", "p_request")}
         top = max(pats, key=lambda k: pats[k])
+        if top == "p_request" or pats["p_request"] >= 0.5:
+            refused = row.get("req_refused")
+            reasons.append(
+                f"A call asked for {num(row.get('req_rows'))} records at once (its limit / "
+                f"page-size argument): a request for a dump"
+                + (", refused by the server every time it asked for that many: an attempt."
+                   if refused else ".")
+            )
         typical = bl.pop_typical("beyond_bytes") if bl else None
         if top == "p_sweep" or pats["p_sweep"] >= 0.5:
             reasons.append(
@@ -551,7 +601,10 @@ class BulkExtractionDetector(Detector):
                 "basis": row.get("basis"),
                 "top_tool": row.get("top_tool"),
                 "pattern_scores": clean({k: row.get(k) for k in
-                                         ("p_volume", "p_single", "p_sweep", "p_own")}),
+                                         ("p_volume", "p_single", "p_sweep", "p_own",
+                                          "p_request")}),
+                "requested_records": row.get("req_rows"),
+                "request_refused": row.get("req_refused"),
             }
         )
         return reasons, evidence

@@ -180,6 +180,17 @@ class BulkExtractionConfig:
         "focused; 0 disables).",
         0.4,
     )
+    request_factor: float = doc(
+        "A call asking for this many times min_rows records at once (its limit / page-size "
+        "argument) is a request for a dump, whether the server serves it or refuses it "
+        "(critical at ten times as many; 0 disables).",
+        10.0,
+    )
+    refused_weight: float = doc(
+        "Score factor of such a request when every call asking for that many was refused: "
+        "an attempt, reported a notch lower.",
+        0.8,
+    )
     single_z_lo: float = doc(
         "A single response this many robust z-scores above the population's largest "
         "responses counts on its own (a one-shot dump far beyond any normal export).",

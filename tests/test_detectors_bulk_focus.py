@@ -80,3 +80,35 @@ def test_focus_min_zero_restores_the_volume_pattern() -> None:
     cfg = DetectorsConfig.from_dict({"bulk_extraction": {"focus_min": 0.0}})
     res = detectors.detect(tr.events(), tr.summaries(), cfg)
     assert _bulk(res, "day").height == 1
+
+
+@pytest.fixture(scope="module")
+def requests() -> detectors.DetectResult:
+    """Refused requests for a dump beside ordinary page sizes and a served 5,000-row read."""
+    tr = Traffic(seed=27)
+    tr.background(days=3, users=30, per_day=2)
+    for k in range(8):
+        tr.call("capped", DAY + timedelta(seconds=5 * k), "run_query", caller="mallory",
+                ip="203.0.113.9", server="internal", status="denied", nbytes=60,
+                args={"sql": "SELECT * FROM customers", "limit": 1_000_000})
+    for k in range(8):
+        tr.call("pages", DAY + timedelta(seconds=20 * k), "searchItems", caller="carol",
+                ip="10.0.0.8", server="crm", nbytes=6_000,
+                args={"query": "renewals", "page": k + 1, "limit": 100})
+    tr.call("report", DAY, "run_query", caller="dave", ip="10.0.0.9", server="internal",
+            args={"sql": "SELECT * FROM analytics.mrr", "limit": 5000}, rows=5000,
+            nbytes=300_000)
+    return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig())
+
+
+def test_refused_requests_for_a_dump_alert_as_an_attempt(requests: detectors.DetectResult
+                                                         ) -> None:
+    a = _bulk(requests, "capped")
+    assert a.height == 1
+    assert "refused" in " ".join(a["reasons"].to_list()[0])
+
+
+def test_ordinary_page_sizes_and_a_served_report_are_quiet(requests: detectors.DetectResult
+                                                           ) -> None:
+    assert _bulk(requests, "pages").height == 0
+    assert _bulk(requests, "report").height == 0

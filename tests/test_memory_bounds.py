@@ -200,8 +200,8 @@ def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # typ
     import orjson
 
     from toolwatch.live import SinkConfig
+    from toolwatch.live.sinks import build_sinks
     from toolwatch.live_cli import tail_files
-    from toolwatch.sinks import build_sinks
 
     try:
         from tests.test_live_support import config_for

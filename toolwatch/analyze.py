@@ -21,7 +21,7 @@ from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
-from toolwatch.ingest_run import IngestResult, ingest_paths
+from toolwatch.ingest.runner import IngestResult, ingest_paths
 from toolwatch.output import json_safe, safe_text, table_cell
 from toolwatch.store import Store
 
@@ -29,11 +29,11 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     # polars is imported by the functions that use it: ``analyze`` starts parsing before
-    # paying for that import (see toolwatch.ingest_run).
+    # paying for that import (see toolwatch.ingest.runner).
     import polars as pl
 
     from toolwatch.detectors.base import FeatureSet
-    from toolwatch.pipeline import BatchOutput
+    from toolwatch.ingest.pipeline import BatchOutput
 
 
 @dataclass

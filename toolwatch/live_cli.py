@@ -45,7 +45,7 @@ def sinks_for(
     default_bootstrap: str = "",
     allow_stdout: bool = True,
 ) -> Any:
-    from toolwatch.sinks import build_sinks
+    from toolwatch.live.sinks import build_sinks
 
     confs = list(lc.sinks)
     if not confs and stdout_default and not no_stdout:

@@ -76,7 +76,7 @@ if "--child" in sys.argv:
     # gives `toolwatch kafka` / `tail` (before polars and pyarrow load), so its RSS is a
     # consumer's.
     try:
-        from toolwatch.spool import tune_memory
+        from toolwatch.allocator import tune_memory
     except ImportError:  # an --old tree from before the settings
         pass
     else:

@@ -42,7 +42,7 @@ if len(sys.argv) > 1 and sys.argv[1] in ("throughput", "latency", "kafka"):
     # These parts run the live pipeline in this process: give it the allocator settings
     # the console entry point gives `toolwatch tail` / `kafka` (before polars loads), so
     # the figures are a user's process's. (rss starts the real entry point.)
-    from toolwatch.spool import tune_memory
+    from toolwatch.allocator import tune_memory
 
     tune_memory([sys.argv[1] if sys.argv[1] == "kafka" else "tail"])
 

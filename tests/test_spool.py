@@ -25,7 +25,7 @@ try:
 except ImportError:  # tests/ itself on sys.path
     from test_live_support import stored_events, wait_for  # type: ignore[no-redef]
 
-from toolwatch.spool import pending_spools
+from toolwatch.ingest.sources.spool import pending_spools
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -64,6 +64,7 @@ import pyarrow as pa
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
+
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.base import (
     Item,
@@ -788,7 +789,7 @@ def tune_fetch_malloc(threshold: int = FETCH_MMAP_THRESHOLD) -> bool:
     glibc ``malloc``. glibc's *dynamic* mmap threshold rises to the size of the largest
     mmapped block freed (up to 32 MiB), so after the first poll these buffers are carved
     from the heap instead, and their freed pages stay resident until the next
-    ``malloc_trim`` (``toolwatch.spool``: every 5 s). Sampled every 50 ms, a consumer with
+    ``malloc_trim`` (``toolwatch.allocator``: every 5 s). Sampled every 50 ms, a consumer with
     detection held 30-60 MiB of such free heap at its peaks (``tail`` of the same events:
     15-30). A fixed threshold keeps them mmapped: freeing one returns its pages at once
     (docs/kafka-notes.md, "Throughput", Memory).
@@ -802,16 +803,14 @@ def tune_fetch_malloc(threshold: int = FETCH_MMAP_THRESHOLD) -> bool:
     bool
         Whether the threshold was set.
     """
-    from toolwatch.spool import fix_mmap_threshold
+    from toolwatch.allocator import fix_mmap_threshold
 
     return fix_mmap_threshold(threshold)
 
 
-def _default_flush_events() -> int:
-    """``live.flush_events``'s default (the driver's caller sets the configured value)."""
-    from toolwatch.live.config import LiveConfig
-
-    return int(LiveConfig().flush_events)
+#: ``live.flush_events``'s default (:class:`toolwatch.live.config.LiveConfig`; kept equal by
+#: a test): a source is below the live engine and gets the configured value as an argument.
+DEFAULT_FLUSH_EVENTS = 10_000
 
 
 class _Listener(AsyncConsumerRebalanceListener):
@@ -875,15 +874,12 @@ class KafkaSource(LiveSource):
     fast_records
         Decode fetched record batches with the chunk decoder
         (:func:`install_fast_records`); False: kafka-python's own records.
-
-    Attributes
-    ----------
-    lag_warn_s
-        Lag growth (seconds) after which :meth:`status` warns (0: never); the driver's
-        caller sets it from ``live.kafka_lag_warn_s``.
     flush_events
-        A lag of this many messages counts as a backlog (:meth:`behind`); set it from
-        ``live.flush_events`` (default: that setting's default).
+        A lag of this many messages counts as a backlog (:meth:`behind`): the caller
+        passes ``live.flush_events`` (None: that setting's default).
+    lag_warn_s
+        Lag growth (seconds) after which :meth:`status` warns (0: never); the caller
+        passes ``live.kafka_lag_warn_s``.
     """
 
     name = "kafka"
@@ -904,6 +900,8 @@ class KafkaSource(LiveSource):
         consumer_options: dict[str, Any] | None = None,
         max_poll_records: int | None = None,
         fast_records: bool = True,
+        flush_events: int | None = None,
+        lag_warn_s: float = 0.0,
     ):
         super().__init__()
         self.store = store
@@ -921,8 +919,8 @@ class KafkaSource(LiveSource):
         #: kafka-python's internals differ; the next poll sends them, as before).
         self._prefetch = prefetcher(self.consumer)
         self.counters.extra["prefetches"] = 0
-        self.lag_warn_s = 0.0
-        self.flush_events = _default_flush_events()
+        self.lag_warn_s = float(lag_warn_s)
+        self.flush_events = DEFAULT_FLUSH_EVENTS if flush_events is None else int(flush_events)
         self.stored: dict[str, int] = {}  # fp -> offset the store holds up to
         self._noted: dict[str, int] = {}  # fp -> stored offset not yet committed to Kafka
         self.assigned: set[TopicPartition] = set()

@@ -48,7 +48,7 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         return None, 0.0
     if not hasattr(detectors, "run_batch"):
         return None, 0.0
-    from toolwatch.analyze import apply_triage_suppressions
+    from toolwatch.detectors.suppress import apply_triage_suppressions
 
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     model_path = config.trained_forest

@@ -746,6 +746,20 @@ def parse_evidence(evidence: str | None) -> dict[str, Any]:
     return val if isinstance(val, dict) else {"value": val}
 
 
+def alert_action(alert: Mapping[str, Any]) -> str | None:
+    """The recommended action for one alert row (a dict of the ``alerts`` view's columns),
+    from its category and evidence: the text its incident lists for it."""
+    from toolwatch.detectors.alerts import ALERT_COLUMNS
+    from toolwatch.detectors.incidents import alert_actions
+
+    row = {c: alert.get(c) for c in ALERT_COLUMNS}
+    try:
+        frame = pl.DataFrame([row], schema=ALERT_COLUMNS)
+    except (pl.exceptions.PolarsError, TypeError, ValueError):
+        return None  # a hand-made row of other types: the page still shows the alert
+    return alert_actions(frame)["action"][0]
+
+
 _CONTRIB_KEYS = (
     "driving_features",
     "feature_contributions",

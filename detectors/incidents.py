@@ -237,6 +237,22 @@ def build_incidents(
     )
 
 
+def alert_actions(alerts: pl.DataFrame) -> pl.DataFrame:
+    """``alerts`` with an ``action`` column: each alert's recommended action.
+
+    The same text the alert contributes to its incident's ``recommended_actions``, built
+    from the alert's category and its own evidence (tool, server, ids walked, bytes…).
+    Row order and the other columns are kept; an alert with no template (an unknown
+    category) gets null.
+    """
+    if alerts.height == 0:
+        return alerts.with_columns(pl.lit(None, dtype=pl.String).alias("action"))
+    acts = _prepare(alerts, IncidentConfig(), None).select(
+        "alert_id", pl.col("_action").alias("action")
+    )
+    return alerts.join(acts, on="alert_id", how="left", maintain_order="left")
+
+
 def _incident_id(key: str) -> str:
     """``inc-`` + blake2b-80 of actor kind, actor and window start (deterministic)."""
     return "inc-" + hashlib.blake2b(key.encode(), digest_size=10).hexdigest()

@@ -603,7 +603,7 @@ class Parser:
     # ------------------------------------------------------------------ SQL
     @staticmethod
     def _build_sql(
-        aliases: dict[str, list[str]], ts_marks: str = "end", *, reference: bool = False
+        aliases: dict[str, list[str]], ts_marks: str = "end"
     ) -> str:
         """One SQL statement that classifies and normalizes a whole batch.
 
@@ -615,10 +615,9 @@ class Parser:
         ``json_extract_string`` instead. The ~60 built-in aliases cost the same whether
         or not a batch uses them, so no per-batch pruning pass is needed.
 
-        ``reference=True`` writes the statement as it was before the eighth session's
-        common-subexpression rewrite (each alias ``coalesce`` and the timestamp's
-        ``try_cast`` repeated where used): the same rows, more work; kept for the
-        equivalence tests (tests/test_parse_sql_equivalence.py).
+        Each multi-alias ``coalesce`` and the timestamp's ``try_cast`` are computed once
+        per row (CTE ``c``, column ``ts_num``) rather than where used. What the statement
+        stores is pinned by tests/golden/parse_rows.jsonl.
         """
         struct_keys: list[str] = []
         folded: set[str] = set()
@@ -650,11 +649,6 @@ class Parser:
                 return "CAST(NULL AS VARCHAR)"
             if len(r) == 1:
                 return f"nullif({r[0]}, '')"
-            if reference:
-                present = f"coalesce({', '.join(r)})"
-                exact = f"coalesce({', '.join(f'nullif({x}, {chr(39) * 2})' for x in r)})"
-                return (f"CASE WHEN {present} <> '' THEN {present} "
-                        f"WHEN {present} = '' THEN {exact} END")
             present = f"_c{len(present_cols)}"
             present_cols.append(f"coalesce({', '.join(r)}) AS {present}")
             exact = f"coalesce({', '.join(f'nullif({x}, {chr(39) * 2})' for x in r)})"
@@ -697,7 +691,6 @@ class Parser:
          ELSE {wrapped_expr} END AS rpc
 """
         present_sql = ", ".join(present_cols) or "NULL AS _c"
-        ts_num = "try_cast(ts_s AS DOUBLE)" if reference else "ts_num"
         return f"""
 WITH b AS (
   SELECT ord, line, pre_reason, pre_flags, cred, "offset", line_no, fp,
@@ -734,7 +727,7 @@ WITH b AS (
   SELECT *,
     CASE WHEN rpc IS NULL THEN args_s ELSE rp[4] END AS args_j,
     CASE WHEN rpc IS NULL THEN tool ELSE rp[3] END AS tool_n,
-    coalesce(tw_epoch({ts_num}), try_cast(ts_s AS TIMESTAMPTZ)) AS ts_parsed,
+    coalesce(tw_epoch(ts_num), try_cast(ts_s AS TIMESTAMPTZ)) AS ts_parsed,
     rp[1] AS rpc_method,
     coalesce(rp[5], rp[6]) AS rpc_out,
     {intervals.derived_columns()}
@@ -756,7 +749,7 @@ WITH b AS (
       -- wall clock read without its offset tells how far. Only text times with a zone
       -- other than the usual UTC spellings pay for the second parse.
       WHEN NOT suffix(ts_s, 'Z') AND NOT suffix(ts_s, '+00:00')
-           AND {ts_num} IS NULL
+           AND ts_num IS NULL
            AND abs(epoch(try_cast(ts_s AS TIMESTAMP)) - epoch(ts_parsed)) > {MAX_TZ_OFFSET_S}
         THEN 'bad_timestamp'
       WHEN rpc IS NOT NULL THEN NULL

@@ -172,6 +172,9 @@ def test_session_detail_by_alert_shows_reasons_contributions_and_raw(store_dir):
     body = texts(at)
     assert f"• unusual tool {XSS_TOOL} called 5 times" in body
     assert f"Caller: {XSS_CALLER}" in body
+    # The finding's own action, quoting the (hostile) caller as plain text.
+    assert any(t.startswith("Recommended action: Review session ") and XSS_CALLER in t
+               for t in body.split("\n")), body
     assert "Isolation-forest feature contributions" in body
     charts = at.get("plotly_chart")
     # contributions, timeline, bytes, call sequence (others may follow)

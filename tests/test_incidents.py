@@ -15,6 +15,7 @@ from toolwatch.detectors.incidents import (
     INCIDENT_COLUMNS,
     STAGES,
     IncidentConfig,
+    alert_actions,
     build_incidents,
 )
 
@@ -191,6 +192,26 @@ def test_every_category_has_a_stage_techniques_and_an_action() -> None:
     assert build_incidents(_frame()).schema == pl.Schema(INCIDENT_COLUMNS)
 
 
+def test_alert_actions_name_each_alerts_own_evidence() -> None:
+    """Per-finding actions (what ``toolwatch alerts -f json`` and the session page show):
+    one per alert, in the alerts' order, quoting that alert's tool, ids and volume."""
+    story = _story()
+    # An older version of a1 before the latest: the action follows the latest evidence.
+    stale = _alert("a1", "enumeration", 0, evidence={"top_tool": "listDocs"}, detected_min=1)
+    frame = _frame(story[2], stale, *story)
+    out = alert_actions(frame)
+    assert out["alert_id"].to_list() == ["a3", "a1", "a1", "a2", "a3"]
+    assert out.columns == [*frame.columns, "action"]
+    act = dict(zip(out["alert_id"], out["action"], strict=False))
+    assert act["a1"] == ("Rate-limit getDocument on docs-server for caller mallory and check "
+                         "object-level access to documentId (walked 40 ids, doc-1000 … doc-1039)")
+    assert "12 distinct credentials failed from caller mallory" in act["a2"]
+    assert act["a3"].startswith("Review the 64.0 MB caller mallory pulled with exportDocs")
+    # The same texts are the incident's per-finding actions.
+    assert set(act.values()) <= set(build_incidents(frame)["recommended_actions"][0])
+    assert alert_actions(_frame())["action"].dtype == pl.String
+
+
 # ------------------------------------------------------------- end to end, real CLI
 def _small_log(path: Path) -> Path:
     """One caller walks document ids, then tries a dozen keys; five callers read normally."""
@@ -247,6 +268,12 @@ def test_cli_incidents_json_and_table(analyzed: CLI) -> None:
     assert sorted(r["alert_ids"]) == sorted(a["alert_id"] for a in alerts)
     assert r["status"] == "open" and r["severity"] in ("high", "critical")
     assert 0 < r["risk"] <= 100 and r["recommended_actions"]
+    # Each alert carries its own action, built from its evidence; the incident's list is
+    # the actor's cut-off action then these.
+    by_cat = {a["category"]: a["action"] for a in alerts}
+    assert by_cat["enumeration"].startswith("Rate-limit ") and "mallory" in by_cat["enumeration"]
+    assert "failed from caller mallory" in by_cat["credential_stuffing"]
+    assert set(by_cat.values()) & set(r["recommended_actions"])
     assert r["first_seen"].startswith("2026-11-02T10:00") and r["last_seen"] > r["first_seen"]
     # The forensic view holds the same incident, through the query guard.
     rows = analyzed.query("SELECT incident_id, n_alerts FROM incidents")

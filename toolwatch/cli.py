@@ -532,8 +532,10 @@ def alerts(
         )
         write_rows(compact.to_arrow(), fmt, max_rows=limit, piped_width=220)
         return
+    from toolwatch.detectors.incidents import alert_actions
+
     tbl = (
-        picked.head(limit)
+        alert_actions(picked.head(limit))
         .select(
             "severity",
             "status",
@@ -548,6 +550,7 @@ def alerts(
             "last_seen",
             "detected_at",
             pl.col("reasons").list.first().alias("reason"),
+            "action",
             "alert_id",
         )
         .to_arrow()

@@ -74,6 +74,10 @@ def _alert_panel(alert: dict[str, Any]) -> None:
     st.text("Reasons:")
     for r in alert.get("reasons") or []:
         st.text(ui.option_text(f"  • {r}"))
+    action = data.alert_action(alert)
+    if action:
+        # quotes logged tool names and ids: plain text, not Markdown
+        st.text(ui.option_text(f"Recommended action: {action}"))
     contrib = data.feature_contributions(alert.get("evidence"))
     if contrib.height:
         st.text(

@@ -141,10 +141,10 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
     from toolwatch.ingest.pipeline import Pipeline
     from toolwatch.ingest.sources.kafka import (
         consumer_settings,
-        install_fast_records,
         message_batch,
         message_count,
     )
+    from toolwatch.ingest.sources.kafka_records import install_fast_records
     from toolwatch.live import LiveConfig, merge_batches
 
     group = f"bare-{'t' if transform else 'n'}-{time.time_ns()}"

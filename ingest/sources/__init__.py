@@ -8,12 +8,9 @@ and take acknowledgements. They are looked up by name in
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 # Loaded on first use, not with the package: the console entry imports
 # toolwatch.ingest.sources.wrapper on a wrapped server's cold start, which must not pay for
-# numpy and pyarrow (~0.18 s) that these sources import.
+# numpy and pyarrow (~0.18 s) that these sources import, nor for typing.
 _LAZY = {
     "BatchSource": "toolwatch.ingest.sources.base",
     "LiveSource": "toolwatch.ingest.sources.base",
@@ -25,8 +22,10 @@ _LAZY = {
 __all__ = ["BatchSource", "FileSource", "LiveSource", "StdinSource", "expand_paths"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
     return getattr(importlib.import_module(module), name)

@@ -186,15 +186,32 @@ class ScrapingLoopDetector(Detector):
             "t").group_by("sh", "tlh").agg(
             ((pl.col("page").first().fill_null(0) > 1) | pl.col("cuh").first().is_not_null())
             .alias("_resumes")).collect(engine="in-memory")
-        rows = rows.join(first.filter(pl.col("_resumes")).select("sh", "tlh"),
-                         on=["sh", "tlh"], how="semi")
-        if rows.height == 0:
+        if not first["_resumes"].any():
             return empty_scores()
-        ee = explode_entities(rows, cfg)
+        ee = explode_entities(rows.join(first, on=["sh", "tlh"], how="left"), cfg)
+        # The session a resuming one goes on from (its first page is past this one's
+        # first and at most one past its last: refused pages are asked again) started the
+        # walk at page 1, where a sync job also starts: it belongs to the walk, though
+        # only resuming sessions count towards entity_min_sessions.
+        per_session = ee.group_by([*KEYS, "tlh", "sh"]).agg(
+            pl.col("t").min().alias("_t0"), pl.col("_resumes").first(),
+            pl.col("page").sort_by("t").drop_nulls().first().alias("_p0"),
+            pl.col("page").max().alias("_p1"),
+        ).sort("_t0").with_columns(
+            (pl.col("_resumes").shift(-1).over([*KEYS, "tlh"]).fill_null(False)
+             & pl.col("_p0").shift(-1).over([*KEYS, "tlh"])
+             .is_between(pl.col("_p0") + 1, pl.col("_p1") + 1).fill_null(False))
+            .alias("_resumed")
+        )
+        ee = ee.join(
+            per_session.filter(pl.col("_resumes") | pl.col("_resumed"))
+            .select(*KEYS, "tlh", "sh"),
+            on=[*KEYS, "tlh", "sh"], how="semi",
+        )
         per_tool = ee.group_by([*KEYS, "tlh"]).agg(
             (pl.col("page").drop_nulls().n_unique() + pl.col("cuh").drop_nulls().n_unique())
             .alias("_pages"),
-            pl.col("sh").n_unique().alias("_tool_sessions"),
+            pl.col("sh").filter(pl.col("_resumes")).n_unique().alias("_tool_sessions"),
         ).filter(pl.col("_tool_sessions") >= cfg.entity_min_sessions)
         if per_tool.height == 0:
             return empty_scores()

@@ -627,7 +627,8 @@ def test_lockout_after_three_failed_keys_is_an_attempt() -> None:
 def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
     """Seed 001: the session budget (20 searches) is hit, the agent reconnects and goes on
     paging in a new session. Each session is small; the caller walked on for 120 pages. A user who
-    reads the first three pages of a search in each of eight sessions walked three."""
+    reads the first three pages of a search in each of eight sessions walked three. The
+    session the walk started in (at page 1, as a sync job does) is part of it."""
     from datetime import timedelta
 
     from tests.fixtures.traffic import T0, Traffic
@@ -635,6 +636,11 @@ def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
 
     tr = Traffic(seed=4)
     tr.background(days=1, users=20, per_day=2)
+    # The same caller's own short search first: it does not lead into the walk.
+    for p in (1, 2, 3):
+        tr.call("crawler-own", T0 + timedelta(hours=1, minutes=50, seconds=10 * p),
+                "searchItems", caller="crawler", server="crm",
+                args={"query": "acme", "page": p}, rows=20, nbytes=4_000)
     t, page = T0 + timedelta(hours=2), 0
     for sess in range(7):
         for _ in range(20):
@@ -655,7 +661,12 @@ def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
     ent = sc.filter(sc["entity_type"] == "caller_id")
     assert ent["entity_id"].to_list() == ["crawler"], sc.select("entity_type", "entity_id")
     assert "reader" not in sc["caller_id"].to_list()
-    assert "120 distinct pages" in ent["reasons"][0][0]  # the six sessions that resume
+    # The six sessions that resume, and the first one they go on from (pages 1-20).
+    assert "140 distinct pages" in ent["reasons"][0][0]
+    import orjson
+
+    listed = orjson.loads(ent["evidence"][0])["session_ids"]
+    assert sorted(listed) == [f"scrape-{k}" for k in range(7)], listed
 
 
 def test_sync_job_restarting_its_listing_each_run_is_not_a_walk() -> None:

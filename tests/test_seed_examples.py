@@ -130,8 +130,6 @@ SUMMARY_EXAMPLES = [ex for ex in EXAMPLES if all("event" in x for x in ex.lines)
 KNOWN_GAPS_ALONE: dict[str, str] = {
     "s001_summary_bulk": "a SESSION_ANOMALY of 46 MB in 12 calls, alone in a store, raises "
     "nothing: the volume rule needs a population, seed 001's > 1 MB is absolute",
-    "s001_summary_combined": "a SESSION_ANOMALY of 1450 calls, 1302 resources, 88 MB, alone "
-    "in a store, raises nothing",
 }
 
 

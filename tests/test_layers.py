@@ -69,7 +69,7 @@ def _lint(root: Path) -> subprocess.CompletedProcess[str]:
 
 def test_contracts_are_declared() -> None:
     contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
-    assert {c["id"] for c in contracts} >= {"floors", "ground", "dashboard", "detectors"}
+    assert {c["id"] for c in contracts} >= {"floors", "ground", "dashboard", "detectors", "engines"}
     floors = next(c for c in contracts if c["id"] == "floors")
     # bottom to top: ground, ingest, detectors, live | dashboard, commands
     assert floors["layers"][2] == "toolwatch.detectors"
@@ -96,6 +96,8 @@ def test_the_house_keeps_its_floors(tmp_path: Path) -> None:
         ("detectors/alerts.py", "import toolwatch.live.config", "Detectors and ingest"),
         # the dashboard importing the live engine
         ("dashboard/swimlane.py", "import toolwatch.live", "The dashboard does not import"),
+        # batch analyze reading suppression from the dashboard again
+        ("analyze.py", "import toolwatch.dashboard.triage", "Batch analyze and the live"),
     ],
 )
 def test_an_upward_import_is_caught(tmp_path: Path, module: str, planted: str, broken: str) -> None:

@@ -433,8 +433,8 @@ class PrivilegeChainDetector(_SequenceDetector):
     summary = "Sensitive reads followed by writes, grants or executions in one session."
 
     _extra: ClassVar[list[str]] = ["sensitive_reads", "mutations_after", "admin_after",
-                                   "sensitive_writes", "approved_after", "limit_resets",
-                                   "first_escalation", "chain"]
+                                   "sensitive_writes", "planted_execs", "approved_after",
+                                   "limit_resets", "first_escalation", "chain"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""
@@ -443,7 +443,8 @@ class PrivilegeChainDetector(_SequenceDetector):
         found = found.join(self._approved(features, found), on="sh", how="left").with_columns(
             pl.col("approved_after").fill_null(0))
         sens = band(pl.col("sensitive_reads"), s.sensitive_reads_lo, s.sensitive_reads_hi)
-        ok = (pl.col("sensitive_reads") >= s.sensitive_reads_lo) & (pl.col("mutations_after") > 0)
+        ok = ((pl.col("sensitive_reads") >= s.sensitive_reads_lo)
+              & (pl.col("mutations_after") > 0)) | (pl.col("planted_execs") > 0)
         raw = pl.when(ok).then(any_of(
             sens,
             pl.when(pl.col("admin_after") > 0).then(0.9).otherwise(0.0),
@@ -491,7 +492,8 @@ class PrivilegeChainDetector(_SequenceDetector):
             pl.col("limit_resets").fill_null(0),
             pl.col("_s").fill_null(0.0),
             *[pl.col(c).fill_null(0) for c in ("sensitive_reads", "mutations_after",
-                                               "admin_after", "sensitive_writes")],
+                                               "admin_after", "sensitive_writes",
+                                               "planted_execs")],
             pl.coalesce("first_escalation", "_first_lift").alias("first_escalation"),
             pl.coalesce("chain", "_lchain").alias("chain"),
         ).drop("_first_lift", "_lchain")
@@ -510,12 +512,19 @@ class PrivilegeChainDetector(_SequenceDetector):
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         schema = {"sensitive_reads": pl.Int64, "mutations_after": pl.Int64,
                   "admin_after": pl.Int64, "sensitive_writes": pl.Int64,
-                  "first_escalation": pl.String, "chain": _CHAIN}
+                  "planted_execs": pl.Int64, "first_escalation": pl.String,
+                  "chain": _CHAIN}
         ev = _seq(features)
         sread = pl.col("sensitive") & pl.col("tool_role").is_in(["read", "list_search"])
+        # A write that plants something sensitive (a path or content naming credentials,
+        # system files, admin rights) starts a chain too when a later call executes or
+        # grants: seed 003's read-enumerate-write, where what was read was ordinary.
+        swrite = (pl.col("mutates") & pl.col("sensitive")
+                  & (pl.col("tool_role") != "admin_exec"))
         hit = ev.filter(sread | pl.col("mutates"))
-        # Sessions with a sensitive read and a later mutating call.
-        first_sens = hit.filter(sread).group_by("sh").agg(pl.col("t").min().alias("_t0"))
+        # Sessions with a sensitive read (or planted write) and a later mutating call.
+        first_sens = hit.filter(sread | swrite).group_by("sh").agg(
+            pl.col("t").min().alias("_t0"))
         if first_sens.height == 0:
             return _empty_found(schema)
         hit = hit.join(first_sens, on="sh").filter(pl.col("t") >= pl.col("_t0"))
@@ -534,6 +543,9 @@ class PrivilegeChainDetector(_SequenceDetector):
             (pl.col("tool_role") == "admin_exec").sum().cast(pl.Int64).alias("admin_after"),
             (pl.col("mutates") & pl.col("sensitive")).sum().cast(pl.Int64)
             .alias("sensitive_writes"),
+            ((pl.col("tool_role") == "admin_exec")
+             & (pl.col("t") > pl.col("t").filter(swrite).min())).sum().cast(pl.Int64)
+            .alias("planted_execs"),
             pl.col("tool").filter(pl.col("mutates")).first().alias("first_escalation"),
             _chain_expr_filtered(before, 10).alias("_c1"),
             _chain_expr_filtered(pl.col("mutates"), 10).alias("_c2"),
@@ -554,6 +566,11 @@ class PrivilegeChainDetector(_SequenceDetector):
             reasons.append(f"{num(row['admin_after'])} of them execute or grant (admin_exec).")
         if row.get("sensitive_writes"):
             reasons.append(f"{num(row['sensitive_writes'])} of them write to a sensitive place.")
+        if row.get("planted_execs") and not row.get("sensitive_reads"):
+            reasons.insert(0, (
+                f"A write naming a sensitive place or right ({row.get('first_escalation')}) "
+                f"was followed in the same session by {num(row['planted_execs'])} execute or "
+                f"grant call(s)."))
         if row.get("limit_resets"):
             reasons.append(
                 f"After being refused for a rate limit or quota, the session called "
@@ -571,6 +588,7 @@ class PrivilegeChainDetector(_SequenceDetector):
             "mutations_after": row.get("mutations_after"),
             "admin_exec_after": row.get("admin_after"),
             "sensitive_writes": row.get("sensitive_writes"),
+            "planted_execs": row.get("planted_execs"),
             "approved_after": row.get("approved_after"),
             "limit_resets": row.get("limit_resets"),
             "first_escalation": row.get("first_escalation")})

@@ -59,7 +59,7 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
              "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own",
              "p_request", "req_rows", "req_refused", "over_bytes", "over_rows", "over_calls",
-             "p_oversized"]
+             "over_share", "p_oversized"]
 
 
 
@@ -109,7 +109,8 @@ def _requested(fs: FeatureSet) -> pl.DataFrame:
     )
 
 
-_OVER_SCHEMA = {"over_bytes": pl.Int64, "over_rows": pl.Int64, "over_calls": pl.Int64}
+_OVER_SCHEMA = {"over_bytes": pl.Int64, "over_rows": pl.Int64, "over_calls": pl.Int64,
+                "over_share": pl.Float64}
 
 
 def _big(factor: float, pop_b: float, pop_r: float) -> pl.Expr:
@@ -174,17 +175,24 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
     if ev.height == 0 or factor <= 0 or typ is None or (pop_b <= 0 and typ.height == 0):
         return pl.DataFrame(schema={"sh": ev.schema.get("sh", pl.UInt64), **_OVER_SCHEMA})
     routine = pl.col("heavy_share").fill_null(0.0) >= heavy_share
+    big = (pl.col("ok") & _big(factor, pop_b, pop_r)
+           & (~routine | pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)))
     return (
-        annotated(fs).lazy().filter(pl.col("ok"))
-        .select("sh", "server", "tool", "bytes", "rows", "data", "sensitive")
-        .join(typ.lazy(), on=["server", "tool"], how="left")
-        .filter(_big(factor, pop_b, pop_r)
-                & (~routine | pl.col("data").fill_null(False)
-                   | pl.col("sensitive").fill_null(False)))
+        annotated(fs).lazy()
+        .select("sh", "server", "tool", "ok", "bytes", "rows", "data", "sensitive")
+        .join(typ.lazy(), on=["server", "tool"], how="left", maintain_order="left")
+        .with_columns(big.alias("_big"))
+        # The calls to a tool that returned an oversized response: an extraction asks
+        # that tool again and again; a working session has a report among many reads.
+        .with_columns(pl.col("_big").any().over("sh", "server", "tool").alias("_big_tool"))
         .group_by("sh")
-        .agg(pl.col("bytes").fill_null(0).sum().cast(pl.Int64).alias("over_bytes"),
-             pl.col("rows").fill_null(0).sum().cast(pl.Int64).alias("over_rows"),
-             pl.len().cast(pl.Int64).alias("over_calls"))
+        .agg(pl.col("bytes").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
+             .alias("over_bytes"),
+             pl.col("rows").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
+             .alias("over_rows"),
+             pl.col("_big").sum().cast(pl.Int64).alias("over_calls"),
+             pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"))
+        .filter(pl.col("over_calls") > 0)
         .collect(engine="in-memory")
     )
 
@@ -475,6 +483,12 @@ class BulkExtractionDetector(Detector):
             p_over = band(pl.max_horizontal(
                 pl.col("over_bytes").fill_null(0) / b.oversized_min_bytes,
                 pl.col("over_rows").fill_null(0) / b.oversized_min_rows), 1.0, 10.0)
+            # Focused: a share focus_min of the session's calls go to the tools that
+            # returned oversized responses. A working day with a few big query results or
+            # reports among documents, tickets and notes is not an extraction.
+            if b.focus_min > 0:
+                p_over = all_of(p_over, gate(pl.col("over_share").fill_null(0.0),
+                                             b.focus_min))
         else:
             p_over = pl.lit(0.0)
         lf = lf.with_columns(

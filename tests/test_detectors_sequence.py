@@ -409,3 +409,17 @@ def test_planted_write_then_execute_is_a_chain_but_a_developer_edit_is_not() -> 
     assert chain["reasons"][0].startswith("A write naming a sensitive place or right (writeFile)")
     assert evidence(chain)["planted_execs"] == 2
     assert "privilege_chain" not in cats(res, "dev")
+
+
+def test_replay_across_reconnections_names_every_session_that_ran_it() -> None:
+    """Seed 002: the same charge replayed from new sessions under fresh idempotency keys.
+    Each session runs it once; the finding covers all of them, the first included."""
+    tr = base()
+    for k in range(3):
+        tr.call(f"replay-{k}", T + timedelta(minutes=4 * k), "chargePayment", caller="agent-y",
+                server="billing", resource_key="orderId", resource_id="ord-77",
+                args={"orderId": "ord-77", "amountCents": 4_200, "idempotencyKey": f"k-{k}"})
+    res = run(tr)
+    for k in range(3):
+        dup = cats(res, f"replay-{k}")["duplicate_execution"]
+        assert evidence(dup)["executions"] == 3, dup

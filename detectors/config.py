@@ -703,6 +703,21 @@ class CrossServerFlowConfig:
         20,
     )
     data_min_bytes: int = doc("...or at least this many bytes.", 50_000)
+    oversized_factor: float = doc(
+        "A read returning at least this many times what its (server, tool) typically "
+        "returns (a 600 kB file from a file server whose reads are a few kB; tools seen in "
+        "bulk_extraction.tool_min_sessions sessions or more) counts like a collection of "
+        "records: sensitive by what it returns against what that tool returns to everyone "
+        "else (0 disables).",
+        10.0,
+    )
+    record_score: float = doc(
+        "Score of a flow whose reads returned such records but no collection (a customer "
+        "record or a payroll file of a few kB, then an upload to a third-party tool): "
+        "sensitive by what it is, not by its size, so reported, a notch below a "
+        "collection (0 disables).",
+        0.6,
+    )
     own_session_first: bool = doc(
         "An outbound call whose own session read on another server first carries only "
         "that session's reads; only an upload-only session (each server giving the client "

@@ -713,10 +713,10 @@ class CrossServerFlowConfig:
     )
     record_score: float = doc(
         "Score of a flow whose reads returned such records but no collection (a customer "
-        "record or a payroll file of a few kB, then an upload to a third-party tool): "
-        "sensitive by what it is, not by its size, so reported, a notch below a "
-        "collection (0 disables).",
-        0.6,
+        "record or a payroll file of a few kB, then an upload to a third-party tool). Off "
+        "by default: a support agent reading one customer and emailing them is the job; a "
+        "deployment whose outbound tools never carry records sets it (0.6: low).",
+        0.0,
     )
     own_session_first: bool = doc(
         "An outbound call whose own session read on another server first carries only "

@@ -51,7 +51,9 @@ ALERT_COLUMNS: dict[str, pl.DataType] = {
 
 #: Categories never folded into each other on one session: scraping (walking a listing by
 #: page) and bulk extraction (volume) are two findings when a session does both.
-_BOTH_KEPT = {"scraping_loop", "bulk_extraction"}
+#: Pairs of categories that are two findings on one session, never folded into one:
+#: walking a listing *and* pulling volume; firing calls at once *and* pulling volume.
+_BOTH_KEPT = ({"scraping_loop", "bulk_extraction"}, {"concurrency_abuse", "bulk_extraction"})
 
 
 def alert_id(entity_type: str, entity_id: str, category: str, window_start: int | None) -> str:
@@ -116,8 +118,8 @@ def _fold(rows: list[dict[str, Any]], config: DetectorsConfig) -> tuple[list[dic
         for r in group:
             if r is top:
                 continue
-            if {r["category"], top["category"]} == _BOTH_KEPT and not summary_only:
-                continue  # walking a listing *and* pulling volume: two findings, two alerts
+            if {r["category"], top["category"]} in _BOTH_KEPT and not summary_only:
+                continue  # e.g. walking a listing *and* pulling volume: two findings
             if (r["category"] == "anomaly" or summary_only
                     or r["score"] <= top["score"] - config.fold_margin):
                 _absorb(top, r)

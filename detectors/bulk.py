@@ -16,7 +16,12 @@ a user who suddenly pulls far more than they ever do is not shielded:
 * **single response** — one response far beyond the population's largest ones (a
   one-shot dump), with a high absolute floor;
 * **pagination sweep** — many distinct pages / offsets / cursors of one tool, returning
-  real data: walking a listing to its end is extraction whatever the page size.
+  real data: walking a listing to its end is extraction whatever the page size;
+* **oversized responses** — calls returning far more (bytes, or records) than their
+  (server, tool) typically returns, adding up to ``oversized_min_bytes`` /
+  ``oversized_min_rows``: a read is judged by what it returns against what that tool
+  returns to everyone else, so a few dumps of a small-response tool count even under the
+  sustained-volume floor, while an export tool returning its usual large files does not.
 
 An absolute floor (``min_bytes`` / ``min_rows``) keeps big ratios on tiny volumes out.
 Per caller and client address, sessions not explained on their own are summed per
@@ -43,6 +48,7 @@ from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_o
 from toolwatch.detectors.features import ENTITY_TYPES, US_PER_DAY, explode_entities, group_agg
 from toolwatch.detectors.scoring import all_of, any_of, band, gate
 from toolwatch.detectors.text import clean, duration, num, size
+from toolwatch.detectors.tools import annotated
 
 #: Figures with baselines.
 _VOL = ["beyond_bytes", "beyond_rows", "max_bytes", "max_pages"]
@@ -52,7 +58,8 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "z_single", "z_own", "own_n", "own_days", "own_typical_beyond_bytes",
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
              "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own",
-             "p_request", "req_rows", "req_refused"]
+             "p_request", "req_rows", "req_refused", "over_bytes", "over_rows", "over_calls",
+             "over_share", "p_oversized"]
 
 
 
@@ -98,6 +105,94 @@ def _requested(fs: FeatureSet) -> pl.DataFrame:
         .agg(pl.col("_lim").max().alias("req_rows"),
              pl.col("ok").filter(pl.col("_lim") == pl.col("_lim").max()).not_().all()
              .alias("req_refused"))
+        .collect(engine="in-memory")
+    )
+
+
+_OVER_SCHEMA = {"over_bytes": pl.Int64, "over_rows": pl.Int64, "over_calls": pl.Int64,
+                "over_share": pl.Float64}
+
+
+def _big(factor: float, pop_b: float, pop_r: float) -> pl.Expr:
+    """A call returning at least ``factor`` times its tool's typical response (``typ_b`` /
+    ``typ_r``, else the population's typical call), in bytes or in records."""
+    tb = pl.coalesce(pl.col("typ_b"), pl.lit(pop_b or None, pl.Float64))
+    tr = pl.coalesce(pl.col("typ_r"), pl.lit(pop_r or None, pl.Float64))
+    return ((pl.col("bytes") >= factor * tb).fill_null(False)
+            | ((pl.col("rows") > 0) & (pl.col("rows") >= factor * tr)).fill_null(False))
+
+
+def tool_typicals(events: pl.DataFrame, min_sessions: int,
+                  factor: float) -> tuple[pl.DataFrame, float, float]:
+    """The typical (median) response of each (server, tool) called in at least
+    ``min_sessions`` sessions, in bytes (``typ_b``) and records (``typ_r``); the share of
+    its sessions holding a call ``factor`` times that large (``heavy_share``: a query
+    tool serving both dashboards and analysts' exports has many, a document store
+    almost none); and the population's typical call (bytes, records) for the others.
+
+    Only successful calls with a logged size count (0 rows means 'not logged')."""
+    empty = pl.DataFrame(schema={"server": pl.String, "tool": pl.String, "typ_b": pl.Float64,
+                                 "typ_r": pl.Float64, "heavy_share": pl.Float64})
+    if events.height == 0 or factor <= 0:
+        return empty, 0.0, 0.0
+    ok = events.lazy().filter(pl.col("ok")).select("sh", "server", "tool", "bytes", "rows")
+    pop = ok.select(pl.col("bytes").filter(pl.col("bytes") > 0).median().alias("b"),
+                    pl.col("rows").filter(pl.col("rows") > 0).median().alias("r")
+                    ).collect(engine="in-memory")
+    pop_b, pop_r = float(pop["b"][0] or 0.0), float(pop["r"][0] or 0.0)
+    typ = (
+        ok.group_by("server", "tool")
+        .agg(pl.col("sh").n_unique().alias("_n"),
+             pl.col("bytes").filter(pl.col("bytes") > 0).median().cast(pl.Float64)
+             .alias("typ_b"),
+             pl.col("rows").filter(pl.col("rows") > 0).median().cast(pl.Float64)
+             .alias("typ_r"))
+        .filter(pl.col("_n") >= min_sessions)
+    )
+    per_tool = (
+        ok.join(typ, on=["server", "tool"], how="inner")
+        .group_by("server", "tool", "sh")
+        .agg(_big(factor, 0.0, 0.0).any().alias("_heavy"), pl.col("typ_b").first(),
+             pl.col("typ_r").first())
+        .group_by("server", "tool")
+        .agg(pl.col("typ_b").first(), pl.col("typ_r").first(),
+             pl.col("_heavy").mean().cast(pl.Float64).alias("heavy_share"))
+        .collect(engine="in-memory")
+    )
+    return (per_tool.select(empty.columns) if per_tool.height else empty), pop_b, pop_r
+
+
+def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: float,
+               factor: float, heavy_share: float) -> pl.DataFrame:
+    """Per session: bytes and records returned by *oversized* calls — at least ``factor``
+    times the typical response of their (server, tool), or of the population's typical
+    call for a tool without a baseline of its own — and how many such calls.
+
+    On a tool where such responses are routine (at least ``heavy_share`` of its sessions
+    hold one: a query tool some teams export with), size alone says nothing: only reads
+    of people's or a business's records (``data``) or of sensitive places count there."""
+    ev = fs.events
+    if ev.height == 0 or factor <= 0 or typ is None or (pop_b <= 0 and typ.height == 0):
+        return pl.DataFrame(schema={"sh": ev.schema.get("sh", pl.UInt64), **_OVER_SCHEMA})
+    routine = pl.col("heavy_share").fill_null(0.0) >= heavy_share
+    big = (pl.col("ok") & _big(factor, pop_b, pop_r)
+           & (~routine | pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)))
+    return (
+        annotated(fs).lazy()
+        .select("sh", "server", "tool", "ok", "bytes", "rows", "data", "sensitive")
+        .join(typ.lazy(), on=["server", "tool"], how="left", maintain_order="left")
+        .with_columns(big.alias("_big"))
+        # The calls to a tool that returned an oversized response: an extraction asks
+        # that tool again and again; a working session has a report among many reads.
+        .with_columns(pl.col("_big").any().over("sh", "server", "tool").alias("_big_tool"))
+        .group_by("sh")
+        .agg(pl.col("bytes").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
+             .alias("over_bytes"),
+             pl.col("rows").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
+             .alias("over_rows"),
+             pl.col("_big").sum().cast(pl.Int64).alias("over_calls"),
+             pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"))
+        .filter(pl.col("over_calls") > 0)
         .collect(engine="in-memory")
     )
 
@@ -213,8 +308,10 @@ class BulkExtractionDetector(Detector):
               "min_mad": cfg.baseline_min_mad}
         # Session volumes count beyond the largest response — and, in long sessions, beyond
         # one report per report_every_calls calls.
-        sessions = _beyond_reports(history, self.settings.report_every_calls).join(
-            _requested(history), on="sh", how="left")
+        # What each (server, tool) typically returns: a read is judged against its tool.
+        self.tool_typ_, self.pop_call_b_, self.pop_call_r_ = tool_typicals(
+            history.events, self.settings.tool_min_sessions, self.settings.tool_factor)
+        sessions = self._inputs(history)
         # The baselines read a handful of columns: select them before the filters and
         # group-bys, which would otherwise copy all ~60 session feature columns.
         narrow = _for_baseline(sessions.select("caller_id", "first_t", "calls", *_VOL))
@@ -282,6 +379,17 @@ class BulkExtractionDetector(Detector):
                 )
         self.fitted_ = True
         return self
+
+    def _inputs(self, fs: FeatureSet) -> pl.DataFrame:
+        """Session features plus the per-call figures the patterns read: volume beyond
+        the largest responses, records requested, oversized responses."""
+        # A model saved before the tool baselines existed has none: no oversized figures.
+        typ = getattr(self, "tool_typ_", None)
+        over = _oversized(fs, typ, getattr(self, "pop_call_b_", 0.0),
+                          getattr(self, "pop_call_r_", 0.0), self.settings.tool_factor,
+                          self.settings.tool_heavy_share)
+        return _beyond_reports(fs, self.settings.report_every_calls).join(
+            _requested(fs), on="sh", how="left").join(over, on="sh", how="left")
 
     def _score_volume(self, df: pl.DataFrame, bl: Baseline,
                       day_bl: Baseline | None = None) -> pl.DataFrame:
@@ -370,17 +478,31 @@ class BulkExtractionDetector(Detector):
                 pl.col("req_refused").fill_null(False)).then(b.refused_weight).otherwise(1.0)
         else:
             p_request = pl.lit(0.0)
+        # Oversized responses: volume from calls far beyond what their tool returns.
+        if "over_bytes" in df.columns and b.tool_factor > 0:
+            p_over = band(pl.max_horizontal(
+                pl.col("over_bytes").fill_null(0) / b.oversized_min_bytes,
+                pl.col("over_rows").fill_null(0) / b.oversized_min_rows), 1.0, 10.0)
+            # Focused: a share focus_min of the session's calls go to the tools that
+            # returned oversized responses. A working day with a few big query results or
+            # reports among documents, tickets and notes is not an extraction.
+            if b.focus_min > 0:
+                p_over = all_of(p_over, gate(pl.col("over_share").fill_null(0.0),
+                                             b.focus_min))
+        else:
+            p_over = pl.lit(0.0)
         lf = lf.with_columns(
             p_request.alias("p_request"),
+            p_over.alias("p_oversized"),
             (p_volume if bl.is_fitted else pl.lit(0.0)).alias("p_volume"),
             (p_single if bl.is_fitted else pl.lit(0.0)).alias("p_single"),
             p_sweep.alias("p_sweep"),
         )
         raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"),
-                     pl.col("p_request"))
+                     pl.col("p_request"), pl.col("p_oversized"))
         return lf.with_columns(raw.alias("_raw")).select(
             *cols, "z_pop", "z_combined", "beyond_per_call", "z_single", "z_own",
-            "p_volume", "p_single", "p_sweep", "p_request", "_raw",
+            "p_volume", "p_single", "p_sweep", "p_request", "p_oversized", "_raw",
         ).collect(engine="in-memory")
 
     @staticmethod
@@ -418,8 +540,7 @@ class BulkExtractionDetector(Detector):
         volume = (
             cached[1] if cached is not None and cached[0] is features.sessions
             else self._score_volume(
-                _beyond_reports(features, self.settings.report_every_calls).join(
-                    _requested(features), on="sh", how="left"),
+                self._inputs(features),
                 self.session_baseline_, getattr(self, "day_baseline_", None))
         )
         scored = self._gated(volume, self.habit_, ["caller_id"])
@@ -465,6 +586,7 @@ class BulkExtractionDetector(Detector):
             pl.lit(None, pl.String).alias("page_tool"),
             pl.lit(None, pl.Int64).alias("req_rows"),
             pl.lit(None, pl.Boolean).alias("req_refused"),
+            *[pl.lit(None, t).alias(c) for c, t in _OVER_SCHEMA.items()],
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
         )
         hot = ent.filter(pl.col("_score") >= self.threshold)
@@ -508,8 +630,14 @@ class BulkExtractionDetector(Detector):
             f"{duration(row.get('span_s'))}{where}; {largest}."
         ]
         pats = {k: float(row.get(k) or 0.0)
-                for k in ("p_volume", "p_single", "p_sweep", "p_request")}
+                for k in ("p_volume", "p_single", "p_sweep", "p_request", "p_oversized")}
         top = max(pats, key=lambda k: pats[k])
+        if top == "p_oversized" or pats["p_oversized"] >= 0.5:
+            recs = f", {num(row.get('over_rows'))} records" if row.get("over_rows") else ""
+            reasons.append(
+                f"{num(row.get('over_calls'))} call(s) returned at least "
+                f"{num(self.settings.tool_factor)}× what their tool typically returns, "
+                f"{size(row.get('over_bytes'))}{recs} in all: oversized reads.")
         if top == "p_request" or pats["p_request"] >= 0.5:
             refused = row.get("req_refused")
             reasons.append(
@@ -602,9 +730,12 @@ class BulkExtractionDetector(Detector):
                 "top_tool": row.get("top_tool"),
                 "pattern_scores": clean({k: row.get(k) for k in
                                          ("p_volume", "p_single", "p_sweep", "p_own",
-                                          "p_request")}),
+                                          "p_request", "p_oversized")}),
                 "requested_records": row.get("req_rows"),
                 "request_refused": row.get("req_refused"),
+                "oversized_calls": row.get("over_calls"),
+                "oversized_bytes": row.get("over_bytes"),
+                "oversized_rows": row.get("over_rows"),
             }
         )
         return reasons, evidence

@@ -194,6 +194,37 @@ class BulkExtractionConfig:
         "an attempt, reported a notch lower.",
         0.8,
     )
+    tool_factor: float = doc(
+        "Oversized responses: a call returning at least this many times the typical "
+        "response of its (server, tool) — bytes, or records where the server logs rows — "
+        "is oversized. What is typical for a tool is learned per (server, tool); a tool "
+        "seen in fewer than tool_min_sessions sessions is compared with the population's "
+        "typical call instead (a tool only an extraction uses has no baseline of its own). "
+        "0 disables the pattern.",
+        10.0,
+    )
+    tool_min_sessions: int = doc(
+        "Sessions that must have called a (server, tool) for its own typical response size "
+        "to be used.",
+        20,
+    )
+    tool_heavy_share: float = doc(
+        "On a (server, tool) where at least this share of sessions hold an oversized call "
+        "(a query tool that serves dashboards and analysts' exports alike), size says "
+        "nothing on its own: only reads of people's or a business's records "
+        "([detectors.tools] data_terms / data_tools) or of sensitive places count as "
+        "oversized there.",
+        0.02,
+    )
+    oversized_min_bytes: int = doc(
+        "Oversized responses of one session adding up to this many bytes count as bulk "
+        "extraction (seed 001 alerts on a session returning more than 1 MB); critical at "
+        "ten times as much.",
+        1_000_000,
+    )
+    oversized_min_rows: int = doc(
+        "Like oversized_min_bytes for records (rows), when the server logs them.", 10_000
+    )
     single_z_lo: float = doc(
         "A single response this many robust z-scores above the population's largest "
         "responses counts on its own (a one-shot dump far beyond any normal export).",
@@ -391,6 +422,8 @@ class ToolsConfig:
             "customer", "client_list", "contact", "member", "employee", "patient",
             "subscriber", "payroll", "salary", "salaries", "personal", "pii", "ssn",
             "users", "accounts", "export", "dump", "backup", "dataset",
+            # A business's own records: whole tables of them are as sensitive as people's.
+            "payments", "invoices", "transactions", "ledger",
         ],
     )
     data_tools: list[str] = doc(
@@ -670,6 +703,21 @@ class CrossServerFlowConfig:
         20,
     )
     data_min_bytes: int = doc("...or at least this many bytes.", 50_000)
+    oversized_factor: float = doc(
+        "A read returning at least this many times what its (server, tool) typically "
+        "returns (a 600 kB file from a file server whose reads are a few kB; tools seen in "
+        "bulk_extraction.tool_min_sessions sessions or more) counts like a collection of "
+        "records: sensitive by what it returns against what that tool returns to everyone "
+        "else (0 disables).",
+        10.0,
+    )
+    record_score: float = doc(
+        "Score of a flow whose reads returned such records but no collection (a customer "
+        "record or a payroll file of a few kB, then an upload to a third-party tool). Off "
+        "by default: a support agent reading one customer and emailing them is the job; a "
+        "deployment whose outbound tools never carry records sets it (0.6: low).",
+        0.0,
+    )
     own_session_first: bool = doc(
         "An outbound call whose own session read on another server first carries only "
         "that session's reads; only an upload-only session (each server giving the client "

@@ -41,6 +41,7 @@ import orjson
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
 from toolwatch.detectors.baseline import Baseline, daily_habits, habits, habitual_gate
+from toolwatch.detectors.bulk import tool_typicals
 from toolwatch.detectors.config import DetectorsConfig, WorkflowRule
 from toolwatch.detectors.features import SEED, US_PER_DAY
 from toolwatch.detectors.scoring import all_of, any_of, band
@@ -433,8 +434,8 @@ class PrivilegeChainDetector(_SequenceDetector):
     summary = "Sensitive reads followed by writes, grants or executions in one session."
 
     _extra: ClassVar[list[str]] = ["sensitive_reads", "mutations_after", "admin_after",
-                                   "sensitive_writes", "approved_after", "limit_resets",
-                                   "first_escalation", "chain"]
+                                   "sensitive_writes", "planted_execs", "approved_after",
+                                   "limit_resets", "first_escalation", "chain"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session."""
@@ -443,7 +444,8 @@ class PrivilegeChainDetector(_SequenceDetector):
         found = found.join(self._approved(features, found), on="sh", how="left").with_columns(
             pl.col("approved_after").fill_null(0))
         sens = band(pl.col("sensitive_reads"), s.sensitive_reads_lo, s.sensitive_reads_hi)
-        ok = (pl.col("sensitive_reads") >= s.sensitive_reads_lo) & (pl.col("mutations_after") > 0)
+        ok = ((pl.col("sensitive_reads") >= s.sensitive_reads_lo)
+              & (pl.col("mutations_after") > 0)) | (pl.col("planted_execs") > 0)
         raw = pl.when(ok).then(any_of(
             sens,
             pl.when(pl.col("admin_after") > 0).then(0.9).otherwise(0.0),
@@ -491,7 +493,8 @@ class PrivilegeChainDetector(_SequenceDetector):
             pl.col("limit_resets").fill_null(0),
             pl.col("_s").fill_null(0.0),
             *[pl.col(c).fill_null(0) for c in ("sensitive_reads", "mutations_after",
-                                               "admin_after", "sensitive_writes")],
+                                               "admin_after", "sensitive_writes",
+                                               "planted_execs")],
             pl.coalesce("first_escalation", "_first_lift").alias("first_escalation"),
             pl.coalesce("chain", "_lchain").alias("chain"),
         ).drop("_first_lift", "_lchain")
@@ -510,12 +513,19 @@ class PrivilegeChainDetector(_SequenceDetector):
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         schema = {"sensitive_reads": pl.Int64, "mutations_after": pl.Int64,
                   "admin_after": pl.Int64, "sensitive_writes": pl.Int64,
-                  "first_escalation": pl.String, "chain": _CHAIN}
+                  "planted_execs": pl.Int64, "first_escalation": pl.String,
+                  "chain": _CHAIN}
         ev = _seq(features)
         sread = pl.col("sensitive") & pl.col("tool_role").is_in(["read", "list_search"])
+        # A write that plants something sensitive (a path or content naming credentials,
+        # system files, admin rights) starts a chain too when a later call executes or
+        # grants: seed 003's read-enumerate-write, where what was read was ordinary.
+        swrite = (pl.col("mutates") & pl.col("sensitive")
+                  & (pl.col("tool_role") != "admin_exec"))
         hit = ev.filter(sread | pl.col("mutates"))
-        # Sessions with a sensitive read and a later mutating call.
-        first_sens = hit.filter(sread).group_by("sh").agg(pl.col("t").min().alias("_t0"))
+        # Sessions with a sensitive read (or planted write) and a later mutating call.
+        first_sens = hit.filter(sread | swrite).group_by("sh").agg(
+            pl.col("t").min().alias("_t0"))
         if first_sens.height == 0:
             return _empty_found(schema)
         hit = hit.join(first_sens, on="sh").filter(pl.col("t") >= pl.col("_t0"))
@@ -534,6 +544,9 @@ class PrivilegeChainDetector(_SequenceDetector):
             (pl.col("tool_role") == "admin_exec").sum().cast(pl.Int64).alias("admin_after"),
             (pl.col("mutates") & pl.col("sensitive")).sum().cast(pl.Int64)
             .alias("sensitive_writes"),
+            ((pl.col("tool_role") == "admin_exec")
+             & (pl.col("t") > pl.col("t").filter(swrite).min())).sum().cast(pl.Int64)
+            .alias("planted_execs"),
             pl.col("tool").filter(pl.col("mutates")).first().alias("first_escalation"),
             _chain_expr_filtered(before, 10).alias("_c1"),
             _chain_expr_filtered(pl.col("mutates"), 10).alias("_c2"),
@@ -554,6 +567,11 @@ class PrivilegeChainDetector(_SequenceDetector):
             reasons.append(f"{num(row['admin_after'])} of them execute or grant (admin_exec).")
         if row.get("sensitive_writes"):
             reasons.append(f"{num(row['sensitive_writes'])} of them write to a sensitive place.")
+        if row.get("planted_execs") and not row.get("sensitive_reads"):
+            reasons.insert(0, (
+                f"A write naming a sensitive place or right ({row.get('first_escalation')}) "
+                f"was followed in the same session by {num(row['planted_execs'])} execute or "
+                f"grant call(s)."))
         if row.get("limit_resets"):
             reasons.append(
                 f"After being refused for a rate limit or quota, the session called "
@@ -571,6 +589,7 @@ class PrivilegeChainDetector(_SequenceDetector):
             "mutations_after": row.get("mutations_after"),
             "admin_exec_after": row.get("admin_after"),
             "sensitive_writes": row.get("sensitive_writes"),
+            "planted_execs": row.get("planted_execs"),
             "approved_after": row.get("approved_after"),
             "limit_resets": row.get("limit_resets"),
             "first_escalation": row.get("first_escalation")})
@@ -996,7 +1015,9 @@ class DuplicateExecutionDetector(_SequenceDetector):
             pl.lit(0, pl.Int64).alias("retried_after"),
             pl.col("tool").first().alias("dup_tool"),
             pl.col("bk").first().alias("dup_key"),
-            pl.col("sh").filter(pl.col("_dup")).unique().alias("_sessions"),
+            # Every session that ran the operation: a replay across reconnections
+            # (seed 002) is one finding over all of them, the first included.
+            pl.col("sh").unique().alias("_sessions"),
             _chain_expr(),
         ).filter(pl.col("executions") >= 2).drop("_grp")
         # One idempotency key carried by different operations of one tool: the key is
@@ -1086,7 +1107,8 @@ class CrossServerFlowDetector(_SequenceDetector):
     summary = "Bulk or sensitive reads on one server, then an outbound call on another."
 
     _extra: ClassVar[list[str]] = ["out_tool", "out_server", "read_bytes", "read_rows",
-                                   "sensitive_reads", "data_reads", "source_servers", "chain"]
+                                   "sensitive_reads", "data_reads", "record_reads",
+                                   "source_servers", "chain"]
 
     def _volume(self) -> pl.Expr:
         """Volume is bytes *or* records, and records of people or a business (a customer
@@ -1096,6 +1118,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi),
             band(pl.col("read_rows"), s.min_rows, s.rows_hi),
             pl.when(pl.col("data_reads") > 0).then(s.data_score).otherwise(0.0),
+            # Records of people or a business, however few: sensitive by what they are.
+            pl.when(pl.col("record_reads") > 0).then(s.record_score).otherwise(0.0),
         )
 
     def _sensitive(self) -> pl.Expr:
@@ -1169,7 +1193,7 @@ class CrossServerFlowDetector(_SequenceDetector):
         s = self.settings
         schema = {"out_tool": pl.String, "out_server": pl.String, "read_bytes": pl.Int64,
                   "read_rows": pl.Int64, "sensitive_reads": pl.Int64, "data_reads": pl.Int64,
-                  "source_servers": pl.String, "chain": _CHAIN}
+                  "record_reads": pl.Int64, "source_servers": pl.String, "chain": _CHAIN}
         ev = _seq(features)
         #: One row per outbound call with reads before it (sh, t_out, read_bytes): what
         #: the caller's usual flows are learned from (set by every _find).
@@ -1188,13 +1212,27 @@ class CrossServerFlowDetector(_SequenceDetector):
         whole = pl.col("tool").str.contains(r"(?i)export|dump|backup")
         collection = (whole | (pl.col("rows").fill_null(0) >= s.data_min_rows)
                       | (pl.col("bytes").fill_null(0) >= s.data_min_bytes))
+        if s.oversized_factor > 0:
+            # A read far beyond what its tool returns to everyone else is a collection
+            # whatever its name: judged against the (server, tool) baseline of this batch.
+            typ, _, _ = tool_typicals(ev, self.config.bulk_extraction.tool_min_sessions,
+                                      s.oversized_factor)
+            oversized = (pl.col("bytes").fill_null(0)
+                         >= s.oversized_factor * pl.col("typ_b")).fill_null(False)
+        else:
+            typ = pl.DataFrame(schema={"server": pl.String, "tool": pl.String,
+                                       "typ_b": pl.Float64})
+            oversized = pl.lit(False)
         reads = ev.lazy().filter(
             pl.col("tool_role").is_in(["read", "list_search"])
             & (pl.col("ok") | pl.col("sensitive"))
         ).join(out.lazy().select("ck").unique(), on="ck", how="semi",
-               maintain_order="left").select(
+               maintain_order="left").join(
+            typ.lazy().select("server", "tool", "typ_b"), on=["server", "tool"], how="left",
+            maintain_order="left").select(
             "ck", "t", "server", "tool", "bk", "status", "bytes", "rows", "sensitive",
-            (pl.col("data") & pl.col("ok") & collection).alias("data"),
+            (pl.col("ok") & ((pl.col("data") & collection) | oversized)).alias("data"),
+            (pl.col("data") & pl.col("ok") & ~collection & ~oversized).alias("record"),
             pl.col("sh").alias("sh_r")).collect(engine="in-memory")
         win = s.window_minutes * 60_000_000
         pairs = out.join(reads, on="ck").filter(
@@ -1228,6 +1266,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             .alias("sensitive_reads"),
             pl.struct("tool", "bk").filter(pl.col("data")).n_unique().cast(pl.Int64)
             .alias("data_reads"),
+            pl.struct("tool", "bk").filter(pl.col("record")).n_unique().cast(pl.Int64)
+            .alias("record_reads"),
             pl.col("server").unique().sort().str.join(", ").alias("source_servers"),
             pl.col("sh_r").filter(pl.col("_supplied")).unique().alias("_src"),
             pl.col("out_tool").first(), pl.col("out_server").first(),
@@ -1272,6 +1312,10 @@ class CrossServerFlowDetector(_SequenceDetector):
             reasons.append(f"{num(row['data_reads'])} of those reads returned records of "
                            "people or a business (an export, customer or user data): "
                            "sensitive whatever their size.")
+        if row.get("record_reads") and not row.get("data_reads"):
+            reasons.append(f"{num(row['record_reads'])} of those reads returned records of "
+                           "people or a business (by the tool's name or arguments), too "
+                           "few to be a collection: sensitive by what they are.")
         if row.get("sensitive_reads"):
             reasons.append(f"{num(row['sensitive_reads'])} of those reads touched sensitive "
                            "places (credentials, secrets, system files, user/role tables).")
@@ -1284,6 +1328,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             "records_read_elsewhere": row.get("read_rows"),
             "sensitive_reads": row.get("sensitive_reads"),
             "data_reads": row.get("data_reads"),
+            "record_reads": row.get("record_reads"),
             "source_servers": row.get("source_servers")})
 
 

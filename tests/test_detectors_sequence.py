@@ -381,3 +381,45 @@ def test_treasury_run_is_not_a_duplicate_but_a_replay_is() -> None:
     assert "duplicate_execution" not in cats(res, "payroll")
     assert "step_skip" not in cats(res, "payroll")
     assert "duplicate_execution" in cats(res, "replay")
+
+
+def test_planted_write_then_execute_is_a_chain_but_a_developer_edit_is_not() -> None:
+    """Seed 003's read-enumerate-write where what was read is ordinary: a config read,
+    a write planting an admin switch, then a service restart, target after target. A
+    developer reading, editing and testing the same kind of file is not a chain."""
+    tr = base()
+    t = T
+    for app in ("billing", "portal"):
+        path = {"path": f"/srv/{app}/config.yaml"}
+        for tool, args in (("readFile", path),
+                           ("writeFile", {**path, "content": "debug: true\nadmin_bypass: true"}),
+                           ("executeCommand", {"command": f"systemctl restart {app}"})):
+            tr.call("planted", t, tool, caller="m3", server="files", args=args)
+            t += timedelta(seconds=2)
+    t = T
+    for tool, args in (("readFile", {"path": "/home/dev/app/config.yaml"}),
+                       ("writeFile", {"path": "/home/dev/app/config.yaml",
+                                      "content": "timeout: 30\nretries: 3"}),
+                       ("executeCommand", {"command": "pytest -q"})):
+        tr.call("dev", t, tool, caller="d1", server="files", args=args)
+        t += timedelta(seconds=20)
+    res = run(tr)
+    chain = cats(res, "planted")["privilege_chain"]
+    assert chain["severity"] in ("high", "critical"), chain
+    assert chain["reasons"][0].startswith("A write naming a sensitive place or right (writeFile)")
+    assert evidence(chain)["planted_execs"] == 2
+    assert "privilege_chain" not in cats(res, "dev")
+
+
+def test_replay_across_reconnections_names_every_session_that_ran_it() -> None:
+    """Seed 002: the same charge replayed from new sessions under fresh idempotency keys.
+    Each session runs it once; the finding covers all of them, the first included."""
+    tr = base()
+    for k in range(3):
+        tr.call(f"replay-{k}", T + timedelta(minutes=4 * k), "chargePayment", caller="agent-y",
+                server="billing", resource_key="orderId", resource_id="ord-77",
+                args={"orderId": "ord-77", "amountCents": 4_200, "idempotencyKey": f"k-{k}"})
+    res = run(tr)
+    for k in range(3):
+        dup = cats(res, f"replay-{k}")["duplicate_execution"]
+        assert evidence(dup)["executions"] == 3, dup

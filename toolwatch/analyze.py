@@ -23,7 +23,6 @@ from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
 from toolwatch.ingest_run import IngestResult, ingest_paths
 from toolwatch.output import json_safe, safe_text, table_cell
-from toolwatch.spool import release_freed_memory
 from toolwatch.store import Store
 
 log = logging.getLogger(__name__)
@@ -242,8 +241,6 @@ def _analyze_paths(
         events, summaries = load_events(store, res.fingerprints)
     kept_events.clear()
     kept_summaries.clear()
-    # The parsed batches are gone: their pages go back before detection's peak.
-    release_freed_memory()
     alerts = run_detectors(config, events, summaries)
     return _finish(store, alerts, res, alerts_out)
 

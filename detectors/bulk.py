@@ -169,12 +169,16 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
     call for a tool without a baseline of its own — and how many such calls.
 
     On a tool where such responses are routine (at least ``heavy_share`` of its sessions
-    hold one: a query tool some teams export with), size alone says nothing: only reads
-    of people's or a business's records (``data``) or of sensitive places count there."""
+    hold one: a query tool some teams export with), or without a baseline of its own,
+    size alone says nothing: only reads of people's or a business's records (``data``) or
+    of sensitive places count there."""
     ev = fs.events
     if ev.height == 0 or factor <= 0 or typ is None or (pop_b <= 0 and typ.height == 0):
         return pl.DataFrame(schema={"sh": ev.schema.get("sh", pl.UInt64), **_OVER_SCHEMA})
-    routine = pl.col("heavy_share").fill_null(0.0) >= heavy_share
+    # A tool without a baseline of its own (seen in few sessions) is compared with the
+    # population's typical call, which says little about *that* tool (an account record
+    # may always be 400 kB): there too only named records count.
+    routine = pl.col("heavy_share").is_null() | (pl.col("heavy_share") >= heavy_share)
     big = (pl.col("ok") & _big(factor, pop_b, pop_r)
            & (~routine | pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)))
     return (

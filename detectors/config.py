@@ -198,9 +198,9 @@ class BulkExtractionConfig:
         "Oversized responses: a call returning at least this many times the typical "
         "response of its (server, tool) — bytes, or records where the server logs rows — "
         "is oversized. What is typical for a tool is learned per (server, tool); a tool "
-        "seen in fewer than tool_min_sessions sessions is compared with the population's "
-        "typical call instead (a tool only an extraction uses has no baseline of its own). "
-        "0 disables the pattern.",
+        "seen in fewer than tool_min_sessions sessions has no baseline of its own: it is "
+        "compared with the population's typical call, and only its reads of named records "
+        "(as on a tool_heavy_share tool) count. 0 disables the pattern.",
         10.0,
     )
     tool_min_sessions: int = doc(

@@ -123,6 +123,26 @@ def _words(tool: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(last)]
 
 
+def first_words(tools: pl.Series) -> pl.Series:
+    """``(_words(t) or [""])[0]`` of each name, columnar (null stays null).
+
+    For a million distinct tool names, where the per-name Python loop held a list of
+    a million strings and another of their verbs. The Rust regex has no lookahead, so
+    ``[A-Z]+(?![a-z])`` is matched as ``[A-Z]+`` followed by an optional lower-case
+    letter: when there is one, the last capital starts the next word (``HTTPServer``
+    -> ``http``), which is where Python's backtracking ends too.
+    """
+    last = tools.str.replace(r"(?s)^.*[./:]", "")
+    g = last.str.extract_groups(r"([A-Z]?[a-z]+|[A-Z]+|\d+)([a-z]?)")
+    w, nxt = g.struct.field("1"), g.struct.field("2")
+    cut = (nxt != "") & w.str.contains(r"^[A-Z]{2,}$")
+    out = pl.select(
+        pl.when(cut).then(w.str.slice(0, w.str.len_chars() - 1)).otherwise(w)
+        .str.to_lowercase().fill_null("")
+    ).to_series()
+    return pl.select(pl.when(tools.is_null()).then(None).otherwise(out)).to_series()
+
+
 def role_of(tool: str | None, server: str | None = None,
             config: ToolsConfig | None = None) -> str:
     """Role of one tool name (the scalar rule :func:`tool_table` applies per distinct tool).

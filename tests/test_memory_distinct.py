@@ -15,6 +15,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toolwatch.detectors import tools
 from toolwatch.detectors.config import DetectorsConfig
 
@@ -59,6 +61,21 @@ def _scalar_table(pairs: pl.DataFrame, config: DetectorsConfig) -> list[dict]:
                           *[k for k in extra if k not in tc.idempotency_keys]],
         })
     return out
+
+
+#: Names where the Rust regex (no lookahead) and Python's backtracking could part.
+WORD_CASES = ["fulfillOrder", "HTTPServer", "getURLs", "XMLHttpRequest", "IDs", "ID", "aB",
+              "x/y.deleteAll", "a.b:c/Dd", "a\nb.cX", "12getX", "９９get", "00bz", "ÜberPass",
+              "tool-000000123", "run_query", "", "..", "_", "ÀbcDef"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(WORD_CASES),
+                          st.text(alphabet="aAbBzZ09./:_-Ü１\n", max_size=10)), max_size=40))
+def test_first_words_is_the_scalar_first_word(names: list[str]) -> None:
+    # first_words replaces a per-name Python loop over (possibly a million) tool names.
+    got = tools.first_words(pl.Series([*names, None], dtype=pl.String)).to_list()
+    assert got == [*[(tools._words(n) or [""])[0] for n in names], None]
 
 
 @pytest.mark.parametrize("overrides", [{}, OVERRIDES], ids=["default", "overrides"])

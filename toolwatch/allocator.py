@@ -111,35 +111,6 @@ def tune_duckdb_allocator(decay_ms: int = DUCKDB_DECAY_MS) -> bool:
     return bool(ok)
 
 
-def release_freed_memory() -> None:
-    """Hand back to the OS what ingest freed, before a batch job's detection starts.
-
-    ``analyze`` parses with DuckDB (its own jemalloc, glibc-allocated Arrow exports) and
-    holds the parsed batches in Arrow's pool until they are one polars frame; when the
-    batches are dropped their pages stay resident in those three allocators, and
-    detection's own peak (polars' jemalloc) comes on top. This sets DuckDB's decay to 0
-    and purges it (:func:`tune_duckdb_allocator`), trims the glibc heap and releases
-    Arrow's unused pool memory. Detection allocates through polars, so nothing it does
-    is slowed. Skipped with ``TOOLWATCH_MEMORY_TUNING=0``; allocators that are not there
-    (not glibc, a DuckDB without jemalloc) are skipped silently.
-
-    1M distinct tool names (``benchmarks/bench_distinct.py --tools 1000000``): analyze
-    peak RSS 1.39-1.58 GiB without, 1.33-1.34 GiB with (3 runs each, interleaved).
-    """
-    if os.environ.get("TOOLWATCH_MEMORY_TUNING", "1") == "0":
-        return
-    with contextlib.suppress(Exception):
-        tune_duckdb_allocator(0)
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    pa = sys.modules.get("pyarrow")
-    if pa is not None:
-        with contextlib.suppress(Exception):
-            pa.default_memory_pool().release_unused()
-
-
 #: In a live process with detection, allocations of at least this many bytes get pages of
 #: their own (:func:`fix_mmap_threshold`).
 MMAP_THRESHOLD = 256 << 10

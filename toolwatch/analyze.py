@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from toolwatch import schema
-from toolwatch.allocator import release_freed_memory
 from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
@@ -182,8 +181,6 @@ def _analyze_paths(
         events, summaries = load_events(store, res.fingerprints)
     kept_events.clear()
     kept_summaries.clear()
-    # The parsed batches are gone: their pages go back before detection's peak.
-    release_freed_memory()
     alerts = run_detectors(config, events, summaries)
     return _finish(store, alerts, res, alerts_out)
 

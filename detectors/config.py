@@ -78,9 +78,10 @@ class EnumerationConfig:
     )
     run_lo: int = doc(
         "A run of this many ids stepping by a constant alerts on its own, even when every "
-        "lookup succeeds (low-and-slow harvesting). Chapters or invoices read in order rarely "
-        "exceed a dozen.",
-        15,
+        "lookup succeeds (low-and-slow harvesting). Chapters, invoices or an auditor's "
+        "reports read in order reach a dozen or two; seed 001 counts 100 distinct "
+        "resources as its enumeration signal.",
+        25,
     )
     run_hi: int = doc("Run length that makes the run signal critical.", 60)
     miss_run_lo: int = doc(

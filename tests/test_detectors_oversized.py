@@ -177,3 +177,20 @@ def test_record_score_reports_a_single_record_sent_out_when_set() -> None:
         "cross_server_flow")
     assert flow is not None and flow["severity"] == "low"
     assert any("too few to be a collection" in r for r in flow["reasons"]), flow["reasons"]
+
+
+def test_a_burst_and_volume_on_one_session_are_two_findings() -> None:
+    """Firing calls at once and pulling volume are kept apart like a sweep and volume:
+    neither category is folded into the other, whatever their scores; a third category
+    far below still is."""
+    from toolwatch.detectors.alerts import _fold
+
+    def row(cat: str, score: float) -> dict:
+        return {"window_start": None, "session_id": "s1", "category": cat, "score": score,
+                "_evidence": {}, "_reasons": [f"{cat} reason"]}
+
+    rows = [row("bulk_extraction", 1.0), row("concurrency_abuse", 0.55),
+            row("tool_loop", 0.5)]
+    kept, dropped = _fold(rows, DetectorsConfig())
+    assert {r["category"] for r in kept} == {"bulk_extraction", "concurrency_abuse"}
+    assert dropped == 1

@@ -536,7 +536,7 @@ def test_rule_habits_scored_for_established_callers_only_equal_the_reference(
 ) -> None:
     from toolwatch.detectors.base import FeatureSet
     from toolwatch.detectors.baseline import daily_habits, habits
-    from toolwatch.detectors.bulk import BulkExtractionDetector, _beyond_reports, _entity_windows
+    from toolwatch.detectors.bulk import BulkExtractionDetector, _entity_windows
     from toolwatch.detectors.enumeration import EnumerationDetector
     from toolwatch.detectors.features import ENTITY_TYPES
     from toolwatch.detectors.scraping import ScrapingLoopDetector
@@ -551,8 +551,9 @@ def test_rule_habits_scored_for_established_callers_only_equal_the_reference(
         ref = habits(det._raw(fs.sessions), "_raw", ["caller_id"], **hk)
         assert _sorted(det.habit_, ["caller_id"]).equals(_sorted(ref, ["caller_id"])), cls
     bulk = BulkExtractionDetector(cfg).fit(fs)
-    vol = bulk._score_volume(_beyond_reports(fs, bulk.settings.report_every_calls),
-                             bulk.session_baseline_, bulk.day_baseline_)
+    # The inputs fit() scores: volume beyond the reports, records requested, oversized
+    # responses (bulk._inputs).
+    vol = bulk._score_volume(bulk._inputs(fs), bulk.session_baseline_, bulk.day_baseline_)
     ref = pl.concat([
         habits(vol, "_raw", ["caller_id"], **hk),
         daily_habits(vol, "_raw", ["caller_id"], **hk).with_columns(

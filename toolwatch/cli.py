@@ -22,7 +22,7 @@ from rich.table import Table
 
 from toolwatch import __version__
 from toolwatch.cli_common import ConfigOpt, DataDirOpt, config_for, err, fail
-from toolwatch.config import describe, load_config
+from toolwatch.config import describe, load_config, markdown_table
 from toolwatch.detectors.config import SEVERITIES
 from toolwatch.errors import ToolwatchError
 from toolwatch.gc_pause import gc_paused
@@ -742,24 +742,41 @@ def evaluate(
         print(safe_text(result.to_text(), keep_newlines=True))
 
 
-@app.command("config")
-def config_cmd(config: ConfigOpt = None) -> None:
-    """Show every configuration key with its default and documentation.
-
-    Example: toolwatch config
-    """
+def config_reference() -> list[tuple[str, str, str]]:
+    """``(dotted key, default, meaning)`` of every configuration key, sections in file
+    order, the detectors' and live tables expanded (they are parsed by their own layers,
+    so the ground config holds them as plain tables)."""
     from toolwatch.detectors.config import DetectorsConfig
     from toolwatch.live import LiveConfig
 
+    rows = [r for r in describe() if r[0] not in ("detectors", "live")]
+    return rows + describe(DetectorsConfig, "detectors") + describe(LiveConfig, "live")
+
+
+@app.command("config")
+def config_cmd(
+    config: ConfigOpt = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="table | markdown (docs/config.md)")
+    ] = "table",
+) -> None:
+    """Show every configuration key with its default and documentation.
+
+    Example: toolwatch config -f markdown > docs/config.md
+    """
+    if fmt not in ("table", "markdown"):
+        raise fail(ValueError(f"unknown format {fmt!r}: use table or markdown"), 2)
     try:
         load_config(config)
     except ToolwatchError as exc:
         raise fail(exc) from None
+    rows = config_reference()
+    if fmt == "markdown":
+        print(markdown_table(rows))
+        return
     t = Table(title="toolwatch configuration keys")
     for c in ("key", "default", "meaning"):
         t.add_column(c, overflow="fold")
-    rows = [r for r in describe() if r[0] not in ("detectors", "live")]
-    rows += describe(DetectorsConfig, "detectors") + describe(LiveConfig, "live")
     for key, default, text in rows:
         t.add_row(key, default, text)
     Console(width=max(Console().width, 160)).print(t)

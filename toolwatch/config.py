@@ -352,11 +352,25 @@ def markdown_reference(cls: type, prefix: str = "") -> str:
     docs/detectors.md's configuration reference is this table for the detectors' config;
     a test checks the two are equal, so the docs cannot drift from the code.
     """
+    return markdown_table(describe(cls, prefix))
+
+
+def markdown_table(rows: list[tuple[str, str, str]]) -> str:
+    """``(key, default, meaning)`` rows as a Markdown ``| key | default | meaning |`` table."""
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]
-    for key, default, text in describe(cls, prefix):
+    for key, default, text in rows:
         cell, meaning = default.replace("|", "\\|"), text.replace("|", "\\|")
         lines.append(f"| `{key}` | `{cell}` | {meaning} |")
     return "\n".join(lines)
+
+
+def _portable(text: str) -> str:
+    """A default as the reference prints it on any machine: this user's config directory
+    (``$XDG_CONFIG_HOME``, by default ``~/.config``) as ``~/.config``."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        text = text.replace(xdg.rstrip("/"), "~/.config")
+    return text.replace(str(Path.home()), "~")
 
 
 def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
@@ -372,7 +386,7 @@ def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]
         if f.default is not dataclasses.MISSING:
             default = repr(f.default)
         elif f.default_factory is not dataclasses.MISSING:
-            default = repr(f.default_factory())
+            default = _portable(repr(f.default_factory()))
         else:
             default = "(required)"
         rows.append((key, default, f.metadata.get("doc", "")))

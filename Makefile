@@ -66,6 +66,7 @@ test-fast: setup-dev
 
 lint: setup-dev
 	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_layers.py  # import-linter floors
 
 bench: setup
 	$(BIN)/python benchmarks/bench_ingest.py

@@ -76,7 +76,7 @@ if "--child" in sys.argv:
     # gives `toolwatch kafka` / `tail` (before polars and pyarrow load), so its RSS is a
     # consumer's.
     try:
-        from toolwatch.spool import tune_memory
+        from toolwatch.allocator import tune_memory
     except ImportError:  # an --old tree from before the settings
         pass
     else:
@@ -137,15 +137,15 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
     ``fast``: with toolwatch's lean record decoder installed (a-fast).
     """
     from kafka import KafkaConsumer
+
+    from toolwatch.ingest.pipeline import Pipeline
     from toolwatch.ingest.sources.kafka import (
         consumer_settings,
-        install_fast_records,
         message_batch,
         message_count,
     )
-
+    from toolwatch.ingest.sources.kafka_records import install_fast_records
     from toolwatch.live import LiveConfig, merge_batches
-    from toolwatch.pipeline import Pipeline
 
     group = f"bare-{'t' if transform else 'n'}-{time.time_ns()}"
     opts = consumer_settings(bootstrap, group)

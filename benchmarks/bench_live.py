@@ -42,7 +42,7 @@ if len(sys.argv) > 1 and sys.argv[1] in ("throughput", "latency", "kafka"):
     # These parts run the live pipeline in this process: give it the allocator settings
     # the console entry point gives `toolwatch tail` / `kafka` (before polars loads), so
     # the figures are a user's process's. (rss starts the real entry point.)
-    from toolwatch.spool import tune_memory
+    from toolwatch.allocator import tune_memory
 
     tune_memory([sys.argv[1] if sys.argv[1] == "kafka" else "tail"])
 
@@ -51,8 +51,8 @@ import psutil  # noqa: E402
 
 from toolwatch.config import Config  # noqa: E402
 from toolwatch.live import LiveConfig, SinkConfig  # noqa: E402
+from toolwatch.live.sinks import Sink, SinkSet  # noqa: E402
 from toolwatch.live_cli import tail_files  # noqa: E402
-from toolwatch.sinks import Sink, SinkSet  # noqa: E402
 
 
 def _config(data_dir: Path, **live: Any) -> Config:
@@ -673,7 +673,7 @@ IMPORT_STAGES: list[tuple[str, list[str]]] = [
     ("polars", ["polars"]),
     ("duckdb", ["duckdb"]),
     ("cli (typer, rich)", ["toolwatch.cli"]),
-    ("store, pipeline, live", ["toolwatch.store", "toolwatch.pipeline", "toolwatch.live",
+    ("store, pipeline, live", ["toolwatch.store", "toolwatch.ingest.pipeline", "toolwatch.live",
                                "toolwatch.live_cli"]),
     ("detectors, analyze", ["toolwatch.detectors", "toolwatch.analyze"]),
     # as the forest imports it (without pandas when pandas is not loaded yet)

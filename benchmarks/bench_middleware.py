@@ -1,7 +1,7 @@
 """What ToolwatchMiddleware's redaction costs per ``tools/call``, and what it adds at import.
 
 The middleware used to hash only values under secret-looking keys (a regex per key); it
-now runs ingest's :class:`toolwatch.secrets.SecretHasher` over the whole line. This prints,
+now runs ingest's :class:`toolwatch.ingest.secrets.SecretHasher` over the whole line. This prints,
 in one run and interleaved (best of ``--repeat`` rounds), the per-call microseconds of the
 whole middleware (record, redaction, JSON line, write to memory) for the old code (the
 module as of ``--old REV``, loaded from git) and the current one, over a few realistic
@@ -170,11 +170,11 @@ def main() -> None:
         o, n = best["old", name], best["new", name]
         size = len(json.dumps(args))
         print(f"{name:<12}{size:>7}{o:>9.1f}{n:>9.1f}{n / o:>8.2f}x{n - o:>8.1f}")
-    print(f"first call (imports toolwatch.secrets, builds the scanner): {first_ms:.0f} ms")
+    print(f"first call (imports toolwatch.ingest.secrets, builds the scanner): {first_ms:.0f} ms")
 
     base = _import_s("pass", a.imports)
     mw = _import_s("import toolwatch.mcp_middleware", a.imports)
-    scan = _import_s("import toolwatch.mcp_middleware, toolwatch.secrets", a.imports)
+    scan = _import_s("import toolwatch.mcp_middleware, toolwatch.ingest.secrets", a.imports)
     sdk = _import_s("import mcp.server.mcpserver", a.imports)
     print(f"import, best of {a.imports} interpreter starts (minus a bare start "
           f"{base * 1e3:.0f} ms): middleware {(mw - base) * 1e3:.0f} ms, middleware + "

@@ -461,7 +461,7 @@ def coldstart(work: Path, runs: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------- echo
 def echo(work: Path, lines: int, rounds: int = 2) -> dict[str, Any]:
     """A server writing ``lines`` lines to stderr directly vs through the wrapper's spool."""
-    from toolwatch.spool import try_collector_lock
+    from toolwatch.ingest.sources.wrapper import try_collector_lock
 
     env = _env(work)
     data = work / "store-echo"

@@ -7,7 +7,7 @@ A linear scanner shows about the same ns/byte at every size; a quadratic one gro
 the size (``--scale`` multiplies the long lines to check).
 
 Run: ``.venv/bin/python benchmarks/bench_secrets.py [--repeat 5] [--scale 1] [--old REV]``
-(``--old REV``: the same cases with ``toolwatch/secrets.py`` of git revision ``REV`` too,
+(``--old REV``: the same cases with ``ingest/secrets.py`` of git revision ``REV`` too,
 interleaved in one run, and the new/old ratio. ``--old REV --compare FILE...``: per log
 file, the lines ingest's prefilter picks and the lines whose redaction differs.)
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolwatch.secrets import SecretHasher
+from toolwatch.ingest.secrets import SecretHasher
 
 
 def cases(scale: int) -> dict[str, bytes]:
@@ -108,14 +108,20 @@ def best_cpu(fn: Callable[[], object], repeat: int) -> float:
 
 
 def old_hasher(rev: str) -> SecretHasher:
-    """A hasher from ``toolwatch/secrets.py`` as of git revision ``rev`` (for A/B)."""
+    """A hasher from ``secrets.py`` as of git revision ``rev`` (for A/B)."""
     import importlib.util
     import subprocess
     import tempfile
 
     root = Path(__file__).resolve().parents[1]
-    src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:toolwatch/secrets.py"],
-                         check=True, capture_output=True).stdout
+    # The module moved from toolwatch/ to ingest/ (issue 29): an older revision has it there.
+    for rel in ("ingest/secrets.py", "toolwatch/secrets.py"):
+        got = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{rel}"],
+                             capture_output=True)
+        if got.returncode == 0:
+            break
+    got.check_returncode()
+    src = got.stdout
     path = Path(tempfile.mkdtemp()) / "secrets_old.py"
     path.write_bytes(src)
     spec = importlib.util.spec_from_file_location("secrets_old", path)

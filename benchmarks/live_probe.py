@@ -37,12 +37,12 @@ import threading
 import time
 from typing import Any
 
-from toolwatch.spool import tune_memory
+from toolwatch.allocator import tune_memory
 
 sys.argv = ["toolwatch", *sys.argv[1:]]
 _OFF = set(filter(None, os.environ.get("PROBE_OFF", "").split(",")))
 if "duck" in _OFF:
-    import toolwatch.spool as _spool
+    import toolwatch.allocator as _spool
 
     _spool.tune_duckdb_allocator = lambda *a, **k: False  # type: ignore[assignment]
 tune_memory(sys.argv[1:])  # before polars/pyarrow load, as the console entry point does

@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 import polars as pl
-from toolwatch.detectors.config import CATEGORIES as _CATEGORIES
-from toolwatch.detectors.config import SEVERITIES as _SEVERITIES
 
 from toolwatch.config import QueryConfig
+from toolwatch.detectors.config import CATEGORIES as _CATEGORIES
+from toolwatch.detectors.config import SEVERITIES as _SEVERITIES
 from toolwatch.errors import QueryError
 from toolwatch.store import Store
 
@@ -159,7 +159,7 @@ def live_processes(store: Store) -> pl.DataFrame:
     empty when none), ``partitions`` (kafka lag per partition, ``topic/p=n ...``), ``name``.
     Only processes still running; empty when none.
     """
-    from toolwatch.live import read_statuses
+    from toolwatch.status_files import read_statuses
 
     rows = []
     for s in read_statuses(store.root):

@@ -32,13 +32,13 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from toolwatch.config import Config, IngestConfig
 from toolwatch.ingest import arrays, intervals
 from toolwatch.ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
 from toolwatch.ingest.outcome import outcome_column
 from toolwatch.ingest.records import NEWLINE, RawBatch, slice_batch
-
-from toolwatch.config import Config, IngestConfig
-from toolwatch.secrets import SecretHasher, load_or_create_key
+from toolwatch.ingest.secrets import SecretHasher, load_or_create_key
 
 #: Epoch numbers: magnitude decides the unit. Anything that is not a finite number below
 #: 1e20 (ns for ~year 5138) is no time at all: ``to_timestamp`` raises on NaN, infinities
@@ -1262,7 +1262,7 @@ class ParserPool:
         """The parse workers ``config`` asks for, hashing secrets with its key.
 
         The key is read from ``secrets.hmac_key_file`` or the environment, and created on
-        first use (see :func:`toolwatch.secrets.load_or_create_key`).
+        first use (see :func:`toolwatch.ingest.secrets.load_or_create_key`).
         """
         key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
         hasher = SecretHasher(key, config.ingest.secret_keys, config.ingest.secret_key_exceptions)

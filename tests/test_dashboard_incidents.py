@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-from toolwatch.detectors.incidents import STAGES
 
 from tests.fixtures.dashboard_store import build_store
+from toolwatch.detectors.incidents import STAGES
 from toolwatch.triage_store import incident_statuses
 
 pytestmark = pytest.mark.slow  # runs the app (AppTest)
@@ -94,7 +94,7 @@ def test_incident_page_timeline_actions_and_verdict(store: Path) -> None:
 
 
 def test_notification_link_opens_the_incident(store: Path) -> None:
-    """toolwatch.notify links to /incidents?incident=ID."""
+    """toolwatch.live.notify links to /incidents?incident=ID."""
     at = _app(store).run()
     iid = _df(at, "iq_table_").value["incident_id"].iloc[0]
     at = _app(store)

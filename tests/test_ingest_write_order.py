@@ -13,8 +13,8 @@ import pytest
 
 from toolwatch.config import Config
 from toolwatch.errors import StoreError
-from toolwatch.ingest_run import ingest_paths
-from toolwatch.pipeline import Pipeline
+from toolwatch.ingest.pipeline import Pipeline
+from toolwatch.ingest.runner import ingest_paths
 from toolwatch.store import Store
 
 

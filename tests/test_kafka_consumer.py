@@ -17,8 +17,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
 
 from toolwatch.live import SinkConfig
+from toolwatch.live.sinks import build_sinks
 from toolwatch.live_cli import consume_kafka
-from toolwatch.sinks import build_sinks
 
 try:
     from tests.kafka_broker import create_topic, kafka_broker
@@ -192,7 +192,6 @@ def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
     reaches the pipeline only through the driver's control (the source contract)."""
     from toolwatch.ingest.records import RawBatch
     from toolwatch.ingest.sources.kafka import KafkaSource
-
     from toolwatch.live import LivePipeline
     from toolwatch.live.driver import Driver
     from toolwatch.store import Store

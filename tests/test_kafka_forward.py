@@ -1,4 +1,4 @@
-"""Producer side: an MCP server's stderr piped into ``python -m toolwatch.ingest.sources.kafka``.
+"""Producer side: an MCP server's stderr piped into ``python -m toolwatch.kafka_forward``.
 
 A real subprocess writes JSON log lines (and some noise) to its stderr; the forwarder
 sends them to the real broker keyed by caller id (else session id); a consumer checks the
@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka import KafkaConsumer
-from toolwatch.ingest.sources.kafka import message_key
+
+from toolwatch.kafka_forward import message_key
 
 try:
     from tests.kafka_broker import create_topic, kafka_broker
@@ -70,7 +71,7 @@ def test_server_stderr_forwarded_keyed_and_stored(kafka_broker, tmp_path: Path) 
     create_topic(bs, topic, partitions=4)
     server = subprocess.Popen([sys.executable, "-c", SERVER], stderr=subprocess.PIPE)
     fwd = subprocess.run(
-        [sys.executable, "-m", "toolwatch.ingest.sources.kafka", "-b", bs, "-t", topic],
+        [sys.executable, "-m", "toolwatch.kafka_forward", "-b", bs, "-t", topic],
         stdin=server.stderr, cwd=ROOT, capture_output=True, timeout=60)
     assert server.wait(timeout=30) == 0
     assert fwd.returncode == 0, fwd.stderr.decode()[-2000:]

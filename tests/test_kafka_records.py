@@ -24,13 +24,14 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import KafkaError
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.structs import TopicPartition
-from toolwatch.ingest.sources.kafka import (
+
+from toolwatch.ingest.sources.kafka import message_batch
+from toolwatch.ingest.sources.kafka_records import (
     RecordChunk,
     _fast_partition_records,
     _kept_deltas,
     _walk_v2,
     _walk_v2_fast,
-    message_batch,
 )
 
 TP = TopicPartition("logs", 3)

@@ -4,7 +4,7 @@ Before, the middleware hashed only values under secret-looking *keys*: a token i
 text, URL credentials, a ``Bearer`` header, a name/value pair list, a look-alike key name,
 ``mysql -pS`` … reached the server's stderr (and the ``toolwatch run`` spool, and any other
 collector of that stderr) in clear until ingest hashed them. Now the whole logged line goes
-through :class:`toolwatch.secrets.SecretHasher`: the secret must appear nowhere in the line,
+through :class:`toolwatch.ingest.secrets.SecretHasher`: the secret must appear nowhere in the line,
 the digests must be ingest's own (ingest's second pass changes nothing), and the real
 ``toolwatch ingest`` must store exactly those digests, with no secret in any store file.
 """
@@ -27,8 +27,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from toolwatch.ingest.secrets import SecretHasher
 from toolwatch.mcp_middleware import ToolwatchMiddleware
-from toolwatch.secrets import SecretHasher
 
 KEY_HEX = "5a" * 32
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
@@ -227,7 +227,7 @@ def test_scanner_is_imported_on_the_first_call_only() -> None:
         "import sys\n"
         "from toolwatch.mcp_middleware import ToolwatchMiddleware\n"
         "mw = ToolwatchMiddleware('s')\n"
-        "assert 'toolwatch.secrets' not in sys.modules and 'pyarrow' not in sys.modules\n"
+        "assert 'toolwatch.ingest.secrets' not in sys.modules and 'pyarrow' not in sys.modules\n"
         "mw.session_end()\n"  # no call: the summary needs no scanner either
         "assert 'pyarrow' not in sys.modules\n"
         "print('ok')\n"

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolwatch.allocator import LIVE_COMMANDS, tune_memory
 from toolwatch.live.window import DetectionWindow, _own_strings, _strings_with_buffers
-from toolwatch.spool import LIVE_COMMANDS, tune_memory
 
 try:
     from tests.test_live import Feeder, nf
@@ -134,7 +134,7 @@ def test_tune_memory_sets_jemalloc_before_polars_and_keeps_user_settings() -> No
     """In a fresh interpreter (polars not yet loaded): defaults set, a user's value wins."""
     code = (
         "import os, sys\n"
-        "from toolwatch.spool import tune_memory, JEMALLOC_CONF\n"
+        "from toolwatch.allocator import tune_memory, JEMALLOC_CONF\n"
         "assert 'polars' not in sys.modules\n"
         "assert tune_memory(['ingest', '--follow', '-'])\n"
         "print(os.environ['_RJEM_MALLOC_CONF'] == JEMALLOC_CONF)\n"
@@ -149,7 +149,7 @@ def test_tune_memory_sets_jemalloc_before_polars_and_keeps_user_settings() -> No
     assert "jemalloc" not in out.stderr  # the option string is valid for polars' jemalloc
     env["_RJEM_MALLOC_CONF"] = "dirty_decay_ms:5000"
     code2 = (
-        "import os\nfrom toolwatch.spool import tune_memory\n"
+        "import os\nfrom toolwatch.allocator import tune_memory\n"
         "tune_memory(['tail', 'x'])\nprint(os.environ['_RJEM_MALLOC_CONF'])\n"
     )
     out = subprocess.run([sys.executable, "-c", code2], capture_output=True, text=True,
@@ -165,12 +165,12 @@ def test_tune_memory_is_not_switched_off_by_a_parent_that_imported_polars() -> N
     benchmarks' live processes ran with polars' allocator defaults: ~100 MiB more)."""
     import polars  # noqa: F401  (sets the variable in this process, as in any such parent)
 
-    from toolwatch.spool import JEMALLOC_CONF, POLARS_JEMALLOC_DEFAULT
+    from toolwatch.allocator import JEMALLOC_CONF, POLARS_JEMALLOC_DEFAULT
 
     inherited = os.environ.get("_RJEM_MALLOC_CONF", "")
     assert POLARS_JEMALLOC_DEFAULT in inherited
     code = (
-        "import os\nfrom toolwatch.spool import tune_memory\n"
+        "import os\nfrom toolwatch.allocator import tune_memory\n"
         "tune_memory(['kafka'])\nprint(os.environ['_RJEM_MALLOC_CONF'])\n"
         "import polars\nprint(os.environ['_RJEM_MALLOC_CONF'])\n"
     )
@@ -203,8 +203,8 @@ def test_split_detection_passes_see_what_one_pass_sees(tmp_path) -> None:  # typ
     import orjson
 
     from toolwatch.live import SinkConfig
+    from toolwatch.live.sinks import build_sinks
     from toolwatch.live_cli import tail_files
-    from toolwatch.sinks import build_sinks
 
     try:
         from tests.test_live_support import config_for
@@ -622,7 +622,7 @@ def test_duckdb_allocator_returns_freed_pages() -> None:
     code = r"""
 import ctypes
 import duckdb
-from toolwatch.spool import _duckdb_mallctl, tune_duckdb_allocator
+from toolwatch.allocator import _duckdb_mallctl, tune_duckdb_allocator
 
 fn = _duckdb_mallctl()
 if fn is None:

@@ -1,4 +1,4 @@
-"""Incident notifications (toolwatch/notify.py): Alertmanager-like timing on a fake clock,
+"""Incident notifications (toolwatch/live/notify.py): Alertmanager-like timing on a fake clock,
 update contents, severity threshold, Slack escaping, and how sinks are wired.
 
 The notifier is driven with real alert frames (``toolwatch.schema.ALERTS`` columns) and the
@@ -24,15 +24,15 @@ from toolwatch import schema
 from toolwatch.errors import ConfigError
 from toolwatch.live import LiveConfig
 from toolwatch.live.config import SinkConfig
-from toolwatch.notify import (
+from toolwatch.live.notify import (
     IncidentNotifier,
     IncidentSink,
     incident_link,
     notify_mode,
     slack_incident_payload,
 )
+from toolwatch.live.sinks import FileSink, WebhookSink, build_sinks
 from toolwatch.output import is_unsafe_char
-from toolwatch.sinks import FileSink, WebhookSink, build_sinks
 
 try:
     from tests.test_live_support import config_for

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.pipeline import _MAX_CUTS, _rows_between
+from toolwatch.ingest.pipeline import _MAX_CUTS, _rows_between
 
 KINDS = ["call", "quarantine", "summary", "rpc_req"]
 

@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
+from toolwatch.live.sinks import alert_json, slack_payload
 from toolwatch.output import is_unsafe_char
-from toolwatch.sinks import alert_json, slack_payload
 
 HOSTILE = "ev\u202eil\x9b31m\x7f\u200b\u2028\x1b]0;t\x07`*b* https://evil.example/x <!here>"
 
@@ -129,6 +129,7 @@ def test_analyze_alerts_out_is_terminal_safe(tmp_path: Path) -> None:
 def test_dashboard_downloads_are_inert(values: list[str]) -> None:
     """The dashboard's CSV and JSON downloads: no formula, nothing unsafe, JSON exact."""
     import polars as pl
+
     from toolwatch.dashboard import data
 
     df = pl.DataFrame({"caller_id": values, "tools": [[v] for v in values]})

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
-from toolwatch.secrets import SecretHasher
+from toolwatch.ingest.secrets import SecretHasher
 from toolwatch.store import Store
 
 KEY = "ab" * 32

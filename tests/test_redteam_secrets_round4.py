@@ -32,7 +32,7 @@ from tests.test_redteam_secrets_round3 import (
     disguised_names,
     secret_text,
 )
-from toolwatch.secrets import _CUT_HEAD_WORDS, normalize_key
+from toolwatch.ingest.secrets import _CUT_HEAD_WORDS, normalize_key
 
 
 def _picked(line: bytes) -> bool:

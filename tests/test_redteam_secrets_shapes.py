@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_redteam_secrets import ingest_and_check_absent
-from toolwatch.secrets import SecretHasher
+from toolwatch.ingest.secrets import SecretHasher
 
 KEY = "ab" * 32
 TS = "2026-11-02T10:00:00Z"

@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from toolwatch.live import SinkConfig
+from toolwatch.live.sinks import build_sinks
 from toolwatch.live_cli import run_wrapped
-from toolwatch.sinks import build_sinks
 
 try:
     from tests.test_live_support import (

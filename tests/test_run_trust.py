@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 # The SDK is in the dev extra: without it these tests fail to import rather than skip.
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.process import (
     UNTAGGED_REASON,
@@ -36,9 +37,8 @@ from toolwatch.ingest.sources.process import (
     fold_text_lines,
     split_stream,
 )
-
+from toolwatch.ingest.sources.wrapper import RECORD_KEY_ENV as SPOOL_KEY_ENV
 from toolwatch.mcp_middleware import RECORD_KEY_ENV, tag_line
-from toolwatch.spool import RECORD_KEY_ENV as SPOOL_KEY_ENV
 from toolwatch.store import Store
 
 pytestmark = [pytest.mark.timeout(300)]

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secrets import SecretHasher, is_digest
+from toolwatch.ingest.secrets import SecretHasher, is_digest
 
 KEY = bytes(range(32))
 

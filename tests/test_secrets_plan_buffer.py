@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secrets import _PLAN_PATTERNS, SecretHasher, _plan_buffer
+from toolwatch.ingest.secrets import _PLAN_PATTERNS, SecretHasher, _plan_buffer
 
 HASHER = SecretHasher(b"k" * 32)
 DEMO = Path(__file__).resolve().parents[1] / "sample_logs" / "demo"
@@ -73,7 +73,7 @@ def test_lines_it_cannot_take_go_to_arrow() -> None:
 def test_first_use_from_parse_worker_threads() -> None:
     """Parse workers (threads) may call plan first at the same time: none may run with
     some of the patterns compiled (a missing bit would skip a redaction pass)."""
-    import toolwatch.secrets as secrets
+    import toolwatch.ingest.secrets as secrets
 
     lines = pa.array([b'{"u":"https://a:b@h/x","k":"sk-' + b"x" * 30 + b'"}'] * 50, pa.binary())
     want = arrow_plan(lines)

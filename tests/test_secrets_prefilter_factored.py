@@ -15,13 +15,13 @@ import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secret_fold import (
+from toolwatch.ingest.secret_fold import (
     _PROSE_NAMES,
     _byte_alternation,
     _lookalike_classes,
     _lookalike_names_pattern,
 )
-from toolwatch.secrets import SecretHasher
+from toolwatch.ingest.secrets import SecretHasher
 
 _CLASSES = _lookalike_classes()
 _GAP = (r"(?:\xe2\x80[\x8b-\x8f]|\xe2\x81[\xa0-\xa4]|\xc2\xad|\xef\xbb\xbf"

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secrets import HASH_PREFIX, SecretHasher, _is_name, is_digest
+from toolwatch.ingest.secrets import HASH_PREFIX, SecretHasher, _is_name, is_digest
 
 HASHER = SecretHasher(b"k" * 32, ["apikey", "token", "password", "authorization"])
 

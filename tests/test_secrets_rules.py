@@ -1,7 +1,7 @@
 """Secrets by a maintained rule set plus structure (issue 28, item 3).
 
 Token formats and key words come from CredSweeper's rules, read from the installed
-package (``toolwatch/secret_rules.py``); toolwatch's structural rules stay on top. Every
+package (``ingest/secret_rules.py``); toolwatch's structural rules stay on top. Every
 shape the second red-team round found in clear has a regression test here, a hypothesis
 generator crosses the rule set's key words with value formats and containers, resource
 ids and business keys are shown never to be hashed, and a real ``toolwatch ingest`` into a
@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
-from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex
-from toolwatch.secrets import LAST_WORDS, SecretHasher, is_digest
+from toolwatch.ingest.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex
+from toolwatch.ingest.secrets import LAST_WORDS, SecretHasher, is_digest
 
 KEY = "ab" * 32
 H = SecretHasher(bytes.fromhex(KEY))

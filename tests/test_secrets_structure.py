@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolwatch.secrets import HASH_PREFIX, SecretHasher, key_words
+from toolwatch.ingest.secrets import HASH_PREFIX, SecretHasher, key_words
 
 T = "2026-11-02T10:{:02d}:{:02d}Z"
 PIECE = 8  # no substring of a secret this long may survive

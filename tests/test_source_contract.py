@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.test_live_support import call_line, config_for, stored_events
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources import registry
 from toolwatch.ingest.sources.base import (
@@ -27,8 +29,6 @@ from toolwatch.ingest.sources.base import (
     StreamsRevoked,
     StreamsStarted,
 )
-
-from tests.test_live_support import call_line, config_for, stored_events
 from toolwatch.live import LivePipeline
 from toolwatch.live.driver import Driver
 from toolwatch.store import Checkpoint, Store
@@ -67,8 +67,7 @@ def _pipe(tmp: Path, cps: dict[str, int], request: Any) -> tuple[LiveSource, int
 
 def _spool(tmp: Path, cps: dict[str, int], request: Any) -> tuple[LiveSource, int, int]:
     from toolwatch.ingest.sources.spool import SpoolLive
-
-    from toolwatch.spool import Spool
+    from toolwatch.ingest.sources.wrapper import Spool
 
     data = tmp / "store"
     sp = Spool(data, ["server.py"])
@@ -183,7 +182,7 @@ def test_live_source_contract(name: str, tmp_path: Path, request: Any) -> None:
 
 def test_spool_is_deleted_only_after_its_acknowledgement(tmp_path: Path) -> None:
     """The spool collector deletes a finished spool on the ack after its last commit."""
-    from toolwatch.spool import spool_dir
+    from toolwatch.ingest.sources.wrapper import spool_dir
 
     data = tmp_path / "store"
     store = Store(data)

@@ -25,7 +25,7 @@ try:
 except ImportError:  # tests/ itself on sys.path
     from test_live_support import stored_events, wait_for  # type: ignore[no-redef]
 
-from toolwatch.spool import pending_spools
+from toolwatch.ingest.sources.spool import pending_spools
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -252,8 +252,8 @@ def test_recovered_spools_alerts_reach_the_recovering_tails_sinks(tmp_path: Path
     from datetime import UTC, datetime, timedelta
 
     from toolwatch.live import SinkConfig, StopFlag
+    from toolwatch.live.sinks import Sink, SinkSet
     from toolwatch.live_cli import tail_files
-    from toolwatch.sinks import Sink, SinkSet
 
     try:
         from tests.test_live_support import config_for, stored_alerts

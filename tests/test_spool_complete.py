@@ -23,7 +23,8 @@ try:
 except ImportError:  # tests/ itself on sys.path
     from test_live_support import stored_events  # type: ignore[no-redef]
 
-from toolwatch.spool import pending_spools, spool_dir
+from toolwatch.ingest.sources.spool import pending_spools
+from toolwatch.ingest.sources.wrapper import spool_dir
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # starts a process
 

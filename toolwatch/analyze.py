@@ -21,7 +21,7 @@ from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
-from toolwatch.ingest_run import IngestResult, ingest_paths
+from toolwatch.ingest.runner import IngestResult, ingest_paths
 from toolwatch.output import json_safe, safe_text, table_cell
 from toolwatch.store import Store
 
@@ -29,11 +29,11 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     # polars is imported by the functions that use it: ``analyze`` starts parsing before
-    # paying for that import (see toolwatch.ingest_run).
+    # paying for that import (see toolwatch.ingest.runner).
     import polars as pl
 
     from toolwatch.detectors.base import FeatureSet
-    from toolwatch.pipeline import BatchOutput
+    from toolwatch.ingest.pipeline import BatchOutput
 
 
 @dataclass
@@ -81,71 +81,11 @@ def run_detectors(
     if model_path is None:
         model_path = config.trained_forest
     alerts = detectors.run_batch(events, summaries, dcfg, model_path=model_path)
+    from toolwatch.detectors.suppress import apply_triage_suppressions
+
     return apply_triage_suppressions(
         alerts, config.data_dir, events=events,
         unauthenticated=config.triage.suppress_unauthenticated_callers)
-
-
-def _caller_auth(events: pl.LazyFrame) -> pl.LazyFrame:
-    """Per caller: false when any event says not authenticated, null when none says
-    anything, else true (``caller_id``, ``caller_authenticated``)."""
-    import polars as pl
-
-    return (events.filter(pl.col("caller_id").is_not_null())
-            .group_by("caller_id")
-            .agg(pl.when(pl.col("caller_authenticated").not_().any())
-                 .then(pl.lit(False))
-                 .when(pl.col("caller_authenticated").is_null().all())
-                 .then(pl.lit(None, pl.Boolean))
-                 .otherwise(pl.lit(True))
-                 .alias("caller_authenticated")))
-
-
-def _caller_rules(data_dir: Path) -> bool:
-    """Whether some triage rule is scoped by caller (only those need authentication)."""
-    from toolwatch.dashboard.triage import load_suppressions
-
-    return any(r.entity_type == "caller_id" or getattr(r, "caller_id", None) is not None
-               for r in load_suppressions(data_dir))
-
-
-def apply_triage_suppressions(alerts: pl.DataFrame, data_dir: Path,
-                              events: pl.DataFrame | None = None, *,
-                              unauthenticated: bool = False,
-                              auth: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Drop alerts matched by rules an analyst created by marking a false positive.
-
-    The rules live in ``<data_dir>/_triage/suppressions.json`` (written by the dashboard;
-    see docs/dashboard.md). Config allowlists are applied by the detectors themselves.
-    With ``events`` (the detected rows), each alert's caller is marked not authenticated
-    when any of its events says ``caller_authenticated = false`` (a self-declared name),
-    authenticated when they all say true, unknown when none says anything: a caller rule
-    never silences a caller marked not authenticated
-    (:func:`toolwatch.dashboard.triage.matches`), unless ``unauthenticated`` (``[triage]
-    suppress_unauthenticated_callers``) says a claimed name is enough. ``auth`` gives
-    that marking directly (``caller_id``, ``caller_authenticated``), for partitioned
-    analysis, which never holds every event.
-    """
-    import polars as pl
-
-    from toolwatch.dashboard.triage import is_suppressed, load_suppressions
-
-    rules = load_suppressions(data_dir)
-    if not rules or alerts.height == 0:
-        return alerts
-    rows = alerts
-    if unauthenticated or "caller_id" not in alerts.columns:
-        # Configured to trust the claimed name: the alert carries no marking, and
-        # triage.matches treats an unknown caller as vouched for.
-        auth = None
-    elif auth is None and (events is not None and "caller_authenticated" in events.columns
-                           and _caller_rules(data_dir)):
-        auth = _caller_auth(events.lazy()).collect()
-    if auth is not None:
-        rows = alerts.join(auth.select("caller_id", "caller_authenticated"), on="caller_id",
-                           how="left", maintain_order="left")
-    keep = [is_suppressed(row, rules) is None for row in rows.iter_rows(named=True)]
-    return alerts.filter(pl.Series(keep, dtype=pl.Boolean))
 
 
 def alerts_to_arrow(alerts: pl.DataFrame) -> pa.Table:
@@ -421,9 +361,11 @@ def run_partitioned(
                 del fit_on, batch
                 is_ip = pl.col("entity_type") == "client_ip"
                 found.append(alerts.filter(is_ip if keep_ip else ~is_ip))
+        from toolwatch.detectors.suppress import has_caller_rules
+
         auth = None
         if (found and not config.triage.suppress_unauthenticated_callers
-                and _caller_rules(config.data_dir)):
+                and has_caller_rules(config.data_dir)):
             # The events are no longer in memory: the alerted callers' marking comes from
             # the store, aggregated there as _caller_auth does (one row per caller; their
             # names are a bound list, never SQL text).
@@ -442,6 +384,8 @@ def run_partitioned(
     if alerts is None:
         alerts = pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[assignment]
     assert isinstance(alerts, pl.DataFrame)
+    from toolwatch.detectors.suppress import apply_triage_suppressions
+
     return apply_triage_suppressions(
         alerts, config.data_dir,
         unauthenticated=config.triage.suppress_unauthenticated_callers, auth=auth)

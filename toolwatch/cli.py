@@ -111,7 +111,7 @@ def ingest(
         return
 
     with gc_paused():  # from the big imports on (see toolwatch.gc_pause)
-        from toolwatch.ingest_run import ingest_paths
+        from toolwatch.ingest.runner import ingest_paths
 
         try:
             cfg = config_for(config, data_dir)

@@ -6,7 +6,7 @@ the dotted key named, so a typo never silently falls back to a default. Every fi
 carries its documentation in ``metadata["doc"]``; ``toolwatch config`` prints them.
 
 Secrets are never defaulted in code: the HMAC key comes from ``$TOOLWATCH_HMAC_KEY`` or a
-key file outside the store, generated on first run (see :mod:`toolwatch.secrets`).
+key file outside the store, generated on first run (see :mod:`toolwatch.ingest.secrets`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The HMAC key that secrets are hashed with, shared by ingest and the SDK middleware.
 
-Kept apart from :mod:`toolwatch.secrets` (which pulls pyarrow, numpy and RE2) so that a
+Kept apart from :mod:`toolwatch.ingest.secrets` (which pulls pyarrow, numpy and RE2) so that a
 server using :mod:`toolwatch.mcp_middleware` can key its hashes with toolwatch's own key
 without those imports.
 """

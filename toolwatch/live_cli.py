@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from toolwatch.allocator import fix_mmap_threshold
 from toolwatch.config import Config
 from toolwatch.errors import ToolwatchError
 from toolwatch.ingest.sources.base import LiveSource, display_name
@@ -28,7 +29,6 @@ from toolwatch.live import (
     StopFlag,
 )
 from toolwatch.live.driver import Driver
-from toolwatch.spool import fix_mmap_threshold
 from toolwatch.store import Store
 
 log = logging.getLogger("toolwatch.live")
@@ -45,7 +45,7 @@ def sinks_for(
     default_bootstrap: str = "",
     allow_stdout: bool = True,
 ) -> Any:
-    from toolwatch.sinks import build_sinks
+    from toolwatch.live.sinks import build_sinks
 
     confs = list(lc.sinks)
     if not confs and stdout_default and not no_stdout:
@@ -265,7 +265,7 @@ def collect_spools(
     kind: str = "collect",
     name: str = "",
 ) -> LivePipeline | None:
-    """Ingest and detect every spool of the store (see :mod:`toolwatch.spool`).
+    """Ingest and detect every spool of the store (see :mod:`toolwatch.ingest.sources.wrapper`).
 
     One collector per store (the spool collector lock), so the sessions of every wrapped
     server on the store are detected together: a caller or address spreading its calls
@@ -289,7 +289,7 @@ def collect_spools(
         The closed pipeline (``None`` when stopped before getting the lock).
     """
     from toolwatch.ingest.sources.spool import SpoolLive
-    from toolwatch.spool import try_collector_lock
+    from toolwatch.ingest.sources.wrapper import try_collector_lock
 
     stop = stop if stop is not None else StopFlag()
     while lock is None:
@@ -318,7 +318,8 @@ def recover_spools(config: Config, **kwargs: Any) -> int:
     Cheap when there is nothing to do (a directory listing). Called by every command that
     writes to the store. Returns the number of orphaned spools found.
     """
-    from toolwatch.spool import has_orphans, pending_spools, try_collector_lock
+    from toolwatch.ingest.sources.spool import has_orphans, pending_spools
+    from toolwatch.ingest.sources.wrapper import try_collector_lock
 
     if not has_orphans(config.data_dir):
         return 0
@@ -345,7 +346,7 @@ def run_wrapped(
     """``toolwatch run -- CMD``: start the server, spool its stderr, return its exit code.
 
     The server's stderr is a spool file under the store from its first byte (see
-    :mod:`toolwatch.spool`). This wrapper collects (parses, stores and detects) the
+    :mod:`toolwatch.ingest.sources.wrapper`). This wrapper collects (parses, stores and detects) the
     spools of the store when it holds the collector lock, or tries to get it every
     0.5 s; otherwise it only echoes its spool. When the server has exited it waits for
     its collection to commit, unless a stop signal (SIGTERM/SIGINT/SIGHUP, as an MCP
@@ -353,7 +354,7 @@ def run_wrapped(
     within ~100 ms (the CLI exits there); the spool stays and the next toolwatch process
     on the store ingests it.
     """
-    from toolwatch.spool import start_wrapped, try_collector_lock
+    from toolwatch.ingest.sources.wrapper import start_wrapped, try_collector_lock
 
     if wrapped is None:
         try:
@@ -463,12 +464,15 @@ def consume_kafka(
     if on_flush is not None:
         r.lp.on_commit.append(on_flush)
     try:
+        # The configured flush size reaches the source (its backlog test compares the lag
+        # with it); before, the source always used the default (issue 29).
         src = KafkaSource(bootstrap_servers=bootstrap_servers, topics=topics,
-                         group_id=group_id, store=r.store, consumer_options=consumer_options)
+                         group_id=group_id, store=r.store, consumer_options=consumer_options,
+                         flush_events=r.live.flush_events,
+                         lag_warn_s=r.live.kafka_lag_warn_s)
     except BaseException:
         r.close()
         raise
-    src.lag_warn_s = r.live.kafka_lag_warn_s
     if on_start is not None:
         on_start(src)
     r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)

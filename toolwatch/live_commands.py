@@ -180,7 +180,7 @@ def run(
             raise ValueError(f"internal error: server spooled to {wrapped.data_dir}, "
                              f"config says {cfg.data_dir}")
         if wrapped is None:
-            from toolwatch.spool import start_wrapped
+            from toolwatch.ingest.sources.wrapper import start_wrapped
 
             try:
                 wrapped = start_wrapped(cfg.data_dir, argv)
@@ -353,7 +353,7 @@ def status(
         # A mistyped -d must not read as "nothing running" with exit 0.
         raise fail(FileNotFoundError(
             f"no toolwatch store at {cfg.data_dir} (check -d / $TOOLWATCH_DATA_DIR)"))
-    from toolwatch.spool import pending_spools
+    from toolwatch.ingest.sources.spool import pending_spools
 
     rows = [s for s in live.read_statuses(cfg.data_dir) if all_ or s["alive"]]
     # Spools not yet ingested (kind "spool"): a wrapped server's stderr waiting for the

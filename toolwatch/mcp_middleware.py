@@ -33,7 +33,7 @@ character escaped, and the SDK's own log records (a tool's exception quoting an 
 argument) are flattened to one line, so no argument can start a line on stderr.
 
 Secrets are hashed with the **same rules and key as** ``toolwatch ingest``
-(:class:`toolwatch.secrets.SecretHasher` over the whole line: values under secret-like keys,
+(:class:`toolwatch.ingest.secrets.SecretHasher` over the whole line: values under secret-like keys,
 look-alike key names, credentials glued to key names, tokens in free text, URL and
 ``user:pass@host`` credentials, ``Bearer``/``Basic`` headers, name/value pair lists and
 objects, command-line password flags, …), so no secret reaches stderr, the spool of
@@ -47,7 +47,7 @@ can be had (an invalid ``$TOOLWATCH_HMAC_KEY``, an unwritable home) are digests 
 ``sha256:<32 hex>`` (HMAC-SHA256 under an empty key), with a warning on stderr; ingest
 hashes those again with its key.
 
-The scanner (:mod:`toolwatch.secrets`, which imports pyarrow and numpy: ~0.3 s) is imported
+The scanner (:mod:`toolwatch.ingest.secrets`, which imports pyarrow and numpy: ~0.3 s) is imported
 on the first ``tools/call``, not when the server starts.
 """
 
@@ -327,14 +327,14 @@ _SAFE_FIELDS = ("ts", "session_id", "server", "status", "isError", "bytes", "dur
 
 
 def _make_hasher(key: bytes) -> Any:
-    """Ingest's :class:`~toolwatch.secrets.SecretHasher` under ``key``.
+    """Ingest's :class:`~toolwatch.ingest.secrets.SecretHasher` under ``key``.
 
-    Imported here, not at module level: :mod:`toolwatch.secrets` pulls pyarrow and numpy
+    Imported here, not at module level: :mod:`toolwatch.ingest.secrets` pulls pyarrow and numpy
     (~0.3 s), which a server should not pay at start-up. Without a key the digests are
     unkeyed and say so (``sha256:``, not ingest's ``hmac:``): ingest then hashes them again
     with its key instead of storing a digest anyone can recompute as if it were keyed.
     """
-    from toolwatch.secrets import HASH_PREFIX, SecretHasher
+    from toolwatch.ingest.secrets import HASH_PREFIX, SecretHasher
 
     if key:
         return SecretHasher(key)
@@ -350,7 +350,7 @@ def _make_gate(hasher: Any) -> Any:
     """The line filter ingest runs before its scanner, or ``None`` (scan every line).
 
     Ingest sends a line to :meth:`SecretHasher.redact_line` only when the hasher's
-    :attr:`~toolwatch.secrets.SecretHasher.candidate_pattern` (a superset of what the
+    :attr:`~toolwatch.ingest.secrets.SecretHasher.candidate_pattern` (a superset of what the
     scanner changes) matches it, case-insensitively, in one RE2 pass over its bytes read
     as Latin-1 (``ingest/parse.py``). The same filter here, compiled the same way, skips
     the scanner for the lines ingest would skip: ~10x cheaper on an ordinary call, and
@@ -433,7 +433,7 @@ class ToolwatchMiddleware:
             f"{server}-{uuid.uuid4().hex[:16]}"
         )
         self._key = _hmac_key()
-        self._hasher: Any = None  # toolwatch.secrets.SecretHasher, on the first call
+        self._hasher: Any = None  # toolwatch.ingest.secrets.SecretHasher, on the first call
         self._gate: Any = None  # ingest's RE2 line filter, built with the scanner
         self._hasher_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -468,7 +468,7 @@ class ToolwatchMiddleware:
 
     # ------------------------------------------------------------------ helpers
     def _scanner(self) -> Any:
-        """The secret scanner, created (and :mod:`toolwatch.secrets` imported) on first use."""
+        """The secret scanner, created (and :mod:`toolwatch.ingest.secrets` loaded) on first use."""
         h = self._hasher
         if h is None:
             with self._hasher_lock:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import polars as pl
 import streamlit as st
+
 from toolwatch.dashboard import data, ui
 from toolwatch.dashboard.triage import STATUSES
 
-# Notification links (toolwatch.notify) point at /incidents?incident=ID: open it.
+# Notification links (toolwatch.live.notify) point at /incidents?incident=ID: open it.
 if ui.query_param("incident"):
     ui.open_incident(str(ui.query_param("incident")))
 

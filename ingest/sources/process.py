@@ -4,7 +4,8 @@
 child inherits toolwatch's stdin and stdout file descriptors, so the client's requests
 and the server's responses flow between the client and the server through the operating
 system, byte for byte, with no copy and no added latency. toolwatch never writes to
-stdout. The child's stderr is a spool file under the store (:mod:`toolwatch.spool`),
+stdout. The child's stderr is a spool file under the store
+(:mod:`toolwatch.ingest.sources.wrapper`),
 echoed to toolwatch's own stderr and read by the collector
 (:func:`toolwatch.live_cli.collect_spools`), which splits it here.
 
@@ -34,13 +35,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from toolwatch.ingest import arrays
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.base import Item, LiveSource, StreamsEnded, StreamsStarted
 
-# The wrapped server itself lives in toolwatch.spool: it is started before anything
+# The wrapped server itself lives in toolwatch.ingest.sources.wrapper: it is started
+# before anything heavy is imported (this module pulls in numpy and pyarrow).
 # heavy is imported (this module pulls in numpy and pyarrow).
-from toolwatch.spool import FORWARDED_SIGNALS, WrappedServer  # noqa: F401
+from toolwatch.ingest.sources.wrapper import FORWARDED_SIGNALS, WrappedServer  # noqa: F401
 
 
 class PipeReader:

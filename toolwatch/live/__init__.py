@@ -5,7 +5,7 @@ partition) hands :class:`~toolwatch.ingest.records.RawBatch` objects to a :class
 The pipeline buffers them and *flushes* at most every ``live.flush_interval_s`` seconds
 (or once ``live.flush_events`` lines are waiting). One flush:
 
-1. runs the same transforms as ``ingest``/``analyze`` (:class:`toolwatch.pipeline.Pipeline`,
+1. runs the same transforms as ``ingest``/``analyze`` (:class:`toolwatch.ingest.pipeline.Pipeline`,
    one call per stream with that stream's buffered lines merged);
 2. adds the new events to a bounded :class:`DetectionWindow` and runs the detectors on the
    events of every entity (session, caller, client address, credential) touched by this

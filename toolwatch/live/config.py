@@ -12,7 +12,7 @@ from toolwatch.detectors.config import SEVERITY_RANK  # one definition; light im
 class SinkConfig:
     """One alert destination (``[[live.sinks]]``)."""
 
-    type: str = doc("Sink kind: stdout, file, kafka or webhook (toolwatch.sinks.SINKS).",
+    type: str = doc("Sink kind: stdout, file, kafka or webhook (toolwatch.live.sinks.SINKS).",
                     "stdout")
     path: str = doc("file: JSON-lines file alerts are appended to.", "")
     url: str = doc("webhook: URL alerts are POSTed to (one JSON object per alert).", "")
@@ -42,7 +42,7 @@ class SinkConfig:
     notify: str = doc(
         "What the sink sends: 'incidents' (one message per incident, grouped and "
         "rate-limited like Alertmanager: group_wait_s, group_interval_s, "
-        "repeat_interval_s; toolwatch/notify.py) or 'alerts' (every new or updated "
+        "repeat_interval_s; toolwatch/live/notify.py) or 'alerts' (every new or updated "
         "alert version). Empty: incidents for webhook and kafka, alerts for stdout and "
         "file (a local record of every version).",
         "",
@@ -308,9 +308,9 @@ class LiveConfig:
         if self.max_queued_events < 0:
             raise ConfigError("must be 0 (4 x flush_events) or positive",
                               key="live.max_queued_events")
-        # The sinks registry (toolwatch.sinks.SINKS) says which types exist and what
+        # The sinks registry (toolwatch.live.sinks.SINKS) says which types exist and what
         # each needs: adding a sink never touches this file.
-        from toolwatch.sinks import SINKS
+        from toolwatch.live.sinks import SINKS
 
         for i, s in enumerate(self.sinks):
             cls = SINKS.get(s.type)

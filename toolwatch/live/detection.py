@@ -48,7 +48,7 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
         return None, 0.0
     if not hasattr(detectors, "run_batch"):
         return None, 0.0
-    from toolwatch.analyze import apply_triage_suppressions
+    from toolwatch.detectors.suppress import apply_triage_suppressions
 
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
     model_path = config.trained_forest
@@ -235,36 +235,16 @@ class DetectMixin:
         partitions are: every session and every caller's window is whole in one pass.
         A client address or credential used by callers of different passes is scored
         per pass on its share of their events. Each pass gets the same baseline
-        history; an alert id scored by two passes keeps its highest score.
+        history; an alert id scored by two passes keeps its highest score
+        (:func:`toolwatch.detectors.partition.detect_in_parts`).
         """
-        key = pl.coalesce(pl.col("caller_id"), pl.col("session_id")).hash(seed=7) % n
-        part = ev.select(key.alias("p"))["p"]
-        sessions = ev["session_id"].drop_nulls().unique()
-        out: list[pl.DataFrame] = []
-        for i in range(n):
-            evi = ev.filter(part == i)
-            if su.height:
-                own = pl.col("session_id").is_in(evi["session_id"].drop_nulls().implode())
-                if i == 0:  # summaries of sessions without a touched event go with pass 0
-                    own = own | ~pl.col("session_id").is_in(sessions.implode())
-                sui = su.filter(own)
-            else:
-                sui = su
-            if evi.height == 0 and sui.height == 0:
-                continue
-            alerts = self.detector(evi, sui, history=hist)
-            if alerts is not None and alerts.height:
-                out.append(alerts)
+        from toolwatch.detectors.partition import detect_in_parts
+
+        alerts = detect_in_parts(ev, su, n, lambda e, s: self.detector(e, s, history=hist))
         self.status.extra["detect_split_passes"] = (
             self.status.extra.get("detect_split_passes", 0) + n
         )
-        if not out:
-            return None
-        return (
-            pl.concat(out, how="vertical_relaxed")
-            .sort("score", descending=True, nulls_last=True)
-            .unique(subset="alert_id", keep="first", maintain_order=True)
-        )
+        return alerts
 
     def _load_history_base(self) -> None:
         """Most recent events already stored when this process started (baselines)."""

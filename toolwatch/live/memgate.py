@@ -176,6 +176,6 @@ class MemoryGate:
 
 def release_memory() -> None:
     """Hand freed heap memory back to the OS: glibc's free pages, Arrow's unused pool."""
-    from toolwatch.spool import release_memory as _release
+    from toolwatch.allocator import release_memory as _release
 
     _release()

@@ -18,6 +18,7 @@ from toolwatch import schema
 from toolwatch.codepages import CODE_PAGES
 from toolwatch.config import Config
 from toolwatch.ingest import arrays
+from toolwatch.ingest.pipeline import BatchOutput, Pipeline
 from toolwatch.ingest.records import RawBatch, join_streams
 from toolwatch.live.commit import CommitMixin, FlushResult, _concat, _Job
 from toolwatch.live.config import LiveConfig
@@ -26,7 +27,6 @@ from toolwatch.live.status import LiveStatus, RateMeter
 from toolwatch.live.tracking import AlertTracker
 from toolwatch.live.warmup import WarmUpMixin
 from toolwatch.live.window import _ID_COLUMNS, DetectionWindow
-from toolwatch.pipeline import BatchOutput, Pipeline
 from toolwatch.store import Checkpoint, Store
 
 log = logging.getLogger("toolwatch.live")
@@ -77,7 +77,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
     name
         Human-readable name of what is followed.
     sinks
-        Alert sinks (:class:`toolwatch.sinks.SinkSet`); ``None``: store only.
+        Alert sinks (:class:`toolwatch.live.sinks.SinkSet`); ``None``: store only.
     detector
         Detection function ``(events, summaries) -> alerts``; default: the detectors
         package (absent: detection off). Tests inject simple rules here.

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from toolwatch.status_files import read_statuses, status_dir  # noqa: F401 - re-exported
+
 log = logging.getLogger("toolwatch.live")
 
 
@@ -87,11 +89,6 @@ class LiveStatus:
         d["quarantined_total"] = self.quarantined_total
         d["updated_at"] = time.time()
         return d
-
-
-def status_dir(data_dir: str | Path) -> Path:
-    """Directory of live status files inside a store."""
-    return Path(data_dir) / "_state" / "live"
 
 
 class StatusPublisher:
@@ -218,34 +215,6 @@ def prometheus_text(st: LiveStatus) -> str:
         for k, v in c.items():
             metric(f"sink_{k}_total", "counter", v, f"Sink {k}.", f'sink="{_label(sink)}"')
     return "\n".join(lines) + "\n"
-
-
-def read_statuses(data_dir: str | Path) -> list[dict[str, Any]]:
-    """Status files of live processes writing to a store, with ``alive`` set."""
-    out: list[dict[str, Any]] = []
-    d = status_dir(data_dir)
-    if not d.is_dir():
-        return out
-    for p in sorted(d.glob("*.json")):
-        try:
-            st = orjson.loads(p.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            continue
-        pid = int(st.get("pid", 0))
-        alive = False
-        if pid > 0 and not st.get("stopped"):
-            try:
-                os.kill(pid, 0)
-                alive = True
-            except ProcessLookupError:
-                alive = False
-            except PermissionError:
-                alive = True
-        st["alive"] = alive
-        st["age_s"] = round(time.time() - float(st.get("updated_at", 0)), 1)
-        st["file"] = str(p)
-        out.append(st)
-    return out
 
 
 def _utf8_safe(obj: Any) -> Any:

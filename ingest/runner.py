@@ -20,7 +20,7 @@ from toolwatch.ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.store import Store
 
 if TYPE_CHECKING:  # polars: imported once the parse workers are busy (see _ingest_paths)
-    from toolwatch.pipeline import BatchOutput, Counters, Pipeline
+    from toolwatch.ingest.pipeline import BatchOutput, Counters, Pipeline
 
 
 #: Batches between two garbage collections during a run (automatic ones are off).
@@ -72,7 +72,7 @@ def _ingest_paths(
         # once the first batches are in the parse workers' hands, instead of before them.
         nonlocal pipe
         if pipe is None:
-            from toolwatch.pipeline import Pipeline
+            from toolwatch.ingest.pipeline import Pipeline
 
             pipe = Pipeline(config, store, parser=parser)
         return pipe

@@ -16,7 +16,7 @@ of a batch, so lines without one cost nearly nothing):
    credentials, every cookie of a ``Cookie:`` header, Python-repr pairs, file formats
    (PEM and PuTTY keys, shadow/htpasswd/pgpass lines, SQL ``IDENTIFIED BY``) and the
    token formats of a maintained rule set (CredSweeper's, read by
-   :mod:`toolwatch.secret_rules`: ``ya29.``, ``whsec_``, ``hvs.``, ``SG.``, ``ghp_`` …)
+   :mod:`toolwatch.ingest.secret_rules`: ``ya29.``, ``whsec_``, ``hvs.``, ``SG.``, ``ghp_`` …)
    are hashed in place; JSON embedded in a string is scanned too, and ANSI escapes are
    dropped first.
 3. **Without structure.** A line that does not parse (truncated, over-long, nested
@@ -50,8 +50,7 @@ except ImportError:  # pragma: no cover - an environment installed before it was
     _re2 = None
 
 from toolwatch.ingest.arrays import to_numpy
-from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
-from toolwatch.secret_fold import (  # look-alike folding (names before scanning)
+from toolwatch.ingest.secret_fold import (  # look-alike folding (names before scanning)
     _LETTER_RUN_RE,
     _LOOSE_NAMES_RE,
     _LOOSE_NAMES_RE2,
@@ -60,7 +59,8 @@ from toolwatch.secret_fold import (  # look-alike folding (names before scanning
     _prose_fold,
     key_skeleton,
 )
-from toolwatch.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex  # noqa: F401
+from toolwatch.ingest.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex  # noqa: F401
+from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
 
 HASH_PREFIX = "hmac:"
 _DIGEST_LEN = len(HASH_PREFIX) + 32
@@ -163,7 +163,7 @@ def normalize_key(key: str) -> str:
 
 
 # --------------------------------------------------------------------------- rule set
-# Token formats and key words come from a maintained rule set (toolwatch/secret_rules.py).
+# Token formats and key words come from a maintained rule set (ingest/secret_rules.py).
 LAST_WORDS = (frozenset(RULE_WORDS) - {"api"}) | {"sid", "signature", "sig"}
 #: Secret names matched in prose (``invalid token X``, ``the password is X``, ``auth: X``):
 #: toolwatch's and the last words of the rule set's vocabulary, each with a plural.
@@ -1291,7 +1291,7 @@ class SecretHasher:
 
     def _tokens_bytes(self, src: bytes, found: list[str]) -> bytes:
         """``src`` with every token format of the rule set (and a PEM key) hashed: one RE2
-        pass of all of them (:func:`~toolwatch.secret_rules.tokens_regex`)."""
+        pass of all of them (:func:`~toolwatch.ingest.secret_rules.tokens_regex`)."""
         if b"-----BEGIN" in src:
             src = _PEM_RE_B.sub(lambda m: self._hash_bytes(m.group(0), found), src)
         if TOKEN_RULES:

@@ -12,7 +12,7 @@ every version) receives alerts as JSON objects shaped like ``toolwatch analyze
 --alerts-out`` lines (``docs/alert.schema.json``: ``evidence`` is an object, times are
 ISO-8601 UTC). The same ``alert_id`` arriving again is an *update* of that alert. A sink
 with ``notify = "incidents"`` (the default for webhook and Kafka) is wrapped in a
-:class:`toolwatch.notify.IncidentSink`: it receives one message per incident, grouped and
+:class:`toolwatch.live.notify.IncidentSink`: it receives one message per incident, grouped and
 rate-limited like Alertmanager, instead of every alert version.
 
 Adding a sink: a :class:`Sink` subclass (``send``; ``requires`` names the
@@ -42,13 +42,13 @@ import polars as pl
 from toolwatch import schema
 from toolwatch.detectors.config import SEVERITY_RANK
 from toolwatch.live.config import SinkConfig
-from toolwatch.notify import IncidentSink, notify_mode, slack_incident_payload
+from toolwatch.live.notify import IncidentSink, notify_mode, slack_incident_payload
 from toolwatch.output import json_safe, safe_text
 
 if TYPE_CHECKING:
     from toolwatch.config import Config
 
-log = logging.getLogger("toolwatch.sinks")
+log = logging.getLogger("toolwatch.live.sinks")
 
 _JSON_OPTS = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
@@ -466,6 +466,6 @@ def build_sinks(
             raise ValueError(f"unknown sink type {c.type!r}")
         sink = cls.build(c, ctx)
         # notify = incidents (default for webhook/kafka): one message per incident,
-        # grouped and rate-limited (toolwatch/notify.py) in front of the delivering sink
+        # grouped and rate-limited (toolwatch/live/notify.py) in front of the delivering sink
         out.append(IncidentSink(sink, c) if notify_mode(c) == "incidents" else sink)
     return SinkSet(out)

@@ -48,9 +48,9 @@ from toolwatch.output import safe_text
 
 if TYPE_CHECKING:
     from toolwatch.detectors.incidents_config import IncidentConfig
-    from toolwatch.sinks import Sink
+    from toolwatch.live.sinks import Sink
 
-log = logging.getLogger("toolwatch.notify")
+log = logging.getLogger("toolwatch.live.notify")
 
 #: Alerts held to roll incidents up from, at most (oldest dropped first). Incidents
 #: whose last alert is more than ``gap_hours`` (log time) behind the newest are closed
@@ -446,7 +446,7 @@ def slack_incident_payload(msg: dict[str, Any]) -> dict[str, Any]:
     """Slack incoming-webhook message for one incident notification (mrkdwn).
 
     Every log-derived value (caller, address, server, summary, actions) is escaped and
-    sits in a code span, as in :func:`toolwatch.sinks.slack_payload`; only our own words,
+    sits in a code span, as in :func:`toolwatch.live.sinks.slack_payload`; only our own words,
     the stage names and the operator's dashboard link are outside.
     """
     sev = _esc(msg.get("severity", "?")).upper()

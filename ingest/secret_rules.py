@@ -7,15 +7,15 @@ imported), and compiles them for RE2:
 
 * every *token format* rule (a pattern for code, not ``weak``, not an identifier rule such
   as UUID, gated by literals of 3+ characters) becomes a :class:`TokenRule`: an exact RE2
-  pattern whose ``value`` group :mod:`toolwatch.secrets` hashes, and a looser copy for the
+  pattern whose ``value`` group :mod:`toolwatch.ingest.secrets` hashes, and a looser copy for the
   batch prefilter. Python ``re`` constructs RE2 lacks are translated to a superset
   (look-arounds dropped, repetition bounds loosened); a pattern with a back-reference, a
   conditional or nested counts over RE2's limit is skipped and counted (:data:`RULE_COUNTS`);
 * the *keyword* rules' words (``key``, ``secret``, ``token``, ``salt`` …) are
-  :data:`RULE_WORDS`, the key names :mod:`toolwatch.secrets` hashes values under.
+  :data:`RULE_WORDS`, the key names :mod:`toolwatch.ingest.secrets` hashes values under.
 
 Structural rules (values under secret keys, URL credentials, name/value pairs, command
-lines, file formats) stay in :mod:`toolwatch.secrets`, on top of these.
+lines, file formats) stay in :mod:`toolwatch.ingest.secrets`, on top of these.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A name written with letters of other scripts that look Latin (``pаssword`` with a
 Cyrillic ``а``), fullwidth or mathematical letters, or invisible characters inside a word
-must not escape :mod:`toolwatch.secrets`' key and prose rules. :func:`key_skeleton` folds
+must not escape :mod:`toolwatch.ingest.secrets`' key and prose rules. :func:`key_skeleton` folds
 a key; :func:`_prose_fold` is the same folding as a one-to-one ``str.translate`` table
 for prose; the patterns below tell cheaply whether a text may hold such a name at all.
 """

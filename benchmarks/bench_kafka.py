@@ -137,7 +137,6 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
     ``fast``: with toolwatch's lean record decoder installed (a-fast).
     """
     from kafka import KafkaConsumer
-
     from toolwatch.ingest.pipeline import Pipeline
     from toolwatch.ingest.sources.kafka import (
         consumer_settings,
@@ -145,6 +144,7 @@ def bare(bootstrap: str, topic: str, total: int, *, transform: bool,
         message_count,
     )
     from toolwatch.ingest.sources.kafka_records import install_fast_records
+
     from toolwatch.live import LiveConfig, merge_batches
 
     group = f"bare-{'t' if transform else 'n'}-{time.time_ns()}"

@@ -83,12 +83,12 @@ def measure(path: Path, sizes: list[int]) -> dict[str, dict[str, float]]:
     """Per batch size, CPU us/event of each stage over the whole file (one pass)."""
     import numpy as np
     import pyarrow as pa
-
-    from toolwatch.config import Config
     from toolwatch.ingest.outcome import outcome_column
     from toolwatch.ingest.parse import ParserPool, _line_offsets, in_input_order
     from toolwatch.ingest.pipeline import Pipeline
     from toolwatch.ingest.records import RawBatch, split_lines
+
+    from toolwatch.config import Config
 
     os.environ.setdefault("TOOLWATCH_HMAC_KEY", "00" * 32)
     buf = path.read_bytes()
@@ -145,9 +145,9 @@ def streams(path: Path, n_streams: int, per: int, rounds: int) -> dict[str, list
     """
     import numpy as np
     import pyarrow as pa
+    from toolwatch.ingest.records import RawBatch
 
     from toolwatch.config import Config
-    from toolwatch.ingest.records import RawBatch
     from toolwatch.live import LivePipeline
     from toolwatch.live.pipeline import merge_batches
     from toolwatch.store import Store
@@ -226,11 +226,11 @@ def scan_engines(path: Path, sizes: list[int], rounds: int) -> None:
     import duckdb
     import numpy as np
     import pyarrow as pa
-
-    from toolwatch.config import IngestConfig
     from toolwatch.ingest import parse as P
     from toolwatch.ingest.records import split_lines
     from toolwatch.ingest.secrets import SecretHasher
+
+    from toolwatch.config import IngestConfig
 
     p = P.Parser(IngestConfig(), SecretHasher(b"k" * 32, [], []), threads=1)
     lines, _, _ = split_lines(path.read_bytes())

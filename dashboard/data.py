@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 import polars as pl
-
-from toolwatch.config import QueryConfig
 from toolwatch.detectors.config import CATEGORIES as _CATEGORIES
 from toolwatch.detectors.config import SEVERITIES as _SEVERITIES
+
+from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError
 from toolwatch.store import Store
 

@@ -66,7 +66,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-
 from toolwatch.detectors.suppress import (  # noqa: F401 - the rules, re-exported
     RULE_ENTITY_TYPES,
     SCOPE_FIELDS,
@@ -88,6 +87,7 @@ from toolwatch.detectors.suppress import (  # noqa: F401 - the rules, re-exporte
     suppressions_path,
     triage_dir,
 )
+
 from toolwatch.triage_store import (  # noqa: F401 - incident verdicts, re-exported
     incident_history,
     incident_statuses,

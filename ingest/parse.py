@@ -32,13 +32,13 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from toolwatch.config import Config, IngestConfig
 from toolwatch.ingest import arrays, intervals
 from toolwatch.ingest.aliases import NON_RESOURCE_KEYS, json_path, merged_aliases
 from toolwatch.ingest.outcome import outcome_column
 from toolwatch.ingest.records import NEWLINE, RawBatch, slice_batch
 from toolwatch.ingest.secrets import SecretHasher, load_or_create_key
+
+from toolwatch.config import Config, IngestConfig
 
 #: Epoch numbers: magnitude decides the unit. Anything that is not a finite number below
 #: 1e20 (ns for ~year 5138) is no time at all: ``to_timestamp`` raises on NaN, infinities

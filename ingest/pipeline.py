@@ -19,14 +19,14 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from toolwatch import schema
-from toolwatch.config import Config
 from toolwatch.ingest import arrays
 from toolwatch.ingest.pair import Pairer
 from toolwatch.ingest.parse import ParserPool
 from toolwatch.ingest.records import RawBatch, slice_batch
 from toolwatch.ingest.sessionize import Sessionizer, escape_logged
+
+from toolwatch import schema
+from toolwatch.config import Config
 from toolwatch.store import Checkpoint, Store
 
 log = logging.getLogger(__name__)

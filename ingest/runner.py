@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from toolwatch.ingest.parse import ParserPool
+from toolwatch.ingest.sources import FileSource, StdinSource, expand_paths
 
 from toolwatch.config import Config
 from toolwatch.errors import SourceError, StoreError
 from toolwatch.gc_pause import gc_paused
-from toolwatch.ingest.parse import ParserPool
-from toolwatch.ingest.sources import FileSource, StdinSource, expand_paths
 from toolwatch.store import Store
 
 if TYPE_CHECKING:  # polars: imported once the parse workers are busy (see _ingest_paths)

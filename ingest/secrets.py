@@ -60,6 +60,7 @@ from toolwatch.ingest.secret_fold import (  # look-alike folding (names before s
     key_skeleton,
 )
 from toolwatch.ingest.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex  # noqa: F401
+
 from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
 
 HASH_PREFIX = "hmac:"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from toolwatch.detectors.incidents import STAGES
 
 from tests.fixtures.dashboard_store import build_store
-from toolwatch.detectors.incidents import STAGES
 from toolwatch.triage_store import incident_statuses
 
 pytestmark = pytest.mark.slow  # runs the app (AppTest)

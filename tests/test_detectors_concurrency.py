@@ -12,9 +12,6 @@ import polars as pl
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-
-from tests.fixtures import traffic_concurrency as tc
-from tests.fixtures.traffic import T0, Traffic
 from toolwatch.detectors import DetectorsConfig, FeatureSet
 from toolwatch.detectors.concurrency import (
     ConcurrencyAbuseDetector,
@@ -23,6 +20,9 @@ from toolwatch.detectors.concurrency import (
     sweep_peaks,
 )
 from toolwatch.ingest.intervals import MAX_DURATION_MS, MAX_STORED_DURATION_MS
+
+from tests.fixtures import traffic_concurrency as tc
+from tests.fixtures.traffic import T0, Traffic
 
 
 def _scores(tr: Traffic, det_cls: type) -> pl.DataFrame:
@@ -368,9 +368,10 @@ def test_race_clusters_match_brute_force(rows: list[tuple[int, int, int]], m: in
 
 # ---------------------------------------------------------------- ingest
 def _ingest(tmp_path: Path, lines: list[dict], ts_marks: str = "end") -> pl.DataFrame:
-    from toolwatch.config import Config
     from toolwatch.ingest.pipeline import Pipeline
     from toolwatch.ingest.sources import FileSource
+
+    from toolwatch.config import Config
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "in.jsonl"
@@ -461,6 +462,7 @@ def test_live_intervals_straddling_micro_batches(tmp_path: Path) -> None:
     except ImportError:
         from test_live_support import config_for, stored_alerts  # type: ignore[no-redef]
     from toolwatch.ingest.sources.file_tail import LineAssembler
+
     from toolwatch.live import LivePipeline
     from toolwatch.store import Store
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import polars as pl
-
 from toolwatch.detectors.partition import caller_partition, detect_in_parts
 
 

@@ -527,9 +527,9 @@ def test_hostile_messages_through_the_kafka_path(tmp_path: Path, monkeypatch) ->
     from collections import namedtuple
 
     from kafka import TopicPartition
+    from toolwatch.ingest.sources.kafka import message_batch
 
     from toolwatch.cli_common import config_for
-    from toolwatch.ingest.sources.kafka import message_batch
     from toolwatch.live import LivePipeline
 
     monkeypatch.setenv("TOOLWATCH_HMAC_KEY", KEY)
@@ -573,7 +573,6 @@ def _check_one_unprocessable(tmp: Path, res: dict, n: int, marker: str) -> None:
 def test_sql_failure_on_one_line_quarantines_only_that_line(tmp_path: Path, monkeypatch) -> None:
     import duckdb
     import pyarrow.compute as pc
-
     from toolwatch.ingest.parse import Parser
 
     real = Parser._run_sql

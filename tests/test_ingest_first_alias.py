@@ -13,12 +13,12 @@ import orjson
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from toolwatch.config import IngestConfig
 from toolwatch.ingest.aliases import ALIASES
 from toolwatch.ingest.parse import RARE_GROUPS, Parser
 from toolwatch.ingest.records import RawBatch, split_lines
 from toolwatch.ingest.secrets import SecretHasher
+
+from toolwatch.config import IngestConfig
 
 _PARSER = Parser(IngestConfig(), SecretHasher(b"k" * 32), threads=1)
 _TS = ALIASES["ts"]  # ts, timestamp, time, @timestamp

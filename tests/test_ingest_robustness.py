@@ -420,9 +420,10 @@ def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
     )
 )
 def test_arbitrary_bytes_never_crash_and_every_line_is_accounted_for(tmp_path_factory, lines):
-    from toolwatch.config import Config
     from toolwatch.ingest.pipeline import Pipeline
     from toolwatch.ingest.sources import FileSource
+
+    from toolwatch.config import Config
 
     d = tmp_path_factory.mktemp("hyp")
     path = d / "in.jsonl"

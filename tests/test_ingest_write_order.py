@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from toolwatch.ingest.pipeline import Pipeline
+from toolwatch.ingest.runner import ingest_paths
 
 from toolwatch.config import Config
 from toolwatch.errors import StoreError
-from toolwatch.ingest.pipeline import Pipeline
-from toolwatch.ingest.runner import ingest_paths
 from toolwatch.store import Store
 
 

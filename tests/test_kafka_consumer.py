@@ -192,6 +192,7 @@ def test_lost_partitions_drop_unflushed_lines_and_assignment_seeks_store(
     reaches the pipeline only through the driver's control (the source contract)."""
     from toolwatch.ingest.records import RawBatch
     from toolwatch.ingest.sources.kafka import KafkaSource
+
     from toolwatch.live import LivePipeline
     from toolwatch.live.driver import Driver
     from toolwatch.store import Store

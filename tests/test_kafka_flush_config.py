@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import toolwatch.ingest.sources.kafka as kafka_source
 from test_live_support import config_for
 
-import toolwatch.ingest.sources.kafka as kafka_source
 from toolwatch.live.config import LiveConfig
 from toolwatch.live_cli import consume_kafka
 

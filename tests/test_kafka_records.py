@@ -24,7 +24,6 @@ from kafka.consumer.fetcher import Fetcher
 from kafka.errors import KafkaError
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 from kafka.structs import TopicPartition
-
 from toolwatch.ingest.sources.kafka import message_batch
 from toolwatch.ingest.sources.kafka_records import (
     RecordChunk,

@@ -10,7 +10,6 @@ import logging
 
 import kafka
 import pytest
-
 from toolwatch.ingest.sources import kafka_records
 from toolwatch.ingest.sources.kafka_records import (
     UnsupportedKafkaPython,

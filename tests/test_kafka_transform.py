@@ -23,9 +23,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.pipeline import Pipeline
 from toolwatch.ingest.records import RawBatch, join_streams, slice_batch
+
 from toolwatch.live import LivePipeline
 from toolwatch.live.pipeline import merge_batches
 from toolwatch.store import Store

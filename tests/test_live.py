@@ -14,9 +14,9 @@ from typing import ClassVar
 import numpy as np
 import orjson
 import pytest
-
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.file_tail import LineAssembler
+
 from toolwatch.live import LiveConfig, LivePipeline, SinkConfig, StatusPublisher, prometheus_text
 from toolwatch.live.sinks import build_sinks, slack_payload
 from toolwatch.live_cli import tail_files

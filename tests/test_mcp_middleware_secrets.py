@@ -26,8 +26,8 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.secrets import SecretHasher
+
 from toolwatch.mcp_middleware import ToolwatchMiddleware
 
 KEY_HEX = "5a" * 32

@@ -133,7 +133,6 @@ def test_control_characters_never_break_the_line() -> None:
 def test_caller_suppression_needs_an_authenticated_caller(tmp_path: Path) -> None:
     """Issue 28 item 2: logging in under a suppressed caller's name hides nothing."""
     import polars as pl
-
     from toolwatch.dashboard.triage import add_suppression
     from toolwatch.detectors.suppress import apply_triage_suppressions
 

@@ -20,12 +20,12 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from toolwatch.config import IngestConfig
 from toolwatch.ingest import arrays
 from toolwatch.ingest.parse import Parser, inline_macros
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.secrets import SecretHasher
+
+from toolwatch.config import IngestConfig
 
 #: The interval macros as they were before (commit e85a0ba): ICU time arithmetic.
 ICU_MACROS = """

@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from toolwatch.config import IngestConfig
 from toolwatch.ingest import arrays
 from toolwatch.ingest.parse import Parser, _BufferScan
 from toolwatch.ingest.secrets import SecretHasher
+
+from toolwatch.config import IngestConfig
 
 FRAGMENTS = [
     b'{"ts":1,"tool":"x","args":{"q":"a"}}', b'"password":"hunter2"', b"apiKey=abc",

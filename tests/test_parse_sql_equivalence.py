@@ -23,14 +23,14 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from toolwatch.config import IngestConfig
 from toolwatch.ingest import arrays
 from toolwatch.ingest import parse as parse_mod
 from toolwatch.ingest.aliases import merged_aliases
 from toolwatch.ingest.parse import Parser
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.secrets import SecretHasher
+
+from toolwatch.config import IngestConfig
 
 GOLDEN = Path(__file__).parent / "golden" / "parse_rows.jsonl"
 _ALIASES = merged_aliases({})

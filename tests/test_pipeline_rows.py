@@ -6,7 +6,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.pipeline import _MAX_CUTS, _rows_between
 
 KINDS = ["call", "quarantine", "summary", "rpc_req"]

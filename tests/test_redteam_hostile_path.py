@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toolwatch.ingest.secrets import SecretHasher
 
 from tests.conftest import TOOLWATCH
 from tests.test_redteam_secrets_round3 import disguised_names
-from toolwatch.ingest.secrets import SecretHasher
 
 KEY = "cd" * 32
 HASHER = SecretHasher(bytes.fromhex(KEY))
@@ -138,6 +138,7 @@ def _store_bytes_digest(store: Path) -> dict[str, str]:
 @given(items=st.lists(secret_line(), min_size=20, max_size=40))
 def test_hostile_lines_through_cli_views_and_dashboard(tmp_path_factory, items) -> None:
     from toolwatch.dashboard import data
+
     from toolwatch.store import Store
 
     tmp = tmp_path_factory.mktemp("hostile-path")

@@ -129,7 +129,6 @@ def test_analyze_alerts_out_is_terminal_safe(tmp_path: Path) -> None:
 def test_dashboard_downloads_are_inert(values: list[str]) -> None:
     """The dashboard's CSV and JSON downloads: no formula, nothing unsafe, JSON exact."""
     import polars as pl
-
     from toolwatch.dashboard import data
 
     df = pl.DataFrame({"caller_id": values, "tools": [[v] for v in values]})

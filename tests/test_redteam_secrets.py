@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolwatch.ingest.secrets import SecretHasher
 
 from tests.conftest import TOOLWATCH
-from toolwatch.ingest.secrets import SecretHasher
 from toolwatch.store import Store
 
 KEY = "ab" * 32

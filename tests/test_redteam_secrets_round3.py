@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolwatch.ingest.secrets import SecretHasher
 
 from tests.test_redteam_secrets import ingest_and_check_absent
-from toolwatch.ingest.secrets import SecretHasher
 
 KEY = "ab" * 32
 TS = "2026-11-02T10:00:00Z"

@@ -21,6 +21,7 @@ import pytest
 import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolwatch.ingest.secrets import _CUT_HEAD_WORDS, normalize_key
 
 from tests.test_redteam_secrets import ingest_and_check_absent
 
@@ -32,7 +33,6 @@ from tests.test_redteam_secrets_round3 import (
     disguised_names,
     secret_text,
 )
-from toolwatch.ingest.secrets import _CUT_HEAD_WORDS, normalize_key
 
 
 def _picked(line: bytes) -> bool:

@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 # The SDK is in the dev extra: without it these tests fail to import rather than skip.
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.process import (
     UNTAGGED_REASON,
@@ -38,6 +37,7 @@ from toolwatch.ingest.sources.process import (
     split_stream,
 )
 from toolwatch.ingest.sources.wrapper import RECORD_KEY_ENV as SPOOL_KEY_ENV
+
 from toolwatch.mcp_middleware import RECORD_KEY_ENV, tag_line
 from toolwatch.store import Store
 

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from toolwatch.ingest.sources.file_tail import TailSource
 from toolwatch.ingest.sources.wrapper import spool_dir
+
 from toolwatch.safe_open import UnsafeFile, looks_binary, open_regular, read_regular
 from toolwatch.store import Store
 

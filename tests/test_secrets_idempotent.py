@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.secrets import SecretHasher, is_digest
 
 KEY = bytes(range(32))

@@ -12,7 +12,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.secrets import _PLAN_PATTERNS, SecretHasher, _plan_buffer
 
 HASHER = SecretHasher(b"k" * 32)

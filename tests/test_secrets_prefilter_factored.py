@@ -14,7 +14,6 @@ from __future__ import annotations
 import re2
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.secret_fold import (
     _PROSE_NAMES,
     _byte_alternation,

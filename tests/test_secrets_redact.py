@@ -16,7 +16,6 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.secrets import HASH_PREFIX, SecretHasher, _is_name, is_digest
 
 HASHER = SecretHasher(b"k" * 32, ["apikey", "token", "password", "authorization"])

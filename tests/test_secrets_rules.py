@@ -18,10 +18,10 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from tests.conftest import TOOLWATCH
 from toolwatch.ingest.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex
 from toolwatch.ingest.secrets import LAST_WORDS, SecretHasher, is_digest
+
+from tests.conftest import TOOLWATCH
 
 KEY = "ab" * 32
 H = SecretHasher(bytes.fromhex(KEY))

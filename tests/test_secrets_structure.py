@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from toolwatch.ingest.secrets import HASH_PREFIX, SecretHasher, key_words
 
 T = "2026-11-02T10:{:02d}:{:02d}Z"

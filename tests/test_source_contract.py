@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from tests.test_live_support import call_line, config_for, stored_events
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources import registry
 from toolwatch.ingest.sources.base import (
@@ -29,6 +27,8 @@ from toolwatch.ingest.sources.base import (
     StreamsRevoked,
     StreamsStarted,
 )
+
+from tests.test_live_support import call_line, config_for, stored_events
 from toolwatch.live import LivePipeline
 from toolwatch.live.driver import Driver
 from toolwatch.store import Checkpoint, Store

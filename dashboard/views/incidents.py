@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import polars as pl
 import streamlit as st
-
 from toolwatch.dashboard import data, ui
 from toolwatch.dashboard.triage import STATUSES
 

@@ -66,7 +66,6 @@ import pyarrow as pa
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, TopicPartition
 from kafka.errors import CommitFailedError, KafkaError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
-
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.base import (
     Item,

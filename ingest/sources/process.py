@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-
 from toolwatch.ingest import arrays
 from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.base import Item, LiveSource, StreamsEnded, StreamsStarted

@@ -36,6 +36,7 @@ from toolwatch.ingest.sources.wrapper import (
     spool_dir,
     stat_is_regular,
 )
+
 from toolwatch.safe_open import (
     UnsafeFile,
     open_regular,
@@ -47,6 +48,7 @@ from toolwatch.safe_open import (
 if TYPE_CHECKING:
     from toolwatch.ingest.records import RawBatch
     from toolwatch.ingest.sources.file_tail import LineAssembler
+
     from toolwatch.store import Checkpoint
 
 

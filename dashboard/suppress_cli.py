@@ -67,8 +67,8 @@ def add(
     """
     from dataclasses import asdict
 
-    from toolwatch.dashboard.triage import add_suppression, parse_expiry
     from toolwatch.detectors.config import CATEGORIES
+    from toolwatch.detectors.suppress import add_suppression, parse_expiry
 
     if category is not None and category not in CATEGORIES:
         raise fail(ValueError(f"--category must be one of {', '.join(CATEGORIES)}"), 2)
@@ -106,7 +106,7 @@ def list_rules(
     """List the rules (active ones unless --all)."""
     from dataclasses import asdict
 
-    from toolwatch.dashboard.triage import load_suppressions
+    from toolwatch.detectors.suppress import load_suppressions
 
     if fmt not in ("text", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use text or json"), 2)
@@ -132,7 +132,7 @@ def rm(
     data_dir: DataDirOpt = None,
 ) -> None:
     """Delete a rule by id (exit 1 if there is none)."""
-    from toolwatch.dashboard.triage import remove_suppression
+    from toolwatch.detectors.suppress import remove_suppression
 
     if not remove_suppression(_store_dir(config, data_dir), rule_id):
         raise fail(ValueError(f"no suppression rule {rule_id!r}"), 1)

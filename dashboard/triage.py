@@ -66,32 +66,15 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from toolwatch.detectors.suppress import (  # noqa: F401 - the rules, re-exported
+from toolwatch.detectors.suppress import (
     RULE_ENTITY_TYPES,
-    SCOPE_FIELDS,
-    TOOL_EVIDENCE_FIELDS,
     SuppressionRule,
     _iso,
     _now,
     _parse_iso,
     add_suppression,
-    alert_tools,
-    is_suppressed,
-    load_suppressions,
-    matches,
-    parse_expiry,
-    remove_suppression,
     rule_scope_for,
-    rules_frame,
-    suppressed_by,
-    suppressions_path,
     triage_dir,
-)
-
-from toolwatch.triage_store import (  # noqa: F401 - incident verdicts, re-exported
-    incident_history,
-    incident_statuses,
-    set_incident_verdict,
 )
 
 #: Verdicts an analyst can record. ``open`` re-opens an alert.

@@ -426,7 +426,7 @@ def alerts(flt: data.AlertFilter | None = None) -> pl.DataFrame:
         [c for c in ("status", "triaged_by", "triaged_at", "note") if c in base.columns]
     )
     df = data.attach_triage(base, triage_store().current_frame())
-    from toolwatch.dashboard.triage import load_suppressions, suppressed_by
+    from toolwatch.detectors.suppress import load_suppressions, suppressed_by
 
     rules = load_suppressions(data_dir())
     df = df.with_columns(suppressed_by(df, rules))

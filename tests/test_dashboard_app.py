@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
-from toolwatch.dashboard.triage import TriageStore, load_suppressions
+from toolwatch.dashboard.triage import TriageStore
+from toolwatch.detectors.suppress import load_suppressions
 
 from tests.fixtures.dashboard_store import XSS_ARG, XSS_CALLER, XSS_TOOL, build_store
 
@@ -379,7 +380,7 @@ def test_no_unsafe_rendering_in_source():
 
 @pytest.mark.slow  # runs the app (AppTest)
 def test_flagged_shows_and_deletes_suppression_rules(fresh_store):
-    from toolwatch.dashboard.triage import add_suppression
+    from toolwatch.detectors.suppress import add_suppression
 
     rule = add_suppression(
         fresh_store,

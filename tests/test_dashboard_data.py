@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 from toolwatch.dashboard import data, triage
 from toolwatch.dashboard.launch import is_loopback, streamlit_argv
+from toolwatch.detectors import suppress
 
 from tests.fixtures.dashboard_store import BASE, XSS_TOOL, build_store
 from toolwatch.errors import QueryError
@@ -358,32 +359,32 @@ def test_false_positive_creates_suppression(tmp_path):
     assert r["expires_at"] is None and r["alert_id"] == "al-1"
     # idempotent: the same rule is reused
     _, again = triage.false_positive(tmp_path, alert, "bob", suppress=True)
-    assert again.id == rule.id and len(triage.load_suppressions(tmp_path)) == 1
-    rules = triage.load_suppressions(tmp_path)
+    assert again.id == rule.id and len(suppress.load_suppressions(tmp_path)) == 1
+    rules = suppress.load_suppressions(tmp_path)
     same_caller_other_session = {
         "entity_type": "session",
         "entity_id": "s9",
         "caller_id": "svc-export",
         "category": "bulk_extraction",
     }
-    assert triage.is_suppressed(same_caller_other_session, rules) is not None
+    assert suppress.is_suppressed(same_caller_other_session, rules) is not None
     assert (
-        triage.is_suppressed({**same_caller_other_session, "category": "enumeration"}, rules)
+        suppress.is_suppressed({**same_caller_other_session, "category": "enumeration"}, rules)
         is None
     )
     assert (
-        triage.is_suppressed(
+        suppress.is_suppressed(
             {"entity_type": "caller_id", "entity_id": "other", "category": "bulk_extraction"}, rules
         )
         is None
     )
-    assert triage.remove_suppression(tmp_path, rule.id)
-    assert not triage.remove_suppression(tmp_path, rule.id)
-    assert triage.load_suppressions(tmp_path) == []
+    assert suppress.remove_suppression(tmp_path, rule.id)
+    assert not suppress.remove_suppression(tmp_path, rule.id)
+    assert suppress.load_suppressions(tmp_path) == []
 
 
 def test_suppression_scope_and_expiry(tmp_path):
-    rule = triage.add_suppression(
+    rule = suppress.add_suppression(
         tmp_path,
         entity_type="client_ip",
         entity_id="1.2.3.4",
@@ -391,11 +392,11 @@ def test_suppression_scope_and_expiry(tmp_path):
         expires_at=datetime(2030, 1, 1, tzinfo=UTC),
     )
     alert = {"entity_type": "client_ip", "entity_id": "1.2.3.4", "category": "anomaly"}
-    assert triage.matches(rule, alert, now=datetime(2029, 1, 1, tzinfo=UTC))
-    assert not triage.matches(rule, alert, now=datetime(2031, 1, 1, tzinfo=UTC))
+    assert suppress.matches(rule, alert, now=datetime(2029, 1, 1, tzinfo=UTC))
+    assert not suppress.matches(rule, alert, now=datetime(2031, 1, 1, tzinfo=UTC))
     with pytest.raises(ValueError):
-        triage.add_suppression(tmp_path, entity_type="tool", entity_id="x", created_by="a")
-    assert triage.rules_frame(triage.load_suppressions(tmp_path)).height == 1
+        suppress.add_suppression(tmp_path, entity_type="tool", entity_id="x", created_by="a")
+    assert suppress.rules_frame(suppress.load_suppressions(tmp_path)).height == 1
 
 
 def test_triage_does_not_touch_the_datasets(tmp_path):

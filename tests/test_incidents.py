@@ -288,7 +288,9 @@ def test_cli_incidents_json_and_table(analyzed: CLI) -> None:
 
 @pytest.mark.slow  # starts a process
 def test_cli_status_filters_follow_triage(analyzed: CLI) -> None:
-    from toolwatch.dashboard.triage import TriageStore, set_incident_verdict
+    from toolwatch.dashboard.triage import TriageStore
+
+    from toolwatch.triage_store import set_incident_verdict
 
     d = str(analyzed.data_dir)
 

@@ -133,8 +133,7 @@ def test_control_characters_never_break_the_line() -> None:
 def test_caller_suppression_needs_an_authenticated_caller(tmp_path: Path) -> None:
     """Issue 28 item 2: logging in under a suppressed caller's name hides nothing."""
     import polars as pl
-    from toolwatch.dashboard.triage import add_suppression
-    from toolwatch.detectors.suppress import apply_triage_suppressions
+    from toolwatch.detectors.suppress import add_suppression, apply_triage_suppressions
 
     add_suppression(tmp_path, entity_type="caller_id", entity_id="svc-export",
                     created_by="t", category="scraping_loop")

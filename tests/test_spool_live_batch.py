@@ -48,7 +48,7 @@ def _run_tail(tmp_path: Path, name: str, *, suppress_config: bool, triage: bool)
     if suppress_config:
         cfg.detectors = {"suppress": {"callers": ["eve"]}}
     if triage:
-        from toolwatch.dashboard.triage import add_suppression
+        from toolwatch.detectors.suppress import add_suppression
 
         add_suppression(data, entity_type="caller_id", entity_id="mallory",
                         created_by="analyst", note="pen test")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from toolwatch.dashboard import triage
+from toolwatch.detectors import suppress
 
 from tests.conftest import TOOLWATCH
 
@@ -37,21 +37,21 @@ def test_version_one_file_still_applies(tmp_path: Path) -> None:
                    "created_at": "2026-11-04T09:12:00Z", "created_by": "alice",
                    "note": "CHG-1234", "alert_id": None, "expires_at": None}],
     }))
-    rules = triage.load_suppressions(tmp_path)
+    rules = suppress.load_suppressions(tmp_path)
     assert [r.id for r in rules] == ["sup-old"]
-    assert triage.is_suppressed(_alert(), rules, NOW) is not None
-    assert triage.is_suppressed(_alert(category="enumeration"), rules, NOW) is None
+    assert suppress.is_suppressed(_alert(), rules, NOW) is not None
+    assert suppress.is_suppressed(_alert(category="enumeration"), rules, NOW) is None
     # adding a v1-shaped rule keeps the file at version 1 (older readers keep working)
-    triage.add_suppression(tmp_path, entity_type="client_ip", entity_id="1.2.3.4",
+    suppress.add_suppression(tmp_path, entity_type="client_ip", entity_id="1.2.3.4",
                            created_by="bob")
     doc = json.loads((tmp_path / "_triage" / "suppressions.json").read_text())
     assert doc["version"] == 1 and set(doc["rules"][1]) == set(doc["rules"][0])
     # a version-2 scope upgrades it; the old rule is kept unchanged
-    triage.add_suppression(tmp_path, caller_id="svc-export", tool="exportAll",
+    suppress.add_suppression(tmp_path, caller_id="svc-export", tool="exportAll",
                            created_by="carol")
     doc = json.loads((tmp_path / "_triage" / "suppressions.json").read_text())
     assert doc["version"] == 2 and doc["rules"][0]["entity_id"] == "svc-export"
-    assert len(triage.load_suppressions(tmp_path)) == 3
+    assert len(suppress.load_suppressions(tmp_path)) == 3
 
 
 @pytest.mark.parametrize(
@@ -73,50 +73,50 @@ def test_version_one_file_still_applies(tmp_path: Path) -> None:
     ],
 )
 def test_every_scope_field(tmp_path: Path, scope: dict, hit: dict, miss: dict) -> None:
-    rule = triage.add_suppression(tmp_path, created_by="t", **scope)
-    assert triage.matches(rule, _alert(**hit), NOW)
-    assert not triage.matches(rule, _alert(**miss), NOW)
+    rule = suppress.add_suppression(tmp_path, created_by="t", **scope)
+    assert suppress.matches(rule, _alert(**hit), NOW)
+    assert not suppress.matches(rule, _alert(**miss), NOW)
 
 
 def test_self_declared_caller_is_not_silenced(tmp_path: Path) -> None:
-    rule = triage.add_suppression(tmp_path, caller_id="svc-export", created_by="t")
-    assert triage.matches(rule, _alert(caller_authenticated=True), NOW)
-    assert not triage.matches(rule, _alert(caller_authenticated=False), NOW)
+    rule = suppress.add_suppression(tmp_path, caller_id="svc-export", created_by="t")
+    assert suppress.matches(rule, _alert(caller_authenticated=True), NOW)
+    assert not suppress.matches(rule, _alert(caller_authenticated=False), NOW)
 
 
 def test_expiry_and_suppressed_by(tmp_path: Path) -> None:
-    rule = triage.add_suppression(tmp_path, caller_id="svc-export", created_by="t",
+    rule = suppress.add_suppression(tmp_path, caller_id="svc-export", created_by="t",
                                   expires_at=datetime.now(UTC) + timedelta(hours=1))
     alerts = pl.DataFrame([_alert(), _alert(alert_id="a2", caller_id="x")])
-    assert triage.suppressed_by(alerts, [rule]).to_list() == [rule.id, None]
+    assert suppress.suppressed_by(alerts, [rule]).to_list() == [rule.id, None]
     later = datetime.now(UTC) + timedelta(hours=2)
-    assert triage.suppressed_by(alerts, [rule], later).to_list() == [None, None]
-    assert triage.rules_frame([rule], later)["state"].to_list() == ["expired"]
+    assert suppress.suppressed_by(alerts, [rule], later).to_list() == [None, None]
+    assert suppress.rules_frame([rule], later)["state"].to_list() == ["expired"]
     with pytest.raises(ValueError, match="scope"):
-        triage.add_suppression(tmp_path, created_by="t")
+        suppress.add_suppression(tmp_path, created_by="t")
     with pytest.raises(ValueError, match="future"):
-        triage.add_suppression(tmp_path, caller_id="x", created_by="t",
+        suppress.add_suppression(tmp_path, caller_id="x", created_by="t",
                                expires_at=datetime.now(UTC) - timedelta(seconds=1))
 
 
 def test_parse_expiry() -> None:
-    assert triage.parse_expiry("7d", NOW) == NOW + timedelta(days=7)
-    assert triage.parse_expiry("90s", NOW) == NOW + timedelta(seconds=90)
-    assert triage.parse_expiry("never", NOW) is None and triage.parse_expiry("", NOW) is None
-    assert triage.parse_expiry("2026-12-01T00:00:00Z", NOW) == datetime(2026, 12, 1, tzinfo=UTC)
+    assert suppress.parse_expiry("7d", NOW) == NOW + timedelta(days=7)
+    assert suppress.parse_expiry("90s", NOW) == NOW + timedelta(seconds=90)
+    assert suppress.parse_expiry("never", NOW) is None and suppress.parse_expiry("", NOW) is None
+    assert suppress.parse_expiry("2026-12-01T00:00:00Z", NOW) == datetime(2026, 12, 1, tzinfo=UTC)
     for bad in ("soon", "7x", "2020-01-01"):
         with pytest.raises(ValueError):
-            triage.parse_expiry(bad, NOW)
+            suppress.parse_expiry(bad, NOW)
 
 
 def test_rules_file_reread_only_when_changed(tmp_path: Path) -> None:
     """``tail`` asks at every flush: the parsed file is reused until it changes, and a
     rule written by another process (atomic rename) is seen at once."""
-    triage.add_suppression(tmp_path, caller_id="a", created_by="t")
-    first = triage.load_suppressions(tmp_path)
-    assert triage.load_suppressions(tmp_path) == first
-    triage.add_suppression(tmp_path, caller_id="b", created_by="t")
-    assert [r.caller_id for r in triage.load_suppressions(tmp_path)] == ["a", "b"]
+    suppress.add_suppression(tmp_path, caller_id="a", created_by="t")
+    first = suppress.load_suppressions(tmp_path)
+    assert suppress.load_suppressions(tmp_path) == first
+    suppress.add_suppression(tmp_path, caller_id="b", created_by="t")
+    assert [r.caller_id for r in suppress.load_suppressions(tmp_path)] == ["a", "b"]
 
 
 def _tw(*args: str, env: dict) -> subprocess.CompletedProcess:
@@ -156,6 +156,6 @@ def test_cli_add_list_rm(tmp_path: Path, tw_env: dict) -> None:
         assert _tw("suppress", "add", "-d", str(store), *bad, env=env).returncode == 2, bad
     assert _tw("suppress", "rm", "-d", str(store), "sup-nope", env=env).returncode == 1
     assert _tw("suppress", "rm", "-d", str(store), rule["id"], env=env).returncode == 0
-    assert [r.id for r in triage.load_suppressions(store)] == [short["id"]]
+    assert [r.id for r in suppress.load_suppressions(store)] == [short["id"]]
     assert _tw("suppress", "list", "-d", str(tmp_path / "nostore"), env=env).returncode == 1
     assert not os.path.exists(tmp_path / "nostore")

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 from streamlit.testing.v1 import AppTest
 from toolwatch.dashboard import data
-from toolwatch.dashboard.triage import load_suppressions
+from toolwatch.detectors.suppress import load_suppressions
 
 from tests.conftest import TOOLWATCH
 from toolwatch.store import Store

@@ -54,7 +54,7 @@ def _alerted(data: Path) -> set[str]:
 
 def _run(tmp_path: Path, name: str, *, authenticated: bool | None, trust_claims: bool,
          mode: str) -> set[str]:
-    from toolwatch.dashboard.triage import add_suppression
+    from toolwatch.detectors.suppress import add_suppression
 
     data = tmp_path / name / "store"
     data.mkdir(parents=True)

@@ -138,7 +138,7 @@ flagged(flt)
 
 
 with st.expander("Suppression rules"):
-    from toolwatch.dashboard.triage import load_suppressions, remove_suppression, rules_frame
+    from toolwatch.detectors.suppress import load_suppressions, remove_suppression, rules_frame
 
     rules = load_suppressions(ui.data_dir())
     if not rules:

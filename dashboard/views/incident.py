@@ -13,8 +13,10 @@ import plotly.express as px
 import polars as pl
 import streamlit as st
 from toolwatch.dashboard import data, ui
-from toolwatch.dashboard.triage import STATUSES, incident_history, set_incident_verdict
+from toolwatch.dashboard.triage import STATUSES
 from toolwatch.detectors.incidents import STAGES
+
+from toolwatch.triage_store import incident_history, set_incident_verdict
 
 st.title("Incident")
 tz = ui.timezone()
@@ -73,7 +75,7 @@ def _verdict_panel(inc: dict[str, Any], status_slot: Any) -> None:
 def _suppress_panel(inc: dict[str, Any]) -> None:
     """A suppression rule prefilled with the actor (caller, else address), never a
     session id: those never recur."""
-    from toolwatch.dashboard.triage import add_suppression, parse_expiry
+    from toolwatch.detectors.suppress import add_suppression, parse_expiry
 
     st.subheader("Suppress future alerts")
     callers, ips = inc["caller_ids"] or [], inc["client_ips"] or []

@@ -14,13 +14,8 @@ import polars as pl
 import streamlit as st
 from toolwatch.dashboard import data, ui
 from toolwatch.dashboard.data import SEQUENCE_CATEGORIES
-from toolwatch.dashboard.triage import (
-    STATUSES,
-    TriageStore,
-    false_positive,
-    parse_expiry,
-    rule_scope_for,
-)
+from toolwatch.dashboard.triage import STATUSES, TriageStore, false_positive
+from toolwatch.detectors.suppress import parse_expiry, rule_scope_for
 
 st.title("Session detail")
 ui.tz_caption()

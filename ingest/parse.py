@@ -38,7 +38,7 @@ from toolwatch.ingest.outcome import outcome_column
 from toolwatch.ingest.records import NEWLINE, RawBatch, slice_batch
 from toolwatch.ingest.secrets import SecretHasher, load_or_create_key
 
-from toolwatch.config import Config, IngestConfig
+from toolwatch.config import Config, IngestConfig, auto_count
 
 #: Epoch numbers: magnitude decides the unit. Anything that is not a finite number below
 #: 1e20 (ns for ~year 5138) is no time at all: ``to_timestamp`` raises on NaN, infinities
@@ -1266,7 +1266,8 @@ class ParserPool:
         """
         key = load_or_create_key(config.secrets.hmac_key_file, config.data_dir)
         hasher = SecretHasher(key, config.ingest.secret_keys, config.ingest.secret_key_exceptions)
-        return cls(config.ingest, hasher, workers=config.ingest.parse_workers)
+        # 0 = one per available CPU, capped: each worker holds about one chunk in memory
+        return cls(config.ingest, hasher, workers=auto_count(config.ingest.parse_workers, 4))
 
     @property
     def counters(self) -> ParseCounters:

@@ -25,6 +25,23 @@ from toolwatch.errors import ConfigError
 T = TypeVar("T")
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. a container's cpuset), not
+    the machine's count: machine-shaped defaults (``0`` = auto) resolve through this."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def auto_count(value: int, cap: int | None = None) -> int:
+    """``value``, or for ``0`` the CPUs available (:func:`available_cpus`), at most ``cap``."""
+    if value > 0:
+        return value
+    n = available_cpus()
+    return min(n, cap) if cap else n
+
+
 def doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
     """Declare a dataclass field with its user-facing documentation."""
     if factory is not dataclasses.MISSING:
@@ -63,8 +80,9 @@ class IngestConfig:
     )
     parse_workers: int = doc(
         "Batches parsed at once by ingest/analyze (one single-threaded DuckDB connection "
-        "each); memory use grows by about one chunk per worker.",
-        2,
+        "each); memory use grows by about one chunk per worker. 0: one per CPU this "
+        "process may run on, at most 4.",
+        0,
     )
     session_gap_minutes: float = doc(
         "Events without a session id are grouped per caller (else client address) into "
@@ -134,7 +152,7 @@ class QueryConfig:
         "caller is unharmed.",
         1024,
     )
-    threads: int = doc("DuckDB threads per query.", 2)
+    threads: int = doc("DuckDB threads per query. 0: one per CPU this process may run on.", 0)
     timeout_seconds: float = doc(
         "A query running longer than this is killed (SIGKILL of its child process) and "
         "fails.",

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolwatch import schema
-from toolwatch.config import QueryConfig
+from toolwatch.config import QueryConfig, auto_count
 from toolwatch.errors import QueryError, StoreError
 from toolwatch.query_guard import check_query
 from toolwatch.safe_open import UnsafeFile, open_regular, read_regular, set_aside, store_owners
@@ -632,7 +632,7 @@ class Store:
         """
         con = duckdb.connect(
             config={
-                "threads": max(1, limits.threads),
+                "threads": auto_count(limits.threads),
                 "memory_limit": f"{max(16, limits.memory_limit_mb)}MiB",
                 "temp_directory": "",
                 "autoload_known_extensions": False,

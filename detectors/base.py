@@ -157,6 +157,11 @@ class Detector(ABC):
     config_key: ClassVar[str]
     #: One line for docs and ``toolwatch config``.
     summary: ClassVar[str] = ""
+    #: The detector's own settings dataclass, kept beside it, for a detector whose
+    #: ``config_key`` is not a table of :class:`DetectorsConfig` (one added outside this
+    #: package): ``[detectors.<config_key>]`` is then parsed with it
+    #: (:meth:`DetectorsConfig.table`). Must have ``enabled`` and ``threshold`` fields.
+    config_class: ClassVar[type | None] = None
 
     def __init__(self, config: DetectorsConfig):
         self.config = config
@@ -164,7 +169,10 @@ class Detector(ABC):
     @property
     def settings(self) -> Any:
         """This detector's own config table."""
-        return getattr(self.config, self.config_key)
+        own = getattr(self.config, self.config_key, None)
+        if own is None and self.config_class is not None:
+            return self.config.table(self.config_key, self.config_class)
+        return own
 
     @property
     def enabled(self) -> bool:

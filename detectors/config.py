@@ -26,15 +26,29 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from toolwatch.detectors.concurrency_config import ConcurrencyAbuseConfig, RaceConditionConfig
 from toolwatch.detectors.incidents_config import IncidentConfig
 
 from toolwatch.config import doc, from_dict
 from toolwatch.errors import ConfigError
+
+_T = TypeVar("_T")
+
+
+def _registered_settings(key: str) -> type | None:
+    """The settings class of the registered detector whose ``config_key`` is ``key``, if it
+    brings one (:attr:`toolwatch.detectors.base.Detector.config_class`)."""
+    from toolwatch.detectors.registry import REGISTRY  # the registry imports this module
+
+    for cls in REGISTRY.values():
+        if cls.config_key == key and cls.config_class is not None:
+            return cls.config_class
+    return None
 
 #: Category names used in alerts (exactly these). The one definition: the dashboard, the
 #: CLI, live mode and the evaluation import it from here.
@@ -955,6 +969,8 @@ class DetectorsConfig:
     )
 
     def __post_init__(self) -> None:
+        #: Tables of registered detectors that bring their own settings (see :meth:`table`).
+        self._tables: dict[str, Any] = {}
         self.validate()
 
     def validate(self) -> None:
@@ -1010,7 +1026,25 @@ class DetectorsConfig:
         path
             Config file name, for error messages.
         """
-        return from_dict(cls, dict(data or {}), path=path, prefix="detectors")
+        data = dict(data or {})
+        # [detectors.<key>] of a registered detector that brings its own settings class
+        # (Detector.config_class): a new detector is one module plus one registry line.
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = {k: data.pop(k) for k in list(data)
+                 if k not in known and _registered_settings(k) is not None}
+        cfg = from_dict(cls, data, path=path, prefix="detectors")
+        for key, table in extra.items():
+            if not isinstance(table, dict):
+                raise ConfigError("expected a table", path=path, key=f"detectors.{key}")
+            cfg._tables[key] = from_dict(_registered_settings(key), dict(table), path=path,
+                                         prefix=f"detectors.{key}")
+        return cfg
+
+    def table(self, key: str, cls: type[_T]) -> _T:
+        """Settings of a registered detector whose table is not a field of this class:
+        as parsed from ``[detectors.<key>]``, else ``cls``'s defaults."""
+        got = self._tables.get(key)
+        return got if got is not None else cls()
 
     def severity(self, score: float) -> str:
         """Severity band of a score: low, medium, high or critical."""

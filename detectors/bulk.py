@@ -59,7 +59,10 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
              "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own",
              "p_request", "req_rows", "req_refused", "over_bytes", "over_rows", "over_calls",
-             "over_share", "p_oversized"]
+             "over_share", "p_oversized", "z_routine", "routine_n", "p_routine"]
+
+#: Figures of the caller's routine with a tool: what its sessions of that kind return.
+_ROUTINE = ["total_bytes", "total_rows"]
 
 
 
@@ -331,6 +334,14 @@ class BulkExtractionDetector(Detector):
         # session of downloads, next to many small sessions on other servers, is compared
         # with those downloads, not with its median session.
         self.day_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(_daily_max(narrow))
+        # The caller's routine with each tool: the volume of its sessions whose main tool
+        # it is (0 means 'not logged'). A recurring export is judged against the earlier
+        # runs of that export, not against the caller's other, smaller work.
+        self.routine_baseline_ = Baseline(_ROUTINE, ["caller_id", "top_tool"], **mk).fit(
+            sessions.lazy().select(
+                "caller_id", "top_tool", "first_t",
+                *[pl.when(pl.col(c) > 0).then(pl.col(c)).alias(c) for c in _ROUTINE])
+            .filter(pl.col("top_tool").is_not_null()).collect(engine="in-memory"))
         # The habits below only read callers with at least min_rows sessions (habits() and
         # daily_habits() drop the others first, by the same established_rows), and a
         # session's volume score depends on its own row only: score those sessions. When
@@ -528,13 +539,47 @@ class BulkExtractionDetector(Detector):
             own["own_n"].alias("own_days_n"),
         )
 
+    def _routine(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Add ``z_routine`` (how far beyond the caller's routine with the session's main
+        tool its volume is; for an entity window, beyond the entity's own windows), its
+        basis ``routine_n`` and ``p_routine``: the gate a routine volume does not pass.
+
+        Null (no gate) without an established routine: a new caller, a tool the caller
+        has not used this way on baseline_min_days days, a summary without tools."""
+        rz = self.settings.routine_z
+        bl = getattr(self, "routine_baseline_", None)
+        if "top_tool" not in df.columns:  # entity windows: their own windows' baseline
+            z, n = pl.col("z_own"), pl.col("own_n")
+        elif bl is None or bl.own_ is None:
+            z, n = pl.lit(None, pl.Float64), pl.lit(None, pl.Int64)
+        else:
+            own = bl.with_own(df.select("caller_id", "top_tool", *_ROUTINE)
+                              .with_row_index("_r")).sort("_r")
+            z = pl.max_horizontal(
+                own["own_z_total_bytes"],
+                pl.when(pl.col("total_rows") > 0).then(own["own_z_total_rows"]))
+            n = pl.when(z.is_not_null()).then(own["own_n"])
+        df = df.with_columns(z.alias("z_routine"), n.cast(pl.Int64).alias("routine_n"))
+        return df.with_columns(
+            pl.when(pl.col("z_routine").is_not_null() & pl.lit(rz > 0))
+            .then(gate(pl.col("z_routine"), rz)).otherwise(1.0).alias("p_routine"))
+
     def _gated(self, df: pl.DataFrame, habit: pl.DataFrame | None, keys: list[str]) -> pl.DataFrame:
         # A habitual caller must be far beyond its own normal: its usual heaviest session of
         # a day where that is known (sessions), else its usual session / window.
         z = (pl.coalesce(pl.col("z_own_day"), pl.col("z_own")) if "z_own_day" in df.columns
              else pl.col("z_own"))
         df = habitual_gate(df, habit, keys, self.threshold, z, self.settings.self_z)
-        return df.with_columns(all_of(pl.col("_raw"), pl.col("p_own")).alias("_score"))
+        # And a volume the caller pulls routinely with this tool is not anomalous. Only the
+        # volume patterns are gated: a request for a dump is judged by what it asked for,
+        # and an oversized read by what its tool returns to everyone.
+        df = self._routine(df)
+        routine_volume = all_of(
+            any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep")),
+            pl.col("p_routine"))
+        return df.with_columns(all_of(
+            any_of(routine_volume, pl.col("p_request"), pl.col("p_oversized")),
+            pl.col("p_own")).alias("_score"))
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows."""

@@ -273,6 +273,16 @@ class BulkExtractionConfig:
         "this many calls change; 0: beyond the single largest only).",
         50,
     )
+    routine_z: float = doc(
+        "A caller doing what it does routinely is not anomalous. A session whose main "
+        "tool the caller has called as the main tool of baseline_min_sessions sessions on "
+        "baseline_min_days days (a service account's recurring export, an analyst's usual "
+        "exports) alerts only when its volume (bytes or records returned) is this many "
+        "robust z-scores above the median of those sessions; an entity window with an "
+        "established baseline of its own windows likewise. A caller pulling far more than "
+        "it ever does, or with a tool it never used this way, is not shielded. 0 disables.",
+        2.0,
+    )
     habit_margin: float = doc(
         "A caller is also habitual when its typical active day (over baseline_min_sessions "
         "days) holds a session scoring within this of the threshold: a person who downloads "

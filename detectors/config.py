@@ -84,6 +84,14 @@ class EnumerationConfig:
     )
     rewrite_score: float = doc(
         "Highest score of such a write-back walk (0.55: an alert at low severity).", 0.55)
+    rewrite_clean_miss: float = doc(
+        "A write-back walk whose lookups fail (not found, denied) less than this share "
+        "read and wrote only ids the caller may touch: maintenance, not enumeration, and "
+        "it scores at most rewrite_clean_score. 0 turns this off.",
+        0.05,
+    )
+    rewrite_clean_score: float = doc(
+        "Highest score of such a clean write-back walk (below the threshold: quiet).", 0.3)
     max_step: int = doc(
         "Largest |step| between consecutive numeric ids (in time order) that still counts "
         "as a run (doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10). Step-1 "

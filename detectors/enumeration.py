@@ -200,7 +200,9 @@ class EnumerationDetector(Detector):
 
         A schema migration or backfill reads and updates each document in id order; an
         agent probing for ids it may read, or harvesting them, does not write them back.
-        Such a walk stays visible at ``rewrite_score`` (low) instead of paging."""
+        Such a walk stays visible at ``rewrite_score`` (low) instead of paging; when
+        (nearly) none of its lookups failed either (``rewrite_clean_miss``), the caller read
+        and wrote ids it is allowed to: maintenance, capped at ``rewrite_clean_score``."""
         e = self.settings
         if not e.rewrite_share_lo or scored.height == 0:
             return scored
@@ -216,8 +218,12 @@ class EnumerationDetector(Detector):
         if per.height == 0:
             return scored
         capped = pl.col("_rewritten").fill_null(0.0) >= e.rewrite_share_lo
+        clean = capped & (ratio(pl.col("res_misses"), pl.col("resource_calls"))
+                          < e.rewrite_clean_miss)
         return scored.join(per, on="sh", how="left", maintain_order="left").with_columns(
-            pl.when(capped).then(pl.min_horizontal(pl.col("_score"), pl.lit(e.rewrite_score)))
+            pl.when(clean).then(pl.min_horizontal(pl.col("_score"),
+                                                  pl.lit(e.rewrite_clean_score)))
+            .when(capped).then(pl.min_horizontal(pl.col("_score"), pl.lit(e.rewrite_score)))
             .otherwise(pl.col("_score")).alias("_score")).drop("_rewritten")
 
     def _candidates(self, residual: pl.DataFrame) -> pl.DataFrame:
@@ -288,6 +294,9 @@ class EnumerationDetector(Detector):
             pl.len().alias("resource_calls"),
             pl.col("rh").n_unique().alias("distinct_resources"),
             pl.col("miss").sum().alias("res_misses"),
+            # Ids that missed, not lookups: one missing id retried a hundred times is a
+            # loop (tool_loop's business), not a hundred probes.
+            pl.col("rh").filter(pl.col("miss")).n_unique().alias("_miss_ids"),
             pl.col("nf").sum().alias("not_found"),
             pl.col("den").sum().alias("denied"),
             pl.col("t").min().alias("first_t"),
@@ -305,7 +314,7 @@ class EnumerationDetector(Detector):
             pl.col("seq_run").fill_null(0),
             pl.col("seq_miss").fill_null(0.0),
             pl.col("dense_ids").fill_null(0),
-            ratio(pl.col("res_misses"), pl.col("resource_calls")).alias("miss_ratio"),
+            ratio(pl.col("_miss_ids"), pl.col("distinct_resources")).alias("miss_ratio"),
             pl.col("resource_calls").alias("calls"),
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
             pl.lit("events").alias("basis"),
@@ -431,9 +440,11 @@ class EnumerationDetector(Detector):
             )
         else:
             where = f" across {row['n_sessions']} sessions" if entity else ""
+            # An entity window's miss share counts ids (see _entities), a session's lookups.
+            of = "of them" if entity else "of lookups"
             reasons.append(
                 f"{distinct} distinct {key} values in {dur}{where}, "
-                f"{pct(row.get('miss_ratio'))} of lookups not found or denied."
+                f"{pct(row.get('miss_ratio'))} {of} not found or denied."
             )
             if distinct != row["distinct_resources"]:
                 reasons.append(

@@ -114,6 +114,9 @@ def _requested(fs: FeatureSet) -> pl.DataFrame:
 
 _OVER_SCHEMA = {"over_bytes": pl.Int64, "over_rows": pl.Int64, "over_calls": pl.Int64,
                 "over_share": pl.Float64}
+#: Volume beyond the largest response of the calls that can count as extraction (see
+#: :func:`_oversized`): not ordinary reads of a tool whose large responses are routine.
+_NAMED_SCHEMA = {"named_beyond_bytes": pl.Int64, "named_beyond_rows": pl.Int64}
 
 
 def _big(factor: float, pop_b: float, pop_r: float) -> pl.Expr:
@@ -174,16 +177,29 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
     On a tool where such responses are routine (at least ``heavy_share`` of its sessions
     hold one: a query tool some teams export with), or without a baseline of its own,
     size alone says nothing: only reads of people's or a business's records (``data``) or
-    of sensitive places count there."""
+    of sensitive places count there.
+
+    Also, per session, ``named_beyond_bytes`` / ``named_beyond_rows``: the volume beyond
+    the largest response of the calls that can count as extraction at all — every call
+    but the ordinary reads (no named records, no sensitive place) of a tool whose large
+    responses are routine for its population (the analysts' aggregate queries on a query
+    tool). The sustained-volume pattern reads these (see :meth:`BulkExtractionDetector.
+    _inputs`): a read is judged by what it returns and by its tool's peers."""
     ev = fs.events
     if ev.height == 0 or factor <= 0 or typ is None or (pop_b <= 0 and typ.height == 0):
-        return pl.DataFrame(schema={"sh": ev.schema.get("sh", pl.UInt64), **_OVER_SCHEMA})
+        return pl.DataFrame(schema={"sh": ev.schema.get("sh", pl.UInt64), **_OVER_SCHEMA,
+                                    **_NAMED_SCHEMA})
     # A tool without a baseline of its own (seen in few sessions) is compared with the
     # population's typical call, which says little about *that* tool (an account record
     # may always be 400 kB): there too only named records count.
     routine = pl.col("heavy_share").is_null() | (pl.col("heavy_share") >= heavy_share)
-    big = (pl.col("ok") & _big(factor, pop_b, pop_r)
-           & (~routine | pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)))
+    named = pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)
+    big = pl.col("ok") & _big(factor, pop_b, pop_r) & (~routine | named)
+    # Peer-routine: a known tool whose large responses are routine, read without naming
+    # records. (A tool without a baseline of its own still counts for volume.)
+    countable = ~((pl.col("heavy_share") >= heavy_share).fill_null(False) & ~named)
+    cb = pl.col("bytes").fill_null(0).filter(countable)
+    cr = pl.col("rows").fill_null(0).filter(countable)
     return (
         annotated(fs).lazy()
         .select("sh", "server", "tool", "ok", "bytes", "rows", "data", "sensitive")
@@ -198,8 +214,12 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
              pl.col("rows").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
              .alias("over_rows"),
              pl.col("_big").sum().cast(pl.Int64).alias("over_calls"),
-             pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"))
-        .filter(pl.col("over_calls") > 0)
+             pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"),
+             (cb.sum() - cb.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_bytes"),
+             (cr.sum() - cr.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_rows"))
+        # Sessions without an oversized call carry no oversized figures (null, as before).
+        .with_columns(*[pl.when(pl.col("over_calls") > 0).then(pl.col(c)).alias(c)
+                        for c in _OVER_SCHEMA])
         .collect(engine="in-memory")
     )
 
@@ -403,8 +423,20 @@ class BulkExtractionDetector(Detector):
         over = _oversized(fs, typ, getattr(self, "pop_call_b_", 0.0),
                           getattr(self, "pop_call_r_", 0.0), self.settings.tool_factor,
                           self.settings.tool_heavy_share)
-        return _beyond_reports(fs, self.settings.report_every_calls).join(
+        out = _beyond_reports(fs, self.settings.report_every_calls).join(
             _requested(fs), on="sh", how="left").join(over, on="sh", how="left")
+        # Sustained volume counts only what can be extraction: never more than the volume
+        # beyond the largest response of the calls that are not a tool's routine,
+        # unnamed reads (null: no per-call figures, the session's own figure stands).
+        return out.with_columns(
+            pl.min_horizontal(pl.col("beyond_bytes"),
+                              pl.col("named_beyond_bytes").fill_null(pl.col("beyond_bytes")))
+            .alias("beyond_bytes"),
+            pl.when(pl.col("beyond_rows") > 0).then(pl.min_horizontal(
+                pl.col("beyond_rows"),
+                pl.col("named_beyond_rows").fill_null(pl.col("beyond_rows"))))
+            .otherwise(pl.col("beyond_rows")).alias("beyond_rows"),
+        ).drop("named_beyond_bytes", "named_beyond_rows")
 
     def _score_volume(self, df: pl.DataFrame, bl: Baseline,
                       day_bl: Baseline | None = None) -> pl.DataFrame:
@@ -483,6 +515,11 @@ class BulkExtractionDetector(Detector):
             band(pl.col("z_single"), b.single_z_lo, b.single_z_hi),
             gate(pl.col("max_bytes"), b.single_min_bytes),
         )
+        # Volume is records as much as bytes: one response returning as many records as a
+        # request for a dump asks for (request_factor x min_rows) is a dump served.
+        if b.request_factor > 0 and "max_rows" in df.columns:
+            lo = b.request_factor * b.min_rows
+            p_single = any_of(p_single, band(pl.col("max_rows").fill_null(0), lo, 10 * lo))
         p_sweep = all_of(band(pl.col("max_pages"), b.pages_lo, b.pages_hi),
                          gate(pl.col("_sweep_floor"), 1.0))
         # Asking for a dump: one call requesting request_factor x min_rows records or more.

@@ -217,10 +217,11 @@ def _commit_thread_cpu() -> Iterator[dict[str, float]]:
     its own pool is not counted): ``total``, ``detect`` (the detection call, window
     included), ``window_add`` (expiry included), ``window_expire``, ``store_write``.
     """
+    from toolwatch.detectors import stream as window_mod
+
     from toolwatch import store as store_mod
     from toolwatch.live import commit as commit_mod
     from toolwatch.live import detection as detection_mod
-    from toolwatch.live import window as window_mod
 
     acc: dict[str, float] = {"total": 0.0}
     saved: list[tuple[type, str, Any]] = []

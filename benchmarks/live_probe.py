@@ -317,7 +317,9 @@ def _hwm() -> float:
 def _install_phases() -> None:
     import atexit
 
-    from toolwatch.live import detection, pipeline, window
+    from toolwatch.detectors import stream as window
+
+    from toolwatch.live import detection, pipeline
     from toolwatch.store import Store
 
     LP = pipeline.LivePipeline
@@ -354,8 +356,7 @@ def _install_phases() -> None:
 def _old_expire(self: Any) -> None:
     """``DetectionWindow.expire`` before session 4: all strings copied at once."""
     import polars as pl
-
-    from toolwatch.live.window import _own_strings
+    from toolwatch.detectors.stream import _own_strings
 
     self._since_expire = 0
     if self.events is None or self.newest_us is None:
@@ -383,7 +384,7 @@ def _old_expire(self: Any) -> None:
 
 def main() -> None:
     """Start the samplers, then the CLI with this process's arguments."""
-    from toolwatch.live.window import DetectionWindow
+    from toolwatch.detectors.stream import DetectionWindow
 
     if "expire" in _OFF:
         DetectionWindow.expire = _old_expire  # type: ignore[method-assign]

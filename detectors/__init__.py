@@ -8,8 +8,9 @@ Public API
     same plus suppressed alerts, per-detector scores and timings.
 ``train(events, summaries, config, model_path)``
     Fit the isolation forest on history and save it with skops.
-``IncrementalDetector``
-    Live mode over micro-batches, same alert ids as batch.
+``StreamDetector``
+    The engine over a stream (what every live command runs): window, alert tracker,
+    micro-batch ``update``; same alert ids as batch.
 ``DetectorsConfig``
     The ``[detectors]`` config table.
 ``REGISTRY``
@@ -29,12 +30,12 @@ if TYPE_CHECKING:
     from toolwatch.detectors.config import CATEGORIES, DetectorsConfig
     from toolwatch.detectors.pipeline import (
         DetectResult,
-        IncrementalDetector,
         detect,
         run_batch,
         train,
     )
     from toolwatch.detectors.registry import REGISTRY
+    from toolwatch.detectors.stream import StreamDetector
 
 #: Public name -> module defining it. Imported on first use (PEP 562), so that importing a
 #: light submodule — ``detectors.config`` for CATEGORIES / SEVERITIES in the CLI's and the
@@ -47,11 +48,11 @@ _LAZY = {
     "CATEGORIES": "toolwatch.detectors.config",
     "DetectorsConfig": "toolwatch.detectors.config",
     "DetectResult": "toolwatch.detectors.pipeline",
-    "IncrementalDetector": "toolwatch.detectors.pipeline",
     "detect": "toolwatch.detectors.pipeline",
     "run_batch": "toolwatch.detectors.pipeline",
     "train": "toolwatch.detectors.pipeline",
     "REGISTRY": "toolwatch.detectors.registry",
+    "StreamDetector": "toolwatch.detectors.stream",
 }
 
 
@@ -79,7 +80,7 @@ __all__ = [
     "Detector",
     "DetectorsConfig",
     "FeatureSet",
-    "IncrementalDetector",
+    "StreamDetector",
     "alert_id",
     "detect",
     "run_batch",

@@ -1,10 +1,11 @@
-"""Entry points: batch detection (``analyze``), training (``train``) and live increments.
+"""Entry points: detection (``run_batch``/``detect``) and training (``train``).
 
-Batch and live share one code path: features of a set of events → every registered
+Batch and live share this code path: features of a set of events → every registered
 detector scores them → decided rows become alert records. Batch fits baselines on the
-history (or, without one, on the batch itself); live fits once on history and then scores
-each micro-batch over the buffered events of the sessions and entities it touches, so
-alert ids — functions of (entity, category, window) only — come out identical.
+history (or, without one, on the batch itself); the streaming engine
+(:class:`toolwatch.detectors.stream.StreamDetector`) calls :func:`run_batch` on each
+micro-batch's touched entities over its window, so alert ids — functions of (entity,
+category, window) only — come out identical.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import polars as pl
 from toolwatch.detectors import registry
-from toolwatch.detectors.alerts import build_alerts, empty_alerts
+from toolwatch.detectors.alerts import build_alerts
 from toolwatch.detectors.base import Detector, FeatureSet
 from toolwatch.detectors.config import DetectorsConfig
 from toolwatch.detectors.features import prepare_events, prepare_summaries, session_features
@@ -426,100 +427,3 @@ def train(
         "sklearn_version": det.sklearn_version_,
         "trained_at": det.trained_at_,
     }
-
-
-class IncrementalDetector:
-    """Live mode: fit once on history, then score small micro-batches as they arrive.
-
-    Events are buffered for ``max(entity window, max_session_hours)`` of log time. Each
-    :meth:`update` re-scores only the sessions and entities (caller, client address) the
-    micro-batch touched, over their buffered events, and returns the alerts that are new
-    or changed (higher score, later ``last_seen`` or new evidence) since the last update.
-    Alert ids are the same as batch mode's, so a sink that upserts by ``alert_id`` (or
-    the store's latest-version view) never duplicates.
-
-    Parameters
-    ----------
-    config
-        Detector configuration.
-    history_events, history_summaries
-        Past traffic to fit baselines (and the forest, unless ``model_path`` exists).
-    model_path
-        A forest saved by :func:`train`.
-    """
-
-    def __init__(
-        self,
-        config: DetectorsConfig,
-        *,
-        history_events: pl.DataFrame | None = None,
-        history_summaries: pl.DataFrame | None = None,
-        model_path: Path | None = None,
-    ):
-        self.config = config
-        self.detectors = registry.build(config)
-        hist = FeatureSet.build(history_events, history_summaries, config)
-        self.model = _fit_all(self.detectors, hist, model_path)
-        self._events: pl.DataFrame | None = None
-        self._summaries: pl.DataFrame | None = None
-        self._emitted: dict[str, tuple[float, Any, str]] = {}
-        self.horizon_us = max(config.window_us, int(config.max_session_hours * 3_600_000_000))
-
-    def _append(self, buf: pl.DataFrame | None, new: pl.DataFrame | None) -> pl.DataFrame | None:
-        if new is None or new.height == 0:
-            return buf
-        out = new if buf is None else pl.concat([buf, new], how="diagonal_relaxed")
-        if "event_id" in out.columns:
-            out = out.unique(subset="event_id", keep="last", maintain_order=True)
-        return out
-
-    def update(
-        self,
-        events: pl.DataFrame | None,
-        summaries: pl.DataFrame | None = None,
-        *,
-        now: datetime | None = None,
-    ) -> pl.DataFrame:
-        """Add a micro-batch; return alerts that are new or changed because of it."""
-        self._events = self._append(self._events, events)
-        self._summaries = self._append(self._summaries, summaries)
-        if self._events is None and self._summaries is None:
-            return empty_alerts()
-        latest = max(
-            (int(df["ts"].dt.epoch("us").max() or 0) for df in (self._events, self._summaries)
-             if df is not None and df.height),
-            default=0,
-        )
-        cutoff = pl.lit(latest - self.horizon_us).cast(pl.Int64)
-        keep = pl.col("ts").dt.epoch("us") >= cutoff
-        if self._events is not None:
-            self._events = self._events.filter(keep)
-        if self._summaries is not None:
-            self._summaries = self._summaries.filter(keep)
-        touched = [df for df in (events, summaries) if df is not None and df.height]
-        if not touched:
-            return empty_alerts()
-        sess = pl.concat([df.select("session_id") for df in touched]).drop_nulls().unique()
-        callers = pl.concat([df.select("caller_id") for df in touched]).drop_nulls().unique()
-        ips = pl.concat([df.select("client_ip") for df in touched]).drop_nulls().unique()
-
-        def subset(df: pl.DataFrame | None) -> pl.DataFrame | None:
-            if df is None:
-                return None
-            return df.filter(
-                pl.col("session_id").is_in(sess["session_id"].implode())
-                | pl.col("caller_id").is_in(callers["caller_id"].implode())
-                | pl.col("client_ip").is_in(ips["client_ip"].implode())
-            )
-
-        fs = FeatureSet.build(subset(self._events), subset(self._summaries), self.config)
-        detected_at = _to_us(now) if now is not None else latest
-        alerts, _, _ = _score_all(self.detectors, fs, self.config, detected_at, False, {})
-        changed = []
-        for i, r in enumerate(alerts.iter_rows(named=True)):
-            sig = (r["score"], r["last_seen"], r["evidence"])
-            prev = self._emitted.get(r["alert_id"])
-            if prev is None or prev[1] != sig[1] or prev[0] < sig[0] or prev[2] != sig[2]:
-                self._emitted[r["alert_id"]] = sig
-                changed.append(i)
-        return alerts[changed] if changed else empty_alerts()

@@ -1,4 +1,4 @@
-"""run_batch / IncrementalDetector contract: alert records, ids, windows, suppression."""
+"""run_batch contract: alert records, ids, windows, suppression (streams: test_detectors_stream)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jsonschema
 import orjson
 import polars as pl
 import pytest
-from toolwatch.detectors import DetectorsConfig, IncrementalDetector
+from toolwatch.detectors import DetectorsConfig
 from toolwatch.detectors.evaluate import evaluate
 from toolwatch.detectors.filters import filter_alerts
 
@@ -111,32 +111,6 @@ def test_suppression_allowlists_drop_and_count(traffic: Traffic,
     assert res.suppressed_count == result.alerts.height - res.alerts.height >= 3
     assert set(res.suppressed["suppressed_by"]) <= {"callers", "tool_patterns", "client_ips"}
     assert "tool_patterns" in set(res.suppressed["suppressed_by"])  # the stuck search loop
-
-
-@pytest.mark.slow  # streams 3 days in micro-batches, ~14 s
-def test_incremental_matches_batch_without_duplicates(traffic: Traffic,
-                                                      result: detectors.DetectResult) -> None:
-    ev = traffic.events().sort("ts")
-    su = traffic.summaries()
-    # Fit on the first day, then stream everything in 20-minute micro-batches.
-    cut = T0 + timedelta(days=1)
-    inc = IncrementalDetector(DetectorsConfig(), history_events=ev.filter(pl.col("ts") < cut))
-    seen: list[str] = []
-    t = ev["ts"].min()
-    end = max(ev["ts"].max(), su["ts"].max())
-    while t <= end:
-        nxt = t + timedelta(minutes=20)
-        part = ev.filter((pl.col("ts") >= t) & (pl.col("ts") < nxt))
-        sp = su.filter((pl.col("ts") >= t) & (pl.col("ts") < nxt))
-        out = inc.update(part, sp)
-        seen.extend(out["alert_id"].to_list())
-        t = nxt
-    session_ids = result.alerts.filter(pl.col("entity_type") == "session")["alert_id"]
-    assert set(session_ids) <= set(seen)
-    ent = result.alerts.filter(pl.col("entity_type") != "session")
-    assert set(ent["alert_id"]) & set(seen)
-    # Feeding an already-seen batch again yields nothing new.
-    assert inc.update(ev.tail(50), None).height == 0
 
 
 def test_alerts_jsonl_validates_against_the_schema(result: detectors.DetectResult,

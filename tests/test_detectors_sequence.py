@@ -195,7 +195,7 @@ def test_live_matches_batch() -> None:
     seq.double_charge(tr, "dup", T, "ord-4")
     seq.tool_loop(tr, "loop", T, n=30)
     ev = tr.events().sort("ts")
-    live = detectors.IncrementalDetector(DetectorsConfig())
+    live = detectors.StreamDetector.from_config(DetectorsConfig())
     got = [live.update(ev[i:i + 50]) for i in range(0, ev.height, 50)]
     live_ids = set(pl.concat(got)["alert_id"].to_list())
     batch = detectors.run_batch(ev, None, DetectorsConfig())

@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from toolwatch.live.window import DetectionWindow
+from toolwatch.detectors.stream import DetectionWindow
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 

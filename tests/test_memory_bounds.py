@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from toolwatch.detectors.stream import DetectionWindow, _own_strings, _strings_with_buffers
 
 from toolwatch.allocator import LIVE_COMMANDS, tune_memory
-from toolwatch.live.window import DetectionWindow, _own_strings, _strings_with_buffers
 
 try:
     from tests.test_live import Feeder, nf
@@ -570,7 +570,7 @@ def test_window_expiry_copies_one_column_of_strings_at_a_time() -> None:
 import os
 from datetime import UTC, datetime, timedelta
 import polars as pl
-from toolwatch.live.window import DetectionWindow, _own_strings
+from toolwatch.detectors.stream import DetectionWindow, _own_strings
 
 def hwm():
     for line in open('/proc/self/status'):

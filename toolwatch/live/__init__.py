@@ -7,7 +7,8 @@ The pipeline buffers them and *flushes* at most every ``live.flush_interval_s`` 
 
 1. runs the same transforms as ``ingest``/``analyze`` (:class:`toolwatch.ingest.pipeline.Pipeline`,
    one call per stream with that stream's buffered lines merged);
-2. adds the new events to a bounded :class:`DetectionWindow` and runs the detectors on the
+2. adds the new events to the detection engine's bounded :class:`DetectionWindow`
+   (:class:`~toolwatch.detectors.stream.StreamDetector`) and runs the detectors on the
    events of every entity (session, caller, client address, credential) touched by this
    micro-batch, over that entity's window — so an alert is raised as soon as evidence
    crosses its threshold, not at session end;
@@ -29,9 +30,9 @@ Memory is bounded: the pipeline holds at most one flush of raw lines, the window
 Package layout (each file says what it holds):
 
 * :mod:`~toolwatch.live.config` — :class:`LiveConfig` and :class:`SinkConfig`;
-* :mod:`~toolwatch.live.window` — :class:`DetectionWindow`, the bounded detection window;
-* :mod:`~toolwatch.live.detection` — the detector function and baseline history;
-* :mod:`~toolwatch.live.tracking` — :class:`AlertTracker` (new/changed alerts only);
+* :mod:`toolwatch.detectors.stream` — the engine: :class:`DetectionWindow` (the bounded
+  window), :class:`AlertTracker` (new/changed alerts only), :class:`StreamDetector`;
+* :mod:`~toolwatch.live.detection` — when and how much to detect, baseline history;
 * :mod:`~toolwatch.live.status` — :class:`LiveStatus`, :class:`StatusPublisher`,
   :func:`prometheus_text`, :func:`read_statuses`;
 * :mod:`~toolwatch.live.commit` — the commit thread, :class:`FlushResult`;
@@ -45,6 +46,13 @@ Package layout (each file says what it holds):
 from __future__ import annotations
 
 from toolwatch.detectors.config import SEVERITY_RANK
+from toolwatch.detectors.stream import (
+    ENTITY_COLUMNS,
+    AlertTracker,
+    DetectionWindow,
+    StreamDetector,
+    window_columns,
+)
 from toolwatch.live.commit import FlushResult
 from toolwatch.live.config import LiveConfig, SinkConfig
 from toolwatch.live.detection import DetectFn, default_detector
@@ -58,8 +66,6 @@ from toolwatch.live.status import (
     status_dir,
 )
 from toolwatch.live.stop import StopFlag, free_port, install_stop_handlers
-from toolwatch.live.tracking import AlertTracker
-from toolwatch.live.window import ENTITY_COLUMNS, DetectionWindow, window_columns
 
 __all__ = [
     "ENTITY_COLUMNS",
@@ -75,6 +81,7 @@ __all__ = [
     "SinkConfig",
     "StatusPublisher",
     "StopFlag",
+    "StreamDetector",
     "default_detector",
     "free_port",
     "install_stop_handlers",

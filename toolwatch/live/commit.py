@@ -14,9 +14,9 @@ import pyarrow as pa
 
 from toolwatch import schema
 from toolwatch.codepages import CODE_PAGES
+from toolwatch.detectors.stream import _US
 from toolwatch.live.config import LiveConfig
 from toolwatch.live.memgate import MemoryGate, release_memory
-from toolwatch.live.window import _US
 from toolwatch.store import LIVE_PAGE_BYTES, LIVE_ROW_GROUP_ROWS, Checkpoint
 
 log = logging.getLogger("toolwatch.live")

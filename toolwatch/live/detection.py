@@ -1,10 +1,15 @@
-"""Incremental detection over the window: the detector function, baseline history."""
+"""When and how much live detects: deferral, pass caps, baseline history.
+
+The detection itself is the engine's (:class:`toolwatch.detectors.stream.StreamDetector`:
+window, scoring, alert tracking); this mixin decides, on the commit thread, when a
+micro-batch is detected, how many events a detection reads and in how many passes, and
+which stored history the baselines get, and counts it all in the live status.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,77 +18,71 @@ import pyarrow as pa
 
 from toolwatch import schema
 from toolwatch.config import Config
-from toolwatch.live.window import ENTITY_COLUMNS
+from toolwatch.detectors.stream import (
+    AlertTracker,
+    DetectFn,
+    DetectionWindow,
+    StreamDetector,
+    engine_detector,
+    retention_minutes,
+)
 from toolwatch.store import Store
 
 log = logging.getLogger("toolwatch.live")
 
 
-#: ``(events, summaries, history=None) -> alerts``: the detectors' ``run_batch`` contract.
-DetectFn = Callable[..., pl.DataFrame]
-
-
-def _empty_alerts() -> pl.DataFrame:
-    df = pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # not empty_table: pandas
-    assert isinstance(df, pl.DataFrame)
-    return df
-
-
 def default_detector(config: Config) -> tuple[DetectFn | None, float]:
-    """The detectors package as a live detection function, and its retention in minutes.
+    """The detection engine's detector function for live, and its retention in minutes.
 
-    Live means the same as batch: the config allowlists (``[detectors.suppress]``) are
-    applied by the detectors, and the suppressions an analyst created in triage
-    (``_triage/suppressions.json``) are applied to every micro-batch's alerts exactly as
-    ``analyze`` applies them (read at every flush, so a suppression made in the dashboard
-    applies from the next flush on). The isolation forest is
-    loaded (``models/forest.skops``) or fitted once per process and reused by every
-    flush (it is refitted only while there were too few sessions to fit it).
+    Live means the same as batch (:func:`toolwatch.detectors.stream.engine_detector`):
+    the config allowlists (``[detectors.suppress]``) are applied by the detectors, and
+    the suppressions an analyst created in triage (``_triage/suppressions.json``) are
+    applied to every micro-batch's alerts exactly as ``analyze`` applies them (read at
+    every flush, so a suppression made in the dashboard applies from the next flush on).
+    The isolation forest is loaded (``models/forest.skops``) or fitted once per process,
+    in a child process, and reused by every flush (it is refitted only while there were
+    too few sessions to fit it).
 
     Returns ``(None, 0)`` when the detectors package is not available.
     """
     try:
         from toolwatch import detectors
+        from toolwatch.detectors.forest import child_stats
     except ImportError:
         return None, 0.0
-    if not hasattr(detectors, "run_batch"):
-        return None, 0.0
-    from toolwatch.detectors.suppress import apply_triage_suppressions
-
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
-    model_path = config.trained_forest
-    retention = max(
-        float(getattr(dcfg, "entity_window_minutes", 60)),
-        float(getattr(dcfg, "max_session_hours", 1.0)) * 60.0,
-    )
-    # "live": the forest is fitted or loaded in a child process (no scikit-learn here).
-    reuse: dict[str, Any] = {"live": True}
-
-    def run(
-        events: pl.DataFrame, summaries: pl.DataFrame, history: pl.DataFrame | None = None
-    ) -> pl.DataFrame:
-        alerts = detectors.run_batch(
-            events, summaries, dcfg, history=history, model_path=model_path, reuse=reuse
-        )
-        return apply_triage_suppressions(
-            alerts, config.data_dir, events=events,
-            unauthenticated=config.triage.suppress_unauthenticated_callers)
-
+    run = engine_detector(
+        dcfg, model_path=config.trained_forest, data_dir=config.data_dir,
+        suppress_unauthenticated=config.triage.suppress_unauthenticated_callers)
     # The forest child's counters (runs, failures, last error) for the live status.
-    from toolwatch.detectors.forest import child_stats
-
     run.child_stats = child_stats  # type: ignore[attr-defined]
-    return run, retention
-
+    return run, retention_minutes(dcfg)
 
 
 class DetectMixin:
     """Detection of a :class:`~toolwatch.live.pipeline.LivePipeline` (runs on its commit thread)."""
 
+    #: The detection engine: detector function, window, alert tracker.
+    engine: StreamDetector
     #: Entities touched by stored micro-batches whose detection waits (backlog), per
     #: entity column, and how many new events they brought (see ``backlog_detect_events``).
     _deferred_touched: dict[str, pl.Series] | None = None
     _deferred_events: int = 0
+
+    @property
+    def detector(self) -> DetectFn | None:
+        """The engine's detector function (None: detection off)."""
+        return self.engine.detect
+
+    @property
+    def window(self) -> DetectionWindow:
+        """The engine's detection window."""
+        return self.engine.window
+
+    @property
+    def tracker(self) -> AlertTracker:
+        """The engine's alert tracker."""
+        return self.engine.tracker
 
     def _backlog_detect_target(self) -> int:
         """New events a backlog gathers before one detection runs over all they touched."""
@@ -114,22 +113,10 @@ class DetectMixin:
         events = pl.from_arrow(events_tbl.select(cols))
         summaries = pl.from_arrow(summaries_tbl)
         assert isinstance(events, pl.DataFrame) and isinstance(summaries, pl.DataFrame)
-        self.window.add(events, summaries)
         waiting = self._deferred_touched
-        if events.height == 0 and summaries.height == 0 and waiting is None:
+        touched = self.engine.add(events, summaries, waiting)
+        if touched is None:
             return None
-        touched: dict[str, pl.Series] = {}
-        for col in ENTITY_COLUMNS.values():
-            parts = [
-                df.get_column(col).drop_nulls()
-                for df in (events, summaries)
-                if df.height and col in df.columns
-            ]
-            if waiting is not None and col in waiting:
-                parts.append(waiting[col])
-            touched[col] = (
-                pl.concat(parts).unique() if parts else pl.Series(col, [], dtype=pl.String)
-            )
         gathered = self._deferred_events + events.height
         # Detect once the next micro-batch of this size would pass the target: a
         # detection reads at most max_detect_events x detect_passes touched events, so
@@ -145,7 +132,7 @@ class DetectMixin:
         # Dense traffic touches every entity: read the newest events only (sorted by ts),
         # so a flush's memory and CPU follow the caps, not the window. The window cuts on
         # ts before it copies, so no sorted copy of every touched event outlives the cut.
-        ev, su = self.window.select(touched, newest=cap * passes if cap > 0 else None)
+        ev, su = self.engine.select(touched, newest=cap * passes if cap > 0 else None)
         if ev.height == 0 and su.height == 0:
             return None
         # What detection read (its cost follows these): comparing configurations by speed
@@ -164,11 +151,11 @@ class DetectMixin:
             pass_cap = -(-cap * passes // self.live.backlog_detect_passes)
         pass_cap = self._memory_pass_cap(pass_cap, ev.height)
         hist = self._history()
+        # A detection pass needs ~2 KB of working memory per event it reads: one pass
+        # over every touched event would make the window's size the peak memory.
+        n_passes = -(-ev.height // pass_cap) if pass_cap > 0 and ev.height > pass_cap else 1
         try:
-            if pass_cap > 0 and ev.height > pass_cap:
-                alerts = self._detect_in_parts(ev, su, hist, -(-ev.height // pass_cap))
-            else:
-                alerts = self.detector(ev, su, history=hist)
+            alerts = self.engine.score(ev, su, hist, n_passes)
         except Exception:  # a detector bug must not stop ingestion
             log.exception("detectors failed on a micro-batch; events are stored anyway")
             self.status.extra["detector_errors"] = self.status.extra.get("detector_errors", 0) + 1
@@ -178,26 +165,19 @@ class DetectMixin:
             if stats is not None:
                 self.status.extra.update(
                     {k: v for k, v in stats().items() if k.startswith("forest_child")})
+        if n_passes > 1:
+            extra["detect_split_passes"] = extra.get("detect_split_passes", 0) + n_passes
         if alerts is None or alerts.height == 0:
             return None
-        # Only entities this micro-batch touched: others were seen partially.
-        mask = pl.lit(False)
-        for etype, col in ENTITY_COLUMNS.items():
-            ids = touched.get(col)
-            if ids is not None and len(ids):
-                mask = mask | (
-                    (pl.col("entity_type") == etype) & pl.col("entity_id").is_in(ids.implode())
-                )
-        mask = mask | ~pl.col("entity_type").is_in(list(ENTITY_COLUMNS))
-        alerts = alerts.filter(mask)
-        news, n_new, n_upd = self.tracker.news(alerts)
-        self.status.alerts_new += n_new
-        self.status.alerts_updated += n_upd
-        self.status.alerts_suppressed_repeats += alerts.height - news.height
-        if news.height == 0:
+        news = self.engine.news(alerts, touched)
+        self.status.alerts_new += news.new
+        self.status.alerts_updated += news.updated
+        self.status.alerts_suppressed_repeats += news.repeats
+        if news.alerts.height == 0:
             return None
         now = datetime.now(UTC)
-        return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
+        return news.alerts.with_columns(
+            pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
 
     def _memory_pass_cap(self, pass_cap: int, n: int) -> int:
         """``pass_cap`` halved while the process's RSS is at ``live.memory_high_mib``.
@@ -223,28 +203,6 @@ class DetectMixin:
         self.status.extra["detect_memory_halved"] = (
             self.status.extra.get("detect_memory_halved", 0) + 1)
         return max(floor, -(-size // 2))
-
-    def _detect_in_parts(
-        self, ev: pl.DataFrame, su: pl.DataFrame, hist: pl.DataFrame | None, n: int
-    ) -> pl.DataFrame | None:
-        """Detect ``ev`` in ``n`` passes of about ``max_detect_events`` each.
-
-        A detection pass needs ~2 KB of working memory per event it reads, so one pass
-        over every touched event would make the window's size the peak memory. The
-        events are split by caller (by session when there is none), as batch analyze's
-        partitions are: every session and every caller's window is whole in one pass.
-        A client address or credential used by callers of different passes is scored
-        per pass on its share of their events. Each pass gets the same baseline
-        history; an alert id scored by two passes keeps its highest score
-        (:func:`toolwatch.detectors.partition.detect_in_parts`).
-        """
-        from toolwatch.detectors.partition import detect_in_parts
-
-        alerts = detect_in_parts(ev, su, n, lambda e, s: self.detector(e, s, history=hist))
-        self.status.extra["detect_split_passes"] = (
-            self.status.extra.get("detect_split_passes", 0) + n
-        )
-        return alerts
 
     def _load_history_base(self) -> None:
         """Most recent events already stored when this process started (baselines)."""

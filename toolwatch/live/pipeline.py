@@ -17,6 +17,7 @@ import pyarrow as pa
 from toolwatch import schema
 from toolwatch.codepages import CODE_PAGES
 from toolwatch.config import Config
+from toolwatch.detectors.stream import ID_COLUMNS, AlertTracker, DetectionWindow, StreamDetector
 from toolwatch.ingest import arrays
 from toolwatch.ingest.pipeline import BatchOutput, Pipeline
 from toolwatch.ingest.records import RawBatch, join_streams
@@ -24,9 +25,7 @@ from toolwatch.live.commit import CommitMixin, FlushResult, _concat, _Job
 from toolwatch.live.config import LiveConfig
 from toolwatch.live.detection import DetectFn, DetectMixin, default_detector
 from toolwatch.live.status import LiveStatus, RateMeter
-from toolwatch.live.tracking import AlertTracker
 from toolwatch.live.warmup import WarmUpMixin
-from toolwatch.live.window import _ID_COLUMNS, DetectionWindow
 from toolwatch.store import Checkpoint, Store
 
 log = logging.getLogger("toolwatch.live")
@@ -112,17 +111,18 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             if detector is None:
                 log.warning("detectors package unavailable: live detection is off")
             retention = retention or det_retention
-        self.detector = detector if self.live.detect else None
-        self.window = DetectionWindow(
+        detector = detector if self.live.detect else None
+        # The detection engine's streaming state (detector, window, tracker); the
+        # DetectMixin decides when it runs and how much it reads.
+        self.engine = StreamDetector(detector, DetectionWindow(
             retention or 60.0,
             self.live.session_idle_minutes,
             self.live.out_of_order_tolerance_s,
             self.live.max_window_events,
             # Without detection the window only holds warmed-up rows: no need to import
             # the detectors (and scikit-learn) just to learn their columns.
-            columns=None if self.detector is not None else _ID_COLUMNS,
-        )
-        self.tracker = AlertTracker(self.live.max_tracked_alerts)
+            columns=None if detector is not None else ID_COLUMNS,
+        ), AlertTracker(self.live.max_tracked_alerts))
         self.status = LiveStatus(kind=kind, name=name)
         self.rate = RateMeter()
         self.on_commit: list[Callable[[FlushResult], None]] = []

@@ -509,7 +509,14 @@ class BulkExtractionDetector(Detector):
             if {"top_tool_share", "top_tool"} <= set(df.columns) and b.focus_min > 0
             else pl.lit(1.0)
         )
-        p_volume = all_of(band(pl.col("z_combined"), b.z_lo, b.z_hi),
+        # Outlying volume, or volume in installments: many heavy calls (each far beyond a
+        # typical call, to one resource) add up past the floor even when the total is not
+        # a population outlier — the slow drip of attachments or records.
+        # Sessions only: an entity window sums many sessions' calls, and has no focus.
+        installments = (band(pl.col("calls") - pl.col("discounted"), b.drip_calls_lo,
+                             b.drip_calls_hi)
+                        if b.drip_calls_lo > 0 and "top_tool" in df.columns else pl.lit(0.0))
+        p_volume = all_of(any_of(band(pl.col("z_combined"), b.z_lo, b.z_hi), installments),
                           gate(pl.col("_floor"), 1.0), heavy, focus)
         p_single = all_of(
             band(pl.col("z_single"), b.single_z_lo, b.single_z_hi),
@@ -747,6 +754,12 @@ class BulkExtractionDetector(Detector):
                 f"({size(typ_call)})."
             )
             k = int(row.get("discounted") or 1)
+            n_inst = int(row.get("calls") or 0) - k
+            if not entity and n_inst >= self.settings.drip_calls_lo > 0 \
+                    and float(row.get("z_combined") or 0.0) < self.settings.z_lo:
+                reasons.append(
+                    f"{num(n_inst)} heavy calls, mostly to {row.get('top_tool') or 'one tool'}: "
+                    f"an extraction in installments, each response far beyond a typical call.")
             beyond = "the largest response" if k <= 1 else f"its {k} largest responses"
             reasons.append(
                 f"{size(row.get('beyond_bytes'))} came beyond {beyond} — "

@@ -197,6 +197,15 @@ class BulkExtractionConfig:
         "session piles up volume from ordinary calls; an extraction asks for big chunks.",
         10.0,
     )
+    drip_calls_lo: int = doc(
+        "Sustained volume also counts, whatever its z-score, from this many calls beyond "
+        "the largest responses when they are heavy and focused (above) and add up past "
+        "min_bytes / min_rows: an extraction in installments — many responses each far "
+        "larger than a typical call, from one resource — is not a population outlier in "
+        "total, but no working session looks like it. 0 disables.",
+        20,
+    )
+    drip_calls_hi: int = doc("Such a call count that makes the signal critical.", 100)
     focus_min: float = doc(
         "Sustained volume must also be focused: at least this share of the session's calls "
         "go to one tool (resource family). An extraction asks one resource for a lot; a "

@@ -17,9 +17,10 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from toolwatch.detectors.partition import ADDRESS_DETECTORS
 
 from tests.conftest import CLI, ROOT
-from toolwatch.analyze import ADDRESS_DETECTORS, analyze_paths, load_events
+from toolwatch.analyze import analyze_paths, load_events
 from toolwatch.config import Config
 from toolwatch.store import Store
 

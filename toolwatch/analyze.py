@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     # paying for that import (see toolwatch.ingest.runner).
     import polars as pl
 
-    from toolwatch.detectors.base import FeatureSet
     from toolwatch.ingest.pipeline import BatchOutput
 
 
@@ -208,14 +207,6 @@ def _where(fingerprints: list[str] | None, alias: str = "") -> tuple[str, dict[s
     return f"{alias}source_fp IN (SELECT unnest($fps))", {"fps": fingerprints}
 
 
-#: Detectors that score client-address windows (the others score sessions and callers
-#: only): the address pass runs just these. tests/test_analyze_partitioned.py checks
-#: that no other detector yields an address row.
-ADDRESS_DETECTORS = (
-    "enumeration_rules", "bulk_rules", "credential_rules", "concurrency_rules", "race_rules",
-)
-
-
 def _hash_or_null(col: str) -> str:
     """DuckDB's 64-bit hash of ``col``, NULL where it is NULL (``hash(NULL)`` is not)."""
     return f"CASE WHEN {col} IS NOT NULL THEN hash({col}) END"
@@ -257,11 +248,11 @@ def run_partitioned(
 ) -> pl.DataFrame:
     """Detect in ``n_parts`` hash partitions read back from the store (bounded memory).
 
-    Two passes. The first partitions sessions by their caller (sessions without one by
-    session id), so every session and every caller's windows are whole in one partition;
-    it keeps every alert but those on client addresses. The second partitions sessions by
-    their client address and keeps only the address alerts (an address's windows cross
-    callers). Each partition's detectors are fitted on the partition plus a uniform
+    The passes are the engine's (:func:`toolwatch.detectors.partition.detect_partitioned`:
+    by caller, then by client address); this function keys and reads them. Sessions are
+    keyed by their caller (sessions without one by session id), so every session and
+    every caller's windows are whole in one partition, and by their client address.
+    Each partition's detectors are fitted on the partition plus a uniform
     sample of partition keys of about ``max_events_in_memory / 6`` events (all keys when
     the input is that small, which makes the result equal to the single pass): per-caller
     baselines and habits are exact, population baselines come from the sample. The forest
@@ -276,9 +267,7 @@ def run_partitioned(
 
     try:
         from toolwatch import detectors
-        from toolwatch.detectors import registry
-        from toolwatch.detectors.base import FeatureSet
-        from toolwatch.detectors.pipeline import fit_and_score
+        from toolwatch.detectors.partition import detect_partitioned
     except ImportError:  # pragma: no cover - detectors package absent
         return pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
@@ -290,7 +279,6 @@ def run_partitioned(
     ev_cols = ", ".join(f"e.{c}" for c in _detector_columns())
     con = store.connect()
     spill = Path(tempfile.mkdtemp(prefix="toolwatch-analyze-"))
-    reuse: dict[str, object] = {}
     found: list[pl.DataFrame] = []
     try:
         # Every read below has its own ORDER BY: DuckDB need not buffer to keep row order.
@@ -337,30 +325,22 @@ def run_partitioned(
                     "session ([analyze] max_events_per_caller): their cross-session windows "
                     "see part of their traffic", split[0], what, split[1],
                 )
-        for key, keep_ip in (("ck", False), ("ik", True)):
-            names = [n for n in registry.REGISTRY if n in ADDRESS_DETECTORS] if keep_ip else None
-            for i in range(n_parts):
-                part = f"k.{key} % {n_parts} = {i}"
-                # NULL keys (sessions without an address) are in no address partition.
-                # A split key (a slice of one caller above the cap) is no sample of the
-                # population, and one slice is max_events_per_caller events: sampled, it
-                # doubled every partition's fit set.
-                sample = "TRUE" if every == 1 else (
-                    f"k.{key} IS NOT NULL AND NOT k.split_{key} "
-                    f"AND hash(k.{key}) % {every} = 0")
-                ev, su = _read_partition(con, ev_cols, ew, params, part, sample)
-                if ev.height == 0 and su.height == 0:
-                    continue
-                mask_ev, mask_su = ev["_part"], su["_part"]
-                ev, su = ev.drop("_part"), su.drop("_part")
-                fit_on = FeatureSet.build(ev, su, dcfg)
-                batch = _subset(fit_on, mask_ev, su["session_id"].filter(mask_su))
-                del ev, su
-                alerts = fit_and_score(fit_on, batch, dcfg, detected_at=latest,
-                                       model_path=model_path, reuse=reuse, detectors=names)
-                del fit_on, batch
-                is_ip = pl.col("entity_type") == "client_ip"
-                found.append(alerts.filter(is_ip if keep_ip else ~is_ip))
+        # Session keys per pass: ck (caller, else session) and ik (client address).
+        column = {"caller": "ck", "address": "ik"}
+
+        def read(key: str, i: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+            k = column[key]
+            part = f"k.{k} % {n_parts} = {i}"
+            # NULL keys (sessions without an address) are in no address partition. A
+            # split key (a slice of one caller above the cap) is no sample of the
+            # population, and one slice is max_events_per_caller events: sampled, it
+            # doubled every partition's fit set.
+            sample = "TRUE" if every == 1 else (
+                f"k.{k} IS NOT NULL AND NOT k.split_{k} AND hash(k.{k}) % {every} = 0")
+            return _read_partition(con, ev_cols, ew, params, part, sample)
+
+        found = detect_partitioned(read, n_parts, dcfg, detected_at=latest,
+                                   model_path=model_path)
         from toolwatch.detectors.suppress import has_caller_rules
 
         auth = None
@@ -432,20 +412,6 @@ def _split_big_keys(con: object, config: Config, n_parts: int,
         {"n": n_parts},
     ).fetchall()
     return int(n_big), int(cap)
-
-
-def _subset(fs: FeatureSet, mask_ev: pl.Series, summary_sids: pl.Series) -> FeatureSet:
-    """The partition's part of a feature set (whole sessions), without preparing its
-    events again: per-event figures depend on the event alone (value look-ups), session
-    figures on the session's own rows. Row ids ``i`` are renumbered to stay positions."""
-    import polars as pl
-
-    from toolwatch.detectors.base import FeatureSet
-
-    ev = fs.events.filter(mask_ev).with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"))
-    sids = pl.concat([ev["session_id"], summary_sids.drop_nulls()]).unique()
-    sessions = fs.sessions.filter(pl.col("session_id").is_in(sids.implode()))
-    return FeatureSet(ev, sessions, fs.config)
 
 
 def _read_partition(

@@ -59,7 +59,13 @@ from toolwatch.ingest.secret_fold import (  # look-alike folding (names before s
     _prose_fold,
     key_skeleton,
 )
-from toolwatch.ingest.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex  # noqa: F401
+from toolwatch.ingest.secret_rules import (  # noqa: F401
+    RULE_COUNTS,
+    RULE_WORDS,
+    TOKEN_RULES,
+    tokens_gate,
+    tokens_regex,
+)
 
 from toolwatch.keys import load_or_create_key  # noqa: F401  (re-exported: public API)
 
@@ -1295,7 +1301,7 @@ class SecretHasher:
         pass of all of them (:func:`~toolwatch.ingest.secret_rules.tokens_regex`)."""
         if b"-----BEGIN" in src:
             src = _PEM_RE_B.sub(lambda m: self._hash_bytes(m.group(0), found), src)
-        if TOKEN_RULES:
+        if TOKEN_RULES and tokens_gate().search(src) is not None:
             src = tokens_regex().sub(lambda m: self._value_b(m, m.lastindex, found), src)
         return src
 

@@ -18,7 +18,13 @@ import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from toolwatch.ingest.secret_rules import RULE_COUNTS, RULE_WORDS, TOKEN_RULES, tokens_regex
+from toolwatch.ingest.secret_rules import (
+    RULE_COUNTS,
+    RULE_WORDS,
+    TOKEN_RULES,
+    tokens_gate,
+    tokens_regex,
+)
 from toolwatch.ingest.secrets import LAST_WORDS, SecretHasher, is_digest
 
 from tests.conftest import TOOLWATCH
@@ -115,6 +121,33 @@ def test_red_team_shape_is_hashed(name: str, line: bytes, secret: str) -> None:
     opts.encoding = re2.Options.Encoding.LATIN1
     assert re2.compile(H.candidate_pattern.encode(), opts).search(line) is not None
 
+
+#: Every token rule's literals, for texts near the rule set's formats.
+_LITERALS = sorted({x for r in TOKEN_RULES for x in r.literals})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(st.sampled_from(_LITERALS),
+                          st.text("abcXYZ019_-./+=:@ \"'", min_size=1, max_size=60)),
+                min_size=1, max_size=6))
+def test_tokens_gate_matches_exactly_the_texts_the_token_regex_does(parts: list[str]) -> None:
+    # _tokens_bytes runs the exact (capturing) regex only on texts the gate passes: the
+    # two must agree on every text, or a token would be left in clear.
+    text = "".join(parts).encode()
+    assert (tokens_gate().search(text) is None) == (tokens_regex().search(text) is None)
+
+
+def test_tokens_gate_passes_every_token_shape_and_no_plain_line() -> None:
+    tokens = [line for name, line, _ in SHAPES
+              if tokens_regex().search(line) is not None]
+    assert len(tokens) >= 6  # ya29, whsec, hvs, SG., dp., sk-ant-, tskey- …
+    assert all(tokens_gate().search(line) is not None for line in tokens)
+    assert tokens_gate().groups == 0  # no captures: the DFA alone answers
+    plain = (b'{"tool": "connectExternalService", "args": {"service": "salesforce", '
+             b'"apiKey": "sk-demo-249182c40819"}, "status": "auth_failed"}')
+    assert tokens_gate().search(plain) is None and tokens_regex().search(plain) is None
+    red, cred = H.redact_line(plain)  # hashed by its key, as before the gate
+    assert b"sk-demo-249182c40819" not in red and cred is not None
 
 #: Resource ids and business keys the detectors compare: never hashed, even when the
 #: value looks like a token.

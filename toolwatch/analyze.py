@@ -69,22 +69,25 @@ def load_events(store: Store, fingerprints: list[str] | None) -> tuple[pl.DataFr
 def run_detectors(
     config: Config, events: pl.DataFrame, summaries: pl.DataFrame, model_path: Path | None = None
 ) -> pl.DataFrame:
-    """Every registered detector over the events; returns alerts (schema.ALERTS columns)."""
+    """Every registered detector over the events; returns alerts (schema.ALERTS columns).
+
+    The detection engine's detector function (the one every live command runs, see
+    :func:`toolwatch.detectors.stream.engine_detector`) over everything at once.
+    """
     import polars as pl
 
     try:
         from toolwatch import detectors
+        from toolwatch.detectors.stream import engine_detector
     except ImportError:  # pragma: no cover - detectors package absent
         return pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # type: ignore[return-value]
     dcfg = detectors.DetectorsConfig.from_dict(config.detectors)
-    if model_path is None:
-        model_path = config.trained_forest
-    alerts = detectors.run_batch(events, summaries, dcfg, model_path=model_path)
-    from toolwatch.detectors.suppress import apply_triage_suppressions
-
-    return apply_triage_suppressions(
-        alerts, config.data_dir, events=events,
-        unauthenticated=config.triage.suppress_unauthenticated_callers)
+    detect = engine_detector(
+        dcfg, model_path=config.trained_forest if model_path is None else model_path,
+        data_dir=config.data_dir,
+        suppress_unauthenticated=config.triage.suppress_unauthenticated_callers,
+        isolated=False)  # batch fits the forest in process (scikit-learn is warm)
+    return detect(events, summaries)
 
 
 def alerts_to_arrow(alerts: pl.DataFrame) -> pa.Table:

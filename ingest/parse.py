@@ -980,15 +980,25 @@ FROM res
         sub_starts = np.zeros(len(hits) + 1, dtype=np.int64)
         np.cumsum(starts[at + 1] - starts[at], out=sub_starts[1:])
         sub = np.concatenate([data[int(starts[i]) : int(starts[i + 1])] for i in hits])
+        need, groups = self._split_buffer(sub, sub_starts)
+        return {hits[k] for k in need}, groups
+
+    def _split_buffer(
+        self, sub: np.ndarray, sub_starts: np.ndarray
+    ) -> tuple[list[int], frozenset[str]]:
+        """Of the combined scan's hit lines (``sub``, segments at ``sub_starts``), those
+        that need Python (indices into ``sub``) and the rare groups some line may name."""
+        assert self._scan is not None
+        scan = self._scan
         named = {g: scan.lines(g, sub, sub_starts) for g, p in self._group_patterns.items() if p}
         rare = set().union(*named.values())
         # The combined pattern is the need pattern or a rare name: a hit line naming no
         # rare field needs Python; only lines naming one are tested again.
-        need = {
-            hits[k] for k in range(len(hits))
+        need = [
+            k for k in range(len(sub_starts) - 1)
             if k not in rare
             or scan.at("need", sub, int(sub_starts[k]), int(sub_starts[k + 1]))
-        }
+        ]
         if need and scan.lines("escape", sub, sub_starts):
             return need, frozenset(RARE_GROUPS)
         return need, frozenset(g for g, found in named.items() if found)
@@ -1036,6 +1046,20 @@ FROM res
         if not len(at):
             return set(), frozenset()
         picked = lines.take(hits)
+        # The hit lines (~2% of a batch) through the patterns compiled once, as
+        # _scan_hits does: Arrow compiles each pattern again per call (~15 ms per batch
+        # for the need pattern, more than matching the hit lines takes).
+        seg = _BufferScan.segments(picked) if self._scan is not None else None
+        if seg is not None:
+            need_k, groups = self._split_buffer(*seg)
+            return set(at[need_k].tolist()), groups
+        return self._split_arrow(picked, at)
+
+    def _split_arrow(
+        self, picked: pa.LargeBinaryArray, at: np.ndarray
+    ) -> tuple[set[int], frozenset[str]]:
+        """:meth:`_split_hits` with Arrow's scans (a hit line holds an inner newline, or
+        no google-re2): ``picked`` are the hit lines, ``at`` their indices in the batch."""
 
         def where(pattern: str) -> np.ndarray:
             m = pc.match_substring_regex(picked, pattern, ignore_case=True)

@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -66,6 +67,27 @@ def test_buffer_scan_finds_what_arrow_finds(parser: Parser, frags, newline) -> N
     if len(want) * 8 <= len(lines):  # else Arrow's path reads every group, by design
         assert groups == want_groups
 
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    frags=st.lists(st.lists(st.integers(0, len(FRAGMENTS) - 1), max_size=8), min_size=1,
+                   max_size=20),
+)
+def test_split_hits_buffer_refinement_finds_what_arrow_finds(parser: Parser, frags) -> None:
+    # _split_hits runs the hit lines of Arrow's combined scan through the patterns
+    # compiled once; the lines needing Python and the rare groups must be Arrow's own.
+    # (Arrow's big batches arrive without a line's newline here: Kafka messages.)
+    lines = _lines(frags, newline=False)
+    hits = pc.indices_nonzero(
+        pc.match_substring_regex(lines, parser._scan_all, ignore_case=True))
+    picked = lines.take(hits)
+    at = arrays.to_numpy(hits)
+    want = parser._split_arrow(picked, at)
+    assert _BufferScan.segments(picked) is not None
+    got = parser._split_hits(lines, hits)
+    assert got[0] == want[0]
+    assert got[1] == want[1]
 
 def test_inner_newline_falls_back_to_arrow() -> None:
     """A Kafka message holding a newline cannot be a buffer segment: Arrow scans it."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from toolwatch.detectors.config import DetectorsConfig
 
 from tests.conftest import ROOT
-from toolwatch.cli import config_reference
+from toolwatch.cli import TUNING_HEADING, config_reference
 from toolwatch.config import describe, markdown_table
 
 #: Suffixes of threshold-like keys: a backticked word ending so in docs/detectors.md is
@@ -22,13 +22,19 @@ def test_config_page_is_what_toolwatch_config_prints() -> None:
     """docs/config.md's table is ``toolwatch config -f markdown``: every key of every
     section, defaults readable on any machine (no home directory of the one it ran on)."""
     want = markdown_table(config_reference())
+    knobs = markdown_table(config_reference(tuning=True))
     text = (ROOT / "docs" / "config.md").read_text()
-    assert want in text, (
-        "docs/config.md drifted from the code: regenerate its table with "
-        "`toolwatch config -f markdown`")
+    for table in (want, knobs):
+        assert table in text, (
+            "docs/config.md drifted from the code: regenerate its tables with "
+            "`toolwatch config -f markdown`")
+    assert text.index(want) < text.index(TUNING_HEADING) < text.index(knobs)
     keys = [r[0] for r in config_reference()]
-    assert len(keys) == len(set(keys)) and len(keys) > 200
+    assert len(keys) == len(set(keys)) and len(keys) > 180
     assert {"store.data_dir", "detectors.enumeration.run_lo", "live.flush_events"} <= set(keys)
+    tuning = [r[0] for r in config_reference(tuning=True)]
+    assert {"tuning.live.max_detect_events", "tuning.ingest.parse_workers"} <= set(tuning)
+    assert not {k.removeprefix("tuning.") for k in tuning} & set(keys)  # each in one table
     assert "/root/" not in want and str(Path.home()) not in want
 
 

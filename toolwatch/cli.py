@@ -742,15 +742,20 @@ def evaluate(
         print(safe_text(result.to_text(), keep_newlines=True))
 
 
-def config_reference() -> list[tuple[str, str, str]]:
+def config_reference(*, tuning: bool = False) -> list[tuple[str, str, str]]:
     """``(dotted key, default, meaning)`` of every configuration key, sections in file
     order, the detectors' and live tables expanded (they are parsed by their own layers,
-    so the ground config holds them as plain tables)."""
+    so the ground config holds them as plain tables). ``tuning=True``: the performance
+    knobs instead, as ``tuning.<section>.<key>``."""
     from toolwatch.detectors.config import DetectorsConfig
     from toolwatch.live import LiveConfig
 
-    rows = [r for r in describe() if r[0] not in ("detectors", "live")]
-    return rows + describe(DetectorsConfig, "detectors") + describe(LiveConfig, "live")
+    if tuning:
+        rows = describe(tuning=True) + describe(LiveConfig, "live", tuning=True)
+        return [(f"tuning.{k}", d, t) for k, d, t in rows]
+    rows = [r for r in describe(tuning=False) if r[0] not in ("detectors", "live")]
+    return (rows + describe(DetectorsConfig, "detectors", tuning=False)
+            + describe(LiveConfig, "live", tuning=False))
 
 
 @app.command("config")
@@ -770,16 +775,24 @@ def config_cmd(
         load_config(config)
     except ToolwatchError as exc:
         raise fail(exc) from None
-    rows = config_reference()
+    rows, knobs = config_reference(), config_reference(tuning=True)
     if fmt == "markdown":
         print(markdown_table(rows))
+        print(f"\n{TUNING_HEADING}\n\n{markdown_table(knobs)}")
         return
-    t = Table(title="toolwatch configuration keys")
-    for c in ("key", "default", "meaning"):
-        t.add_column(c, overflow="fold")
-    for key, default, text in rows:
-        t.add_row(key, default, text)
-    Console(width=max(Console().width, 160)).print(t)
+    console = Console(width=max(Console().width, 160))
+    for title, part in (("toolwatch configuration keys", rows), ("tuning (performance knobs)",
+                                                                 knobs)):
+        t = Table(title=title)
+        for c in ("key", "default", "meaning"):
+            t.add_column(c, overflow="fold")
+        for key, default, text in part:
+            t.add_row(key, default, text)
+        console.print(t)
+
+
+#: Heading of the tuning table in ``toolwatch config -f markdown`` (docs/config.md).
+TUNING_HEADING = "## Tuning"
 
 
 @app.command()

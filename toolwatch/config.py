@@ -42,11 +42,74 @@ def auto_count(value: int, cap: int | None = None) -> int:
     return min(n, cap) if cap else n
 
 
-def doc(text: str, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING) -> Any:
-    """Declare a dataclass field with its user-facing documentation."""
+def doc(
+    text: str,
+    default: Any = dataclasses.MISSING,
+    factory: Any = dataclasses.MISSING,
+    *,
+    tuning: bool = False,
+) -> Any:
+    """Declare a dataclass field with its user-facing documentation.
+
+    ``tuning=True`` marks a performance knob (memory, threads, batch sizes): it is
+    documented apart and may be set under ``[tuning.<section>]`` (:func:`merge_tuning`).
+    """
+    meta = {"doc": text, "tuning": tuning}
     if factory is not dataclasses.MISSING:
-        return field(default_factory=factory, metadata={"doc": text})
-    return field(default=default, metadata={"doc": text})
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def is_tuning(f: dataclasses.Field[Any]) -> bool:
+    """Whether a config field is a performance knob (see :func:`doc`)."""
+    return bool(f.metadata.get("tuning"))
+
+
+#: Sections whose performance knobs ``[tuning.<section>]`` may set.
+TUNING_SECTIONS = ("store", "ingest", "query", "analyze", "live")
+
+
+def merge_tuning(data: dict[str, Any], path: str | None = None) -> dict[str, Any]:
+    """``data`` (a parsed config file) with ``[tuning.<section>]`` keys moved into their
+    section, where the section's parser reads them as usual. The ``tuning`` table itself
+    is kept, so a layer parsing a plain-table section (``live``) can check that only its
+    knobs were set there (:func:`check_tuning`).
+
+    Raises
+    ------
+    ConfigError
+        On an unknown section, a tuning table that is not a table, or a key set both
+        under ``[tuning.<section>]`` and in ``[<section>]``.
+    """
+    tuning = data.get("tuning")
+    if tuning is None:
+        return data
+    if not isinstance(tuning, dict):
+        raise ConfigError("expected a table", path=path, key="tuning")
+    out = dict(data)
+    for section, table in tuning.items():
+        if section not in TUNING_SECTIONS:
+            raise ConfigError(f"unknown section; known: {', '.join(TUNING_SECTIONS)}",
+                              path=path, key=f"tuning.{section}")
+        if not isinstance(table, dict):
+            raise ConfigError("expected a table", path=path, key=f"tuning.{section}")
+        own = dict(out.get(section) or {})
+        both = sorted(set(own) & set(table))
+        if both:
+            raise ConfigError(f"set both here and in [{section}]", path=path,
+                              key=f"tuning.{section}.{both[0]}")
+        out[section] = {**own, **table}
+    return out
+
+
+def check_tuning(cls: type, keys: Any, section: str, path: str | None = None) -> None:
+    """Refuse a ``[tuning.<section>]`` key that is not a performance knob of ``cls``."""
+    knobs = {f.name for f in dataclasses.fields(cls) if is_tuning(f)}  # type: ignore[arg-type]
+    for key in keys or ():
+        if key not in knobs:
+            raise ConfigError(
+                f"not a tuning key (set it in [{section}]); tuning keys: "
+                f"{', '.join(sorted(knobs))}", path=path, key=f"tuning.{section}.{key}")
 
 
 def _default_key_file() -> str:
@@ -64,7 +127,9 @@ class StoreConfig:
         ".toolwatch/data",
     )
     compact_min_files: int = doc(
-        "A date partition with at least this many small files is compacted into one.", 16
+        "A date partition with at least this many small files is compacted into one.",
+        16,
+        tuning=True,
     )
 
 
@@ -76,13 +141,16 @@ class IngestConfig:
         "Lines longer than this are quarantined (reason line_too_long), never parsed.", 1_048_576
     )
     chunk_bytes: int = doc(
-        "Bytes read per batch from a file; memory use is a small multiple of this.", 16_777_216
+        "Bytes read per batch from a file; memory use is a small multiple of this.",
+        16_777_216,
+        tuning=True,
     )
     parse_workers: int = doc(
         "Batches parsed at once by ingest/analyze (one single-threaded DuckDB connection "
         "each); memory use grows by about one chunk per worker. 0: one per CPU this "
         "process may run on, at most 4.",
         0,
+        tuning=True,
     )
     session_gap_minutes: float = doc(
         "Events without a session id are grouped per caller (else client address) into "
@@ -152,7 +220,9 @@ class QueryConfig:
         "caller is unharmed.",
         1024,
     )
-    threads: int = doc("DuckDB threads per query. 0: one per CPU this process may run on.", 0)
+    threads: int = doc(
+        "DuckDB threads per query. 0: one per CPU this process may run on.", 0, tuning=True
+    )
     timeout_seconds: float = doc(
         "A query running longer than this is killed (SIGKILL of its child process) and "
         "fails.",
@@ -180,11 +250,13 @@ class AnalyzeConfig:
         "client addresses) read back from the store instead of holding every event; "
         "population baselines are then fitted on a uniform sample of callers. 0 = never.",
         2_500_000,
+        tuning=True,
     )
     partitions: int = doc(
         "Force this many partitions (0 = chosen from max_events_in_memory). For tests "
         "and tuning.",
         0,
+        tuning=True,
     )
     max_events_per_caller: int = doc(
         "In partitioned analysis, a caller with more events than this has its sessions "
@@ -193,6 +265,7 @@ class AnalyzeConfig:
         "cross sessions then see part of its traffic. Reported in a warning with the count "
         "of callers split. 0 = max_events_in_memory / 3.",
         0,
+        tuning=True,
     )
 
 
@@ -241,6 +314,12 @@ class Config:
     )
     live: dict[str, Any] = doc(
         "Live-mode settings (flush interval, sinks); parsed by the live pipeline.",
+        factory=dict,
+    )
+    tuning: dict[str, Any] = doc(
+        "Performance knobs by section ([tuning.live], [tuning.ingest], ...): memory "
+        "bounds, threads and batch sizes, kept apart from what toolwatch does. Each is "
+        "also accepted in its own section.",
         factory=dict,
     )
 
@@ -357,7 +436,10 @@ def load_config(path: str | Path | None = None) -> Config:
             data = tomllib.loads(p.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"not valid TOML: {exc}", path=str(p)) from exc
-        cfg = from_dict(Config, data, path=str(p))
+        cfg = from_dict(Config, merge_tuning(data, str(p)), path=str(p))
+        for section in ("store", "ingest", "query", "analyze"):
+            check_tuning(type(getattr(cfg, section)), cfg.tuning.get(section), section,
+                         str(p))
     env_dir = os.environ.get("TOOLWATCH_DATA_DIR")
     if env_dir:
         cfg.store.data_dir = env_dir
@@ -391,15 +473,23 @@ def _portable(text: str) -> str:
     return text.replace(str(Path.home()), "~")
 
 
-def describe(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str]]:
-    """List ``(dotted key, default, doc)`` for every field, for ``toolwatch config``."""
+def describe(
+    cls: type = Config, prefix: str = "", *, tuning: bool | None = None
+) -> list[tuple[str, str, str]]:
+    """List ``(dotted key, default, doc)`` for every field, for ``toolwatch config``.
+
+    ``tuning``: ``False`` lists settings only, ``True`` performance knobs only (see
+    :func:`doc`), ``None`` both.
+    """
     rows: list[tuple[str, str, str]] = []
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         key = f"{prefix}.{f.name}".lstrip(".")
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, key))  # type: ignore[arg-type]
+            rows.extend(describe(tp, key, tuning=tuning))  # type: ignore[arg-type]
+            continue
+        if tuning is not None and is_tuning(f) != tuning:
             continue
         if f.default is not dataclasses.MISSING:
             default = repr(f.default)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolwatch.config import Config, doc, from_dict
+from toolwatch.config import Config, check_tuning, doc, from_dict
 from toolwatch.detectors.config import SEVERITY_RANK  # one definition; light import
 
 
@@ -91,6 +91,7 @@ class LiveConfig:
     read_bytes: int = doc(
         "tail: bytes read from one file per read call (a backlog is read in such steps).",
         4_194_304,
+        tuning=True,
     )
     rotate_wait_s: float = doc(
         "tail: after a file is renamed away or deleted, keep reading it until it has been "
@@ -120,6 +121,7 @@ class LiveConfig:
         "wait up to this long to be detected together (detection costs about the window, "
         "not the new events). Interval-triggered flushes never wait.",
         5.0,
+        tuning=True,
     )
     backlog_detect_events: int = doc(
         "Under a backlog (size-triggered flushes) with overlap_detection, micro-batches "
@@ -130,6 +132,7 @@ class LiveConfig:
         "crash in between loses the alerts of those events (not the events). Caught up, "
         "every flush is detected at once. 0: max_detect_events x detect_passes.",
         0,
+        tuning=True,
     )
     max_queued_events: int = doc(
         "Transformed events (parsed micro-batches, ~0.7 KB each with their raw lines) "
@@ -140,12 +143,14 @@ class LiveConfig:
         "one batch. A larger queue catches up a little faster for more memory at the "
         "peak (docs/performance.md); raise it with flush_events. 0: 4 x flush_events.",
         10_000,
+        tuning=True,
     )
     overlap_detection: bool = doc(
         "tail/run/follow: detect and commit a micro-batch on a second thread while the "
         "next one is read and parsed (same order and atomicity; a backlog's waiting "
         "micro-batches are detected together). Off: one flush at a time.",
         True,
+        tuning=True,
     )
     session_idle_minutes: float = doc(
         "A session with no event for this long (log time) is finished: it stops counting as "
@@ -163,6 +168,7 @@ class LiveConfig:
         "held event (the detectors' columns only), so 150,000 events ≈ 25 MiB — about 4 h "
         "of traffic at 10 events/s, 15 s at 10,000 events/s.",
         150_000,
+        tuning=True,
     )
     max_detect_events: int = doc(
         "Most events one detection pass reads. Detection needs roughly 2 KB of working "
@@ -172,6 +178,7 @@ class LiveConfig:
         "memory_high_mib can halve it while the RSS is high. 0: one pass over everything "
         "touched.",
         40_000,
+        tuning=True,
     )
     detect_passes: int = doc(
         "Most passes of max_detect_events one flush detects in. Under dense traffic "
@@ -179,6 +186,7 @@ class LiveConfig:
         "detect_passes touched events, the newest are read (detect_capped counter). "
         "Bounds a flush's detection CPU; memory is bounded by max_detect_events.",
         2,
+        tuning=True,
     )
     backlog_detect_passes: int = doc(
         "Passes a detection a backlog deferred (see backlog_detect_events) runs in, over "
@@ -188,6 +196,7 @@ class LiveConfig:
         "(memory_high_mib can halve it when memory is high). Caught up, flushes keep "
         "detect_passes. 0: detect_passes.",
         1,
+        tuning=True,
     )
     memory_high_mib: int = doc(
         "When the process's RSS is at or above this many MiB as a detection starts, its "
@@ -198,6 +207,7 @@ class LiveConfig:
         "expiry and store write beside it are) and halved passes cost alert latency, so "
         "it is a knob for hosts that value memory over latency (docs/performance.md).",
         0,
+        tuning=True,
     )
     memory_gate_mib: int = doc(
         "The memory gate: while the process's RSS is at or above this many MiB, the heavy "
@@ -209,6 +219,7 @@ class LiveConfig:
         "turns costs some catch-up speed (docs/performance.md, Live memory). 0: off (no "
         "releases either).",
         460,
+        tuning=True,
     )
     drop_code_pages: bool = doc(
         "While the process's RSS is at or above memory_gate_mib as a heavy phase starts, "
@@ -220,6 +231,7 @@ class LiveConfig:
         "real-time flush costs alert latency. Linux only (toolwatch/codepages.py; "
         "docs/performance.md, Live memory).",
         True,
+        tuning=True,
     )
     out_of_order_tolerance_s: float = doc(
         "Events up to this much older than the newest event seen are on time; later ones "
@@ -231,6 +243,7 @@ class LiveConfig:
         "up to this many of the most recent window events, as batch analyze fits them on "
         "everything it sees (0: the touched entities only; cheaper, noisier early on).",
         20_000,
+        tuning=True,
     )
     history_dir: str = doc(
         "Store whose recent events seed the baselines at start-up (default: this store). "
@@ -239,7 +252,9 @@ class LiveConfig:
         "",
     )
     max_tracked_alerts: int = doc(
-        "Alert ids remembered to tell new/changed alerts from repeats (LRU).", 200_000
+        "Alert ids remembered to tell new/changed alerts from repeats (LRU).",
+        200_000,
+        tuning=True,
     )
     compact_interval_s: float = doc(
         "Seconds from the end of one compaction round of the store's small files to the "
@@ -247,6 +262,7 @@ class LiveConfig:
         "times this since the last one ended: catching up comes first, and every file "
         "is merged once either way.",
         300.0,
+        tuning=True,
     )
     compact_budget_s: float = doc(
         "Seconds of compaction one commit may do (at least one merge of up to 4 MiB of "
@@ -254,6 +270,7 @@ class LiveConfig:
         "and with it alerts, never stops for a whole compaction (a backlog's hundreds of "
         "files take minutes to merge). 0: one merge per commit.",
         0.25,
+        tuning=True,
     )
     status_interval_s: float = doc(
         "How often the status file read by `toolwatch status` is rewritten.", 1.0
@@ -280,6 +297,8 @@ class LiveConfig:
     @classmethod
     def from_config(cls, config: Config) -> LiveConfig:
         """Parse ``config.live`` (rejects unknown keys and wrong types)."""
+        # [tuning.live] keys were merged into config.live (toolwatch.config.merge_tuning)
+        check_tuning(cls, (config.tuning or {}).get("live"), "live")
         lc = from_dict(cls, dict(config.live or {}), prefix="live")
         lc.validate()
         return lc

@@ -395,7 +395,9 @@ class BulkExtractionDetector(Detector):
         self.entity_habits_: dict[str, pl.DataFrame] = {}
         self._windows_cache = None
         if self.settings.entity and history.sessions.height:
-            win, ee = _entity_windows(history.sessions, cfg)
+            # Windows sum the sessions' volume as the sessions count it (_inputs): beyond
+            # their largest responses, without a routinely heavy tool's unnamed reads.
+            win, ee = _entity_windows(sessions, cfg)
             # A live backlog pass (and analyze without history) fits on the very sessions
             # it then scores: score() reuses these windows when no session is set aside.
             self._windows_cache = (history.sessions, win, ee)
@@ -650,11 +652,9 @@ class BulkExtractionDetector(Detector):
         # not evidence of a distributed pattern.
         # One in-memory query over the columns _entity_windows reads (the anti join
         # copied every session feature column); the left order is kept as before.
-        flagged = scored.lazy().filter(pl.col("_raw") >= self.threshold).select("session_id")
-        residual = features.sessions.lazy().select(
-            "session_id", *_WINDOW_COLS,
-        ).join(flagged, on="session_id", how="anti", maintain_order="left").collect(
-            engine="in-memory")
+        # The residual carries the sessions' volume as they count it (see fit()).
+        residual = scored.lazy().filter(pl.col("_raw").fill_null(0.0) < self.threshold).select(
+            "session_id", *_WINDOW_COLS).collect(engine="in-memory")
         if residual.height == 0:
             return out
         if wc is not None and wc[0] is features.sessions \

@@ -591,8 +591,10 @@ class PrivilegeChainConfig:
     limit_reset_score: float = doc(
         "Score of a session that lifts a limit it was just refused by (0.85: high).", 0.85)
     approved_score: float = doc(
-        "Highest score of a chain whose escalating calls all name an approval record "
-        "(0.55: an alert at low severity, below severity_medium).", 0.55)
+        "Highest score of a chain whose escalating calls all name an approval record. "
+        "0 (default): an approved change window is quiet, as it looks the same every time "
+        "it runs; 0.55 keeps it visible at low severity (a forged approval argument is "
+        "then still seen).", 0.0)
 
 
 #: Verbs after which a cart or order is frozen (see StepSkipConfig.workflows).

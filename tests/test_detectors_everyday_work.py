@@ -49,15 +49,18 @@ def config_change(tr: Traffic, sid: str, caller: str, ticket: bool) -> None:
 
 
 @pytest.mark.parametrize("ticket", [True, False])
-def test_a_change_window_naming_its_ticket_is_low_and_without_it_high(ticket: bool) -> None:
+def test_a_change_window_naming_its_ticket_is_quiet_and_without_it_high(ticket: bool) -> None:
     tr = base()
     config_change(tr, "chg", "sre-1", ticket)
     found = alerts_of(run(tr), "privilege_chain", session_id="chg")
-    assert len(found) == 1, "the chain is seen either way"
     if ticket:
-        assert found[0]["severity"] == "low"
-        assert orjson.loads(found[0]["evidence"])["approved_after"] == 3
+        assert not found, "an approved change window is quiet by default"
+        kept = alerts_of(run(tr, privilege_chain={"approved_score": 0.55}),
+                         "privilege_chain", session_id="chg")
+        assert len(kept) == 1 and kept[0]["severity"] == "low"
+        assert orjson.loads(kept[0]["evidence"])["approved_after"] == 3
     else:
+        assert len(found) == 1
         assert found[0]["severity"] in ("high", "critical")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +193,7 @@ class DetectionWindow:
                 cond = c if cond is None else (cond | c)
             return cond
 
-        ev = self.slim(_empty_events()) if self.events is None else self.events.clear()
+        ev = self.slim(_empty(schema.EVENTS)) if self.events is None else self.events.clear()
         if self.events is not None:
             c = cond_for(self.events)
             if c is not None:
@@ -206,7 +205,7 @@ class DetectionWindow:
                     ev = self.events.filter(mask).sort("ts")
                 else:
                     ev = self.events.filter(c).sort("ts")
-        su = _empty_summaries()
+        su = _empty(schema.SUMMARIES)
         if self.summaries is not None:
             c = cond_for(self.summaries)
             if ev.height:
@@ -346,16 +345,12 @@ def _strings_with_buffers(df: pl.DataFrame) -> list[str]:
     return out
 
 
-def _empty_events() -> pl.DataFrame:
-    df = pl.from_arrow(pa.Table.from_batches([], schema=schema.EVENTS))  # not empty_table: pandas
+def _empty(sch: pa.Schema) -> pl.DataFrame:
+    """A frame of ``sch`` with no rows (not ``empty_table``: that imports pandas)."""
+    df = pl.from_arrow(pa.Table.from_batches([], schema=sch))
     assert isinstance(df, pl.DataFrame)
     return df
 
-
-def _empty_summaries() -> pl.DataFrame:
-    df = pl.from_arrow(pa.Table.from_batches([], schema=schema.SUMMARIES))
-    assert isinstance(df, pl.DataFrame)
-    return df
 
 class AlertTracker:
     """Remembers the last stored version of each alert to emit only news.
@@ -476,31 +471,11 @@ def engine_detector(
     return run
 
 
-@dataclass
-class StreamNews:
-    """What one :meth:`StreamDetector.news` call let through.
-
-    Attributes
-    ----------
-    alerts
-        New or changed alerts (ALERTS columns), in the detector's order.
-    new, updated
-        How many of them are new, how many a changed version of a known alert.
-    repeats
-        Alerts of touched entities left out as unchanged (or older) versions.
-    """
-
-    alerts: pl.DataFrame
-    new: int = 0
-    updated: int = 0
-    repeats: int = 0
-
-
 class StreamDetector:
     """The detection engine over a stream: detector function, window and tracker.
 
     A micro-batch goes through :meth:`add` (into the window; the entities it touched),
-    :meth:`select` (those entities' events over the whole window), :meth:`score` (the
+    ``window.select`` (those entities' events over the whole window), :meth:`score` (the
     detector function, in caller partitions when asked) and :meth:`news` (alerts of the
     touched entities that are new or changed). :meth:`update` runs the four in a row;
     the live engine runs them one by one, deciding between them when to detect and how
@@ -571,12 +546,6 @@ class StreamDetector:
             )
         return touched
 
-    def select(
-        self, touched: dict[str, pl.Series], newest: int | None = None
-    ) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Events and summaries of the touched entities (:meth:`DetectionWindow.select`)."""
-        return self.window.select(touched, newest=newest)
-
     def score(
         self, ev: pl.DataFrame, su: pl.DataFrame, history: pl.DataFrame | None = None,
         passes: int = 1,
@@ -596,14 +565,22 @@ class StreamDetector:
                                    lambda e, s: detect(e, s, history=history))
         return detect(ev, su, history=history)
 
-    def news(self, alerts: pl.DataFrame | None, touched: dict[str, pl.Series]) -> StreamNews:
+    def news(
+        self, alerts: pl.DataFrame | None, touched: dict[str, pl.Series]
+    ) -> tuple[pl.DataFrame, int, int, int]:
         """Alerts of the touched entities that are new or changed since last emitted.
 
         Alerts on other entities are dropped: their events were read only in part (the
         share the touched sessions and callers hold), so their scores are partial.
+
+        Returns
+        -------
+        tuple
+            ``(alerts, n_new, n_updated, n_repeats)``: the repeats are touched entities'
+            alerts left out as unchanged (or older) versions.
         """
         if alerts is None or alerts.height == 0:
-            return StreamNews(_empty_alerts())
+            return _empty(schema.ALERTS), 0, 0, 0
         mask = pl.lit(False)
         for etype, col in ENTITY_COLUMNS.items():
             ids = touched.get(col)
@@ -614,7 +591,7 @@ class StreamDetector:
         mask = mask | ~pl.col("entity_type").is_in(list(ENTITY_COLUMNS))
         alerts = alerts.filter(mask)
         news, n_new, n_upd = self.tracker.news(alerts)
-        return StreamNews(news, n_new, n_upd, alerts.height - news.height)
+        return news, n_new, n_upd, alerts.height - news.height
 
     def update(
         self, events: pl.DataFrame, summaries: pl.DataFrame | None = None, *,
@@ -632,20 +609,14 @@ class StreamDetector:
             Events per detection pass (0: one pass).
         """
         if summaries is None:
-            summaries = _empty_summaries()
+            summaries = _empty(schema.SUMMARIES)
         cols = [c for c in self.window.columns if c in events.columns]
         touched = self.add(events.select(cols), summaries)
         if touched is None or self.detect is None:
-            return _empty_alerts()
-        ev, su = self.select(touched, newest)
+            return _empty(schema.ALERTS)
+        ev, su = self.window.select(touched, newest)
         if ev.height == 0 and su.height == 0:
-            return _empty_alerts()
+            return _empty(schema.ALERTS)
         hist = self.window.events if history is None else history
         passes = -(-ev.height // pass_cap) if 0 < pass_cap < ev.height else 1
-        return self.news(self.score(ev, su, hist, passes), touched).alerts
-
-
-def _empty_alerts() -> pl.DataFrame:
-    df = pl.from_arrow(pa.Table.from_batches([], schema=schema.ALERTS))  # not empty_table: pandas
-    assert isinstance(df, pl.DataFrame)
-    return df
+        return self.news(self.score(ev, su, hist, passes), touched)[0]

@@ -7,14 +7,14 @@ The pipeline buffers them and *flushes* at most every ``live.flush_interval_s`` 
 
 1. runs the same transforms as ``ingest``/``analyze`` (:class:`toolwatch.ingest.pipeline.Pipeline`,
    one call per stream with that stream's buffered lines merged);
-2. adds the new events to the detection engine's bounded :class:`DetectionWindow`
+2. adds the new events to the bounded window of the detection engine
    (:class:`~toolwatch.detectors.stream.StreamDetector`) and runs the detectors on the
    events of every entity (session, caller, client address, credential) touched by this
    micro-batch, over that entity's window — so an alert is raised as soon as evidence
    crosses its threshold, not at session end;
 3. keeps only alerts that are new or whose severity/score/evidence changed
-   (:class:`AlertTracker`): an alert is *updated*, never duplicated (the alert id is the
-   detectors' deterministic id from entity, category and window);
+   (the engine's alert tracker): an alert is *updated*, never duplicated (the alert id
+   is the detectors' deterministic id from entity, category and window);
 4. commits events, summaries, quarantined lines, those alert versions and the stream
    checkpoints in **one** atomic store batch (:meth:`toolwatch.store.Store.write_batch`);
 5. only then hands the alerts to the sinks and runs the ``on_commit`` hooks (the Kafka
@@ -25,13 +25,13 @@ it, and a restart resumes from the checkpoints: no event lost, none stored twice
 
 Memory is bounded: the pipeline holds at most one flush of raw lines, the window at most
 ``live.max_window_events`` events (older events of finished sessions expire first, see
-:class:`DetectionWindow`), and the alert tracker at most ``live.max_tracked_alerts`` ids.
+``toolwatch.detectors.stream.DetectionWindow``), and the alert tracker at most
+``live.max_tracked_alerts`` ids.
 
 Package layout (each file says what it holds):
 
 * :mod:`~toolwatch.live.config` — :class:`LiveConfig` and :class:`SinkConfig`;
-* :mod:`toolwatch.detectors.stream` — the engine: :class:`DetectionWindow` (the bounded
-  window), :class:`AlertTracker` (new/changed alerts only), :class:`StreamDetector`;
+* :mod:`toolwatch.detectors.stream` — the detection engine: window, alert tracker;
 * :mod:`~toolwatch.live.detection` — when and how much to detect, baseline history;
 * :mod:`~toolwatch.live.status` — :class:`LiveStatus`, :class:`StatusPublisher`,
   :func:`prometheus_text`, :func:`read_statuses`;
@@ -46,13 +46,6 @@ Package layout (each file says what it holds):
 from __future__ import annotations
 
 from toolwatch.detectors.config import SEVERITY_RANK
-from toolwatch.detectors.stream import (
-    ENTITY_COLUMNS,
-    AlertTracker,
-    DetectionWindow,
-    StreamDetector,
-    window_columns,
-)
 from toolwatch.live.commit import FlushResult
 from toolwatch.live.config import LiveConfig, SinkConfig
 from toolwatch.live.detection import DetectFn, default_detector
@@ -68,11 +61,8 @@ from toolwatch.live.status import (
 from toolwatch.live.stop import StopFlag, free_port, install_stop_handlers
 
 __all__ = [
-    "ENTITY_COLUMNS",
     "SEVERITY_RANK",
-    "AlertTracker",
     "DetectFn",
-    "DetectionWindow",
     "FlushResult",
     "LiveConfig",
     "LivePipeline",
@@ -81,7 +71,6 @@ __all__ = [
     "SinkConfig",
     "StatusPublisher",
     "StopFlag",
-    "StreamDetector",
     "default_detector",
     "free_port",
     "install_stop_handlers",
@@ -89,5 +78,4 @@ __all__ = [
     "prometheus_text",
     "read_statuses",
     "status_dir",
-    "window_columns",
 ]

@@ -132,7 +132,7 @@ class DetectMixin:
         # Dense traffic touches every entity: read the newest events only (sorted by ts),
         # so a flush's memory and CPU follow the caps, not the window. The window cuts on
         # ts before it copies, so no sorted copy of every touched event outlives the cut.
-        ev, su = self.engine.select(touched, newest=cap * passes if cap > 0 else None)
+        ev, su = self.window.select(touched, newest=cap * passes if cap > 0 else None)
         if ev.height == 0 and su.height == 0:
             return None
         # What detection read (its cost follows these): comparing configurations by speed
@@ -169,15 +169,14 @@ class DetectMixin:
             extra["detect_split_passes"] = extra.get("detect_split_passes", 0) + n_passes
         if alerts is None or alerts.height == 0:
             return None
-        news = self.engine.news(alerts, touched)
-        self.status.alerts_new += news.new
-        self.status.alerts_updated += news.updated
-        self.status.alerts_suppressed_repeats += news.repeats
-        if news.alerts.height == 0:
+        news, n_new, n_upd, repeats = self.engine.news(alerts, touched)
+        self.status.alerts_new += n_new
+        self.status.alerts_updated += n_upd
+        self.status.alerts_suppressed_repeats += repeats
+        if news.height == 0:
             return None
         now = datetime.now(UTC)
-        return news.alerts.with_columns(
-            pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
+        return news.with_columns(pl.lit(now).dt.cast_time_unit("us").alias("detected_at"))
 
     def _memory_pass_cap(self, pass_cap: int, n: int) -> int:
         """``pass_cap`` halved while the process's RSS is at ``live.memory_high_mib``.

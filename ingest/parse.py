@@ -1051,7 +1051,8 @@ FROM res
         # for the need pattern, more than matching the hit lines takes).
         seg = _BufferScan.segments(picked) if self._scan is not None else None
         if seg is not None:
-            need_k, groups = self._split_buffer(*seg)
+            with _short_gil_waits():  # (a call per rare-named line: see _scan_hits)
+                need_k, groups = self._split_buffer(*seg)
             return set(at[need_k].tolist()), groups
         return self._split_arrow(picked, at)
 

@@ -89,6 +89,29 @@ def test_split_hits_buffer_refinement_finds_what_arrow_finds(parser: Parser, fra
     assert got[0] == want[0]
     assert got[1] == want[1]
 
+
+def test_split_hits_buffer_refinement_runs_with_short_gil_waits(parser: Parser) -> None:
+    # one RE2 call per rare-named hit line, each releasing the GIL: as the buffer scan
+    seen: list[float] = []
+    split = parser._split_buffer
+
+    def spy(*a):
+        seen.append(sys.getswitchinterval())
+        return split(*a)
+
+    before = sys.getswitchinterval()
+    parser._split_buffer = spy  # type: ignore[method-assign]
+    try:
+        lines = _lines([[0, 1], [10, 2], [0]], newline=False)
+        hits = pc.indices_nonzero(
+            pc.match_substring_regex(lines, parser._scan_all, ignore_case=True))
+        parser._split_hits(lines, hits)
+    finally:
+        del parser._split_buffer
+    assert seen and seen[0] < before
+    assert sys.getswitchinterval() == before
+
+
 def test_inner_newline_falls_back_to_arrow() -> None:
     """A Kafka message holding a newline cannot be a buffer segment: Arrow scans it."""
     lines = arrays.strings([b'{"a":1}', b'{"pass\nword":"x"}'], pa.large_binary())

@@ -391,6 +391,15 @@ class BulkExtractionDetector(Detector):
                 daily_habits(volume, "_raw", ["caller_id"], **hk).with_columns(
                     pl.col("habit_score") + self.settings.habit_margin),
             ], how="vertical_relaxed").group_by("caller_id").agg(pl.col("habit_score").max())
+        # A routine: the caller's typical session with a main tool already scores at alert
+        # level (the recurring export), over baseline_min_days days. Only then is a
+        # session compared with that routine: a person whose usual searches are small
+        # and who suddenly pulls 50x as much with the same tool has no such routine.
+        rk = {"min_rows": cfg.baseline_min_sessions, "min_days": cfg.baseline_min_days}
+        self.routine_habit_ = (
+            habits(volume.filter(pl.col("top_tool").is_not_null()), "_raw",
+                   ["caller_id", "top_tool"], **rk) if volume is not None else None)
+        self.entity_routine_: dict[str, pl.DataFrame] = {}
         self.entity_baselines_: dict[str, Baseline] = {}
         self.entity_habits_: dict[str, pl.DataFrame] = {}
         self._windows_cache = None
@@ -408,12 +417,16 @@ class BulkExtractionDetector(Detector):
                 # As above: only entities with min_rows windows can have a habit.
                 known = (established_rows(part, ["et", "eh"], hk["min_rows"])
                          if established_count(part, ["et", "eh"], hk["min_rows"]) else None)
+                empty = pl.DataFrame(schema={"et": part.schema["et"], "eh": part.schema["eh"],
+                                             "habit_score": pl.Float64})
+                scored_w = (self._score_volume(known, bl)
+                            if known is not None and known.height else None)
                 self.entity_habits_[etype] = (
-                    habits(self._score_volume(known, bl), "_raw", ["et", "eh"], **hk)
-                    if known is not None and known.height else
-                    pl.DataFrame(schema={"et": part.schema["et"], "eh": part.schema["eh"],
-                                         "habit_score": pl.Float64})
-                )
+                    habits(scored_w, "_raw", ["et", "eh"], **hk) if scored_w is not None
+                    else empty)
+                self.entity_routine_[etype] = (
+                    habits(scored_w, "_raw", ["et", "eh"], **rk) if scored_w is not None
+                    else empty)
         self.fitted_ = True
         return self
 
@@ -585,14 +598,17 @@ class BulkExtractionDetector(Detector):
             own["own_n"].alias("own_days_n"),
         )
 
-    def _routine(self, df: pl.DataFrame) -> pl.DataFrame:
+    def _routine(self, df: pl.DataFrame, routine: pl.DataFrame | None) -> pl.DataFrame:
         """Add ``z_routine`` (how far beyond the caller's routine with the session's main
         tool its volume is; for an entity window, beyond the entity's own windows), its
         basis ``routine_n`` and ``p_routine``: the gate a routine volume does not pass.
 
-        Null (no gate) without an established routine: a new caller, a tool the caller
-        has not used this way on baseline_min_days days, a summary without tools."""
+        The gate applies only where the routine itself pulls at alert level (``routine``:
+        the typical raw score per (caller, main tool) or entity, see fit()); no gate
+        without an established routine: a new caller, a tool the caller has not used this
+        way on baseline_min_days days, a summary without tools."""
         rz = self.settings.routine_z
+        keys = ["caller_id", "top_tool"] if "top_tool" in df.columns else ["et", "eh"]
         bl = getattr(self, "routine_baseline_", None)
         if "top_tool" not in df.columns:  # entity windows: their own windows' baseline
             z, n = pl.col("z_own"), pl.col("own_n")
@@ -606,11 +622,18 @@ class BulkExtractionDetector(Detector):
                 pl.when(pl.col("total_rows") > 0).then(own["own_z_total_rows"]))
             n = pl.when(z.is_not_null()).then(own["own_n"])
         df = df.with_columns(z.alias("z_routine"), n.cast(pl.Int64).alias("routine_n"))
-        return df.with_columns(
-            pl.when(pl.col("z_routine").is_not_null() & pl.lit(rz > 0))
-            .then(gate(pl.col("z_routine"), rz)).otherwise(1.0).alias("p_routine"))
+        if routine is None or routine.height == 0 or rz <= 0:
+            return df.with_columns(pl.lit(1.0).alias("p_routine"))
+        hab = routine.select(*keys, pl.col("habit_score").alias("_routine_habit"))
+        at_alert = (pl.col("_routine_habit").fill_null(0.0)
+                    >= self.threshold - self.settings.habit_margin)
+        return df.join(hab, on=keys, how="left", maintain_order="left").with_columns(
+            pl.when(at_alert & pl.col("z_routine").is_not_null())
+            .then(gate(pl.col("z_routine"), rz)).otherwise(1.0).alias("p_routine")
+        ).drop("_routine_habit")
 
-    def _gated(self, df: pl.DataFrame, habit: pl.DataFrame | None, keys: list[str]) -> pl.DataFrame:
+    def _gated(self, df: pl.DataFrame, habit: pl.DataFrame | None, keys: list[str],
+               routine: pl.DataFrame | None = None) -> pl.DataFrame:
         # A habitual caller must be far beyond its own normal: its usual heaviest session of
         # a day where that is known (sessions), else its usual session / window.
         z = (pl.coalesce(pl.col("z_own_day"), pl.col("z_own")) if "z_own_day" in df.columns
@@ -619,7 +642,7 @@ class BulkExtractionDetector(Detector):
         # And a volume the caller pulls routinely with this tool is not anomalous. Only the
         # volume patterns are gated: a request for a dump is judged by what it asked for,
         # and an oversized read by what its tool returns to everyone.
-        df = self._routine(df)
+        df = self._routine(df, routine)
         routine_volume = all_of(
             any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep")),
             pl.col("p_routine"))
@@ -638,7 +661,8 @@ class BulkExtractionDetector(Detector):
                 self._inputs(features),
                 self.session_baseline_, getattr(self, "day_baseline_", None))
         )
-        scored = self._gated(volume, self.habit_, ["caller_id"])
+        scored = self._gated(volume, self.habit_, ["caller_id"],
+                             getattr(self, "routine_habit_", None))
         # The constant columns ride in session_frame's query (no second query to add them).
         out = session_frame(scored, pl.col("_score"), [
             *_EVIDENCE,
@@ -671,7 +695,8 @@ class BulkExtractionDetector(Detector):
             bl = self.entity_baselines_.get(etype)
             if part.height and bl is not None:
                 parts.append(self._gated(self._score_volume(part, bl),
-                                         self.entity_habits_.get(etype), ["et", "eh"]))
+                                         self.entity_habits_.get(etype), ["et", "eh"],
+                                         getattr(self, "entity_routine_", {}).get(etype)))
         if not parts:
             return out
         ent = pl.concat(parts, how="vertical_relaxed").with_columns(

@@ -291,13 +291,14 @@ class BulkExtractionConfig:
         50,
     )
     routine_z: float = doc(
-        "A caller doing what it does routinely is not anomalous. A session whose main "
-        "tool the caller has called as the main tool of baseline_min_sessions sessions on "
-        "baseline_min_days days (a service account's recurring export, an analyst's usual "
-        "exports) alerts only when its volume (bytes or records returned) is this many "
-        "robust z-scores above the median of those sessions; an entity window with an "
-        "established baseline of its own windows likewise. A caller pulling far more than "
-        "it ever does, or with a tool it never used this way, is not shielded. 0 disables.",
+        "A caller doing what it does routinely is not anomalous. When the caller's typical "
+        "session with a main tool (over baseline_min_sessions sessions on baseline_min_days "
+        "days) already scores within habit_margin of the threshold — a service account's "
+        "recurring export — a session with that main tool alerts only when its volume "
+        "(bytes or records returned) is this many robust z-scores above the median of those "
+        "sessions; an entity window likewise against the entity's own windows. A person "
+        "whose usual sessions with the tool are small and who suddenly pulls far more has "
+        "no such routine and is not shielded. 0 disables.",
         2.0,
     )
     habit_margin: float = doc(

@@ -341,9 +341,16 @@ class BulkExtractionDetector(Detector):
         sessions = self._inputs(history)
         # The baselines read a handful of columns: select them before the filters and
         # group-bys, which would otherwise copy all ~60 session feature columns.
-        narrow = _for_baseline(sessions.select("caller_id", "first_t", "calls", *_VOL))
+        # The population's and callers' norms are what sessions pull (_pulled_*): the
+        # volume a session's patterns count (without a routine tool's unnamed reads) is
+        # compared with them, never with a norm lowered by the same discount.
+        narrow = _for_baseline(sessions.select(
+            "caller_id", "first_t", "calls",
+            pl.col("_pulled_bytes").alias("beyond_bytes"),
+            pl.col("_pulled_rows").alias("beyond_rows"), "max_bytes", "max_pages"))
         self.session_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(narrow)
-        multi = sessions.lazy().select("calls", "beyond_bytes").filter(
+        multi = sessions.lazy().select("calls", pl.col("_pulled_bytes").alias("beyond_bytes")
+                                       ).filter(
             pl.col("calls") >= 2).collect(engine="in-memory")
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
@@ -444,6 +451,9 @@ class BulkExtractionDetector(Detector):
         # beyond the largest response of the calls that are not a tool's routine,
         # unnamed reads (null: no per-call figures, the session's own figure stands).
         return out.with_columns(
+            pl.col("beyond_bytes").alias("_pulled_bytes"),
+            pl.col("beyond_rows").alias("_pulled_rows"),
+        ).with_columns(
             pl.min_horizontal(pl.col("beyond_bytes"),
                               pl.col("named_beyond_bytes").fill_null(pl.col("beyond_bytes")))
             .alias("beyond_bytes"),
@@ -527,10 +537,13 @@ class BulkExtractionDetector(Detector):
         # Outlying volume, or volume in installments: many heavy calls (each far beyond a
         # typical call, to one resource) add up past the floor even when the total is not
         # a population outlier — the slow drip of attachments or records.
-        # Sessions only: an entity window sums many sessions' calls, and has no focus.
-        installments = (band(pl.col("calls") - pl.col("discounted"), b.drip_calls_lo,
-                             b.drip_calls_hi)
-                        if b.drip_calls_lo > 0 and "top_tool" in df.columns else pl.lit(0.0))
+        # Sessions with per-call tools only: an entity window sums many sessions' calls,
+        # and a summary line cannot show that the heavy calls went to one resource.
+        installments = (
+            pl.when(pl.col("top_tool").is_not_null()).then(
+                band(pl.col("calls") - pl.col("discounted"), b.drip_calls_lo, b.drip_calls_hi))
+            .otherwise(0.0)
+            if b.drip_calls_lo > 0 and "top_tool" in df.columns else pl.lit(0.0))
         p_volume = all_of(any_of(band(pl.col("z_combined"), b.z_lo, b.z_hi), installments),
                           gate(pl.col("_floor"), 1.0), heavy, focus)
         p_single = all_of(

@@ -368,25 +368,24 @@ def run_wrapped(
     box: dict[str, Any] = {}
     name = " ".join(argv)[:200]
 
+    def collect_once(orphans_only: bool = False) -> bool:
+        lock = try_collector_lock(config.data_dir)
+        if lock is not None:
+            box["collected"] = True
+            collect_spools(config, stop=server_done, sinks=sinks, detector=detector,
+                           live=live, verbose=verbose, lock=lock, kind="run", name=name,
+                           orphans_only=orphans_only)
+        return lock is not None
+
     def collect() -> None:
         try:
             while not server_done:
-                lock = try_collector_lock(config.data_dir)
-                if lock is not None:
-                    box["collected"] = True
-                    collect_spools(config, stop=server_done, sinks=sinks, detector=detector,
-                                   live=live, verbose=verbose, lock=lock, kind="run",
-                                   name=name)
+                if collect_once():
                     return
                 server_done.event.wait(0.5)
             # The server is gone and another process collected meanwhile: if it is gone
             # too, ingest what is left (our spool included) before leaving.
-            lock = try_collector_lock(config.data_dir)
-            if lock is not None:
-                box["collected"] = True
-                collect_spools(config, stop=server_done, sinks=sinks, detector=detector,
-                               live=live, verbose=verbose, lock=lock, kind="run", name=name,
-                               orphans_only=True)
+            collect_once(orphans_only=True)
         except BaseException as exc:  # reported after the server exits
             box["error"] = exc
             log.error("toolwatch monitoring failed (%s); the server (pid %d) keeps running, "
@@ -477,9 +476,6 @@ def consume_kafka(
         on_start(src)
     r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
     return r.lp
-
-
-# --------------------------------------------------------------------------- commands
 
 
 __all__ = [

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -59,6 +59,36 @@ def _setup_logging(verbose: bool) -> None:
     )
 
 
+def _start(
+    config: Path | None,
+    data_dir: Path | None,
+    verbose: bool,
+    *,
+    metrics_port: int | None = None,
+    start_at_end: bool = False,
+    **sink_options: Any,
+) -> tuple[Any, Any, Any, Any]:
+    """A live command's logging, config, live config, sinks (``sink_options`` as
+    :func:`toolwatch.live_cli.sinks_for` takes them) and stop flag; a bad config exits."""
+    from toolwatch import live
+    from toolwatch import live_cli as impl
+
+    _setup_logging(verbose)
+    try:
+        cfg = config_for(config, data_dir)
+        lc = live.LiveConfig.from_config(cfg)
+        if start_at_end:
+            lc.start_at_end = True
+        if metrics_port is not None:
+            lc.metrics_port = metrics_port
+        sinks = impl.sinks_for(lc, **sink_options)
+    except (ToolwatchError, ValueError) as exc:
+        raise fail(exc) from None
+    stop = live.StopFlag()
+    live.install_stop_handlers(stop)
+    return cfg, lc, sinks, stop
+
+
 def tail(
     paths: Annotated[list[str], typer.Argument(help="Files and globs to follow (like tail -F).")],
     config: ConfigOpt = None,
@@ -81,23 +111,12 @@ def tail(
 
     Example: toolwatch tail '/var/log/mcp/*.jsonl' --alerts-out alerts.jsonl
     """
-    from toolwatch import live
     from toolwatch import live_cli as impl
 
-    _setup_logging(verbose)
-    try:
-        cfg = config_for(config, data_dir)
-        lc = live.LiveConfig.from_config(cfg)
-        if from_end:
-            lc.start_at_end = True
-        if metrics_port is not None:
-            lc.metrics_port = metrics_port
-        sinks = impl.sinks_for(lc, stdout_default=True, alerts_out=alerts_out, webhook=webhook,
-                                slack=slack, no_stdout=no_stdout)
-    except (ToolwatchError, ValueError) as exc:
-        raise fail(exc) from None
-    stop = live.StopFlag()
-    live.install_stop_handlers(stop)
+    cfg, lc, sinks, stop = _start(
+        config, data_dir, verbose, metrics_port=metrics_port, start_at_end=from_end,
+        stdout_default=True, alerts_out=alerts_out, webhook=webhook, slack=slack,
+        no_stdout=no_stdout)
     for line in impl.describe_watch(paths):  # what is followed, and paths that are missing
         typer.echo(f"toolwatch tail: {line}", err=True)
     try:
@@ -115,18 +134,9 @@ def follow(
     verbose: bool = False,
 ) -> None:
     """``ingest --follow``: ``-`` follows stdin to EOF; paths are tailed like ``tail``."""
-    from toolwatch import live
     from toolwatch import live_cli as impl
 
-    _setup_logging(verbose)
-    try:
-        cfg = config_for(config, data_dir)
-        lc = live.LiveConfig.from_config(cfg)
-        sinks = impl.sinks_for(lc, stdout_default=False)
-    except (ToolwatchError, ValueError) as exc:
-        raise fail(exc) from None
-    stop = live.StopFlag()
-    live.install_stop_handlers(stop)
+    cfg, lc, sinks, stop = _start(config, data_dir, verbose, stdout_default=False)
     try:
         if paths == ["-"]:
             impl.follow_stdin(cfg, stop=stop, sinks=sinks, live=lc, verbose=verbose)
@@ -238,23 +248,13 @@ def collect(
 
     Example: toolwatch collect -d /var/lib/toolwatch --alerts-out alerts.jsonl
     """
-    from toolwatch import live
     from toolwatch import live_cli as impl
 
-    _setup_logging(verbose)
-    try:
-        cfg = config_for(config, data_dir)
-        lc = live.LiveConfig.from_config(cfg)
-        if metrics_port is not None:
-            lc.metrics_port = metrics_port
-        sinks = impl.sinks_for(lc, stdout_default=True, alerts_out=alerts_out, webhook=webhook,
-                                slack=slack, no_stdout=no_stdout)
-    except (ToolwatchError, ValueError) as exc:
-        raise fail(exc) from None
-    stop = live.StopFlag()
+    cfg, lc, sinks, stop = _start(
+        config, data_dir, verbose, metrics_port=metrics_port, stdout_default=True,
+        alerts_out=alerts_out, webhook=webhook, slack=slack, no_stdout=no_stdout)
     if once:
         stop.set()
-    live.install_stop_handlers(stop)
     try:
         impl.collect_spools(cfg, stop=stop, sinks=sinks, live=lc, verbose=verbose,
                             idle_exit_s=exit_when_idle)
@@ -298,22 +298,12 @@ def kafka(
 
     Example: toolwatch kafka -b kafka:9092 -t mcp-logs -g toolwatch --alerts-topic mcp-alerts
     """
-    from toolwatch import live
     from toolwatch import live_cli as impl
 
-    _setup_logging(verbose)
-    try:
-        cfg = config_for(config, data_dir)
-        lc = live.LiveConfig.from_config(cfg)
-        if metrics_port is not None:
-            lc.metrics_port = metrics_port
-        sinks = impl.sinks_for(lc, stdout_default=True, alerts_out=alerts_out, webhook=webhook,
-                                slack=slack, no_stdout=no_stdout, kafka_topic=alerts_topic,
-                                default_bootstrap=bootstrap_servers)
-    except (ToolwatchError, ValueError) as exc:
-        raise fail(exc) from None
-    stop = live.StopFlag()
-    live.install_stop_handlers(stop)
+    cfg, lc, sinks, stop = _start(
+        config, data_dir, verbose, metrics_port=metrics_port, stdout_default=True,
+        alerts_out=alerts_out, webhook=webhook, slack=slack, no_stdout=no_stdout,
+        kafka_topic=alerts_topic, default_bootstrap=bootstrap_servers)
     opts = {
         "max_poll_interval_ms": max_poll_interval_ms,
         "session_timeout_ms": session_timeout_ms,

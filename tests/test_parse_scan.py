@@ -179,3 +179,17 @@ def test_short_gil_waits_nested_concurrent_and_foreign_changes() -> None:
         assert sys.getswitchinterval() == pytest.approx(1e-5)
     finally:
         sys.setswitchinterval(before)
+
+
+def test_parsers_of_one_process_share_the_compiled_buffer_scan(parser: Parser) -> None:
+    # compiling the candidate pattern is ~30 ms of CPU per parser: a second parser with
+    # the same patterns reuses it; other secret keys make other patterns, another scan
+    other = Parser(IngestConfig(), SecretHasher(b"k" * 32, [], []), threads=1)
+    extra = Parser(IngestConfig(), SecretHasher(b"k" * 32, ["zzcustomname"], []), threads=1)
+    try:
+        assert other._scan is parser._scan
+        assert extra._scan is not parser._scan
+        assert extra._scan is not None and extra._scan.at("need", b'"zzcustomname":"v"\n', 0, 19)
+    finally:
+        other.close()
+        extra.close()

@@ -98,46 +98,17 @@ def main() -> None:
     if not (_oidc_gate() and _password_gate()):
         st.stop()
     pages = [
-        st.Page(
-            ui.PAGES["incidents"],
-            title="Incidents",
-            icon=":material/crisis_alert:",
-            url_path="incidents",
-            default=True,
-        ),
-        st.Page(
-            ui.PAGES["incident"],
-            title="Incident detail",
-            icon=":material/assignment_late:",
-            url_path="incident",
-        ),
-        st.Page(
-            ui.PAGES["overview"],
-            title="Overview",
-            icon=":material/monitoring:",
-            url_path="overview",
-        ),
-        st.Page(
-            ui.PAGES["flagged"],
-            title="Flagged sessions",
-            icon=":material/flag:",
-            url_path="flagged",
-        ),
-        st.Page(
-            ui.PAGES["session"],
-            title="Session detail",
-            icon=":material/timeline:",
-            url_path="session",
-        ),
-        st.Page(
-            ui.PAGES["entity"], title="Entity", icon=":material/person_search:", url_path="entity"
-        ),
-        st.Page(
-            ui.PAGES["forensics"],
-            title="Forensics (SQL)",
-            icon=":material/database:",
-            url_path="forensics",
-        ),
+        st.Page(ui.PAGES[path], title=title, icon=f":material/{icon}:", url_path=path,
+                default=path == "incidents")
+        for path, title, icon in (
+            ("incidents", "Incidents", "crisis_alert"),
+            ("incident", "Incident detail", "assignment_late"),
+            ("overview", "Overview", "monitoring"),
+            ("flagged", "Flagged sessions", "flag"),
+            ("session", "Session detail", "timeline"),
+            ("entity", "Entity", "person_search"),
+            ("forensics", "Forensics (SQL)", "database"),
+        )
     ]
     nav = st.navigation(pages, position="top")
     ui.sidebar()

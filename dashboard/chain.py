@@ -21,16 +21,19 @@ import polars as pl
 COLUMNS = ("step", "chain_step", "ts", "server", "tool", "resource_id", "status", "bytes")
 
 
-def chain_records(evidence: Any) -> list[dict[str, Any]]:
-    """The ``chain`` list of an alert's evidence (JSON text or dict); [] when absent/bad."""
+def evidence_dict(evidence: Any) -> dict[str, Any]:
+    """An alert's evidence (JSON text, bytes or a dict) as a dict; {} when absent or bad."""
     if isinstance(evidence, (str, bytes)):
         try:
             evidence = orjson.loads(evidence)
         except orjson.JSONDecodeError:
-            return []
-    if not isinstance(evidence, dict):
-        return []
-    chain = evidence.get("chain")
+            return {}
+    return evidence if isinstance(evidence, dict) else {}
+
+
+def chain_records(evidence: Any) -> list[dict[str, Any]]:
+    """The ``chain`` list of an alert's evidence (JSON text or dict); [] when absent/bad."""
+    chain = evidence_dict(evidence).get("chain")
     if not isinstance(chain, list):
         return []
     return [c for c in chain if isinstance(c, dict)]

@@ -24,8 +24,8 @@ import html
 from datetime import datetime
 from typing import Any
 
-import orjson
 import polars as pl
+from toolwatch.dashboard.chain import evidence_dict
 
 #: Calls drawn at most (one session); beyond it, the window around the marked calls.
 MAX_CALLS = 2000
@@ -36,15 +36,6 @@ PART_COLORS = {"racing": "#d62728", "at peak": "#ff7f0e", "other": "#9e9e9e"}
 #: Columns of :func:`swimlane` output.
 COLUMNS = ("lane", "start", "end", "span_ms", "tool", "resource_id", "status", "part",
            "event_id")
-
-
-def _evidence(evidence: Any) -> dict[str, Any]:
-    if isinstance(evidence, (str, bytes)):
-        try:
-            evidence = orjson.loads(evidence)
-        except orjson.JSONDecodeError:
-            return {}
-    return evidence if isinstance(evidence, dict) else {}
 
 
 def _ms(col: pl.Expr) -> pl.Expr:
@@ -63,7 +54,7 @@ def racing_calls(evidence: Any, session_id: str) -> pl.DataFrame:
 
     A listed call without a ``session_id`` (older evidence) counts for any session.
     """
-    ev = _evidence(evidence)
+    ev = evidence_dict(evidence)
     calls = ev.get("overlapping_calls")
     if calls is None and isinstance(ev.get("calls"), list):
         calls = ev["calls"]  # alerts written before the key was renamed
@@ -144,7 +135,7 @@ def swimlane(
         return empty, no_iv
     ev = ev.sort("start", "end")
     part = pl.lit("other")
-    info = _evidence(evidence)
+    info = evidence_dict(evidence)
     if category == "race_condition":
         racing = racing_calls(info, session_id)
         ev = ev.with_columns(_ms(pl.col("start")).alias("_k")).join(

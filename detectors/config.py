@@ -656,6 +656,14 @@ class StepSkipConfig:
         "only the caller's own earlier prerequisite counts.",
         True,
     )
+    origin_minutes: int = doc(
+        "A step skipped for a key its caller's session never named (an order id the "
+        "checkout did not log) came from the caller's own order: the caller's other "
+        "sessions that locked or checked out (the freezing verbs) within this many minutes "
+        "before the skip, and never did the missing prerequisite afterwards, carry the "
+        "alert too (0: only the skipping session).",
+        60,
+    )
     attempts: bool = doc(
         "Report steps the server refused (outcome error or denied) that had no prerequisite: "
         "the attempt is the finding (seed 000), at attempt_score.",
@@ -762,6 +770,38 @@ class CrossServerFlowConfig:
         "by default: a support agent reading one customer and emailing them is the job; a "
         "deployment whose outbound tools never carry records sets it (0.6: low).",
         0.0,
+    )
+    payload_args: list[str] = doc(
+        "Argument names (case-insensitive) that carry content out with a call: a call "
+        "naming one on another server than the reads can take data out whatever the tool "
+        "is called (text handed to a plugin's summarizer, attachments on a mail).",
+        factory=lambda: ["attachments", "attachment", "text", "data", "content",
+                         "contents", "document", "documents", "file", "files"],
+    )
+    rare_dest_callers: int = doc(
+        "A destination (the e-mail domain or URL host in the call's arguments, else its "
+        "server and tool) that fewer than this many callers of the batch send to is outside "
+        "the organisation's usual ones: reads carried there (a payload_args argument) "
+        "score external_score whatever their size (0 and rare_dest_share 0 disable). A "
+        "destination becomes one of the organisation's own when several accounts use it, "
+        "not when a handful of accounts (acting together) do.",
+        5,
+    )
+    rare_dest_share: float = doc(
+        "...or an address (mail domain, URL host) that gets fewer than this share of the "
+        "tool's calls (a domain a few accounts send to, where most mail goes to the "
+        "organisation's own).",
+        0.2,
+    )
+    external_score: float = doc(
+        "Score of reads carried to a rare destination (documents attached to a mail to a "
+        "personal address).",
+        0.7,
+    )
+    external_record_score: float = doc(
+        "Score of records of people or a business carried to a rare destination (one "
+        "customer record pasted into a plugin nobody else uses).",
+        0.75,
     )
     own_session_first: bool = doc(
         "An outbound call whose own session read on another server first carries only "

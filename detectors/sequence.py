@@ -42,7 +42,7 @@ import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, session_frame
 from toolwatch.detectors.baseline import Baseline, daily_habits, habits, habitual_gate
 from toolwatch.detectors.bulk import tool_typicals
-from toolwatch.detectors.config import DetectorsConfig, WorkflowRule
+from toolwatch.detectors.config import _FREEZING, DetectorsConfig, WorkflowRule
 from toolwatch.detectors.features import SEED, US_PER_DAY
 from toolwatch.detectors.scoring import all_of, any_of, band
 from toolwatch.detectors.text import clean, num, size
@@ -882,6 +882,11 @@ class StepSkipDetector(_SequenceDetector):
         keys = skips.select("sh", "bkh").unique()
         around = ev.join(keys, on=["sh", "bkh"], how="semi")
         chains = around.group_by("sh").agg(_chain_expr())
+        origins = self._origins(ev, skips, pr)
+        if origins.height:
+            chains = pl.concat([chains, origins.select("sh", "chain")]).unique(
+                "sh", keep="first", maintain_order=True)
+            skips = pl.concat([skips, origins.drop("chain").select(skips.columns)])
         return skips.group_by("sh", maintain_order=True).agg(
             pl.col("_score").max().alias("_s"),
             pl.col("tool").first().alias("skipped_step"),
@@ -892,6 +897,51 @@ class StepSkipDetector(_SequenceDetector):
             pl.len().cast(pl.Int64).alias("skips"),
             pl.col("_refused").all().alias("refused"),
         ).join(chains, on="sh", how="left").select("sh", "_s", *schema)
+
+    def _origins(self, ev: pl.DataFrame, skips: pl.DataFrame,
+                 pr: pl.DataFrame) -> pl.DataFrame:
+        """The caller's own unpaid orders a skipped step came from, in other sessions.
+
+        A customer checks out in one session and fulfils in another without paying: when
+        the checkout's session logs no order id, only the caller ties the two. Its other
+        sessions that ran a freezing step (checkout, lock, finalise) within
+        ``origin_minutes`` before the skip and never did the missing prerequisite
+        afterwards are where the order came from: they carry the skip's rows (score,
+        step, key), with their own calls as the chain."""
+        win = self.settings.origin_minutes * 60_000_000
+        miss = skips.filter((pl.col("rule_kind") != "not_after") & pl.col("ceh").is_not_null()
+                            & ~pl.col("_refused"))
+        if win <= 0 or miss.height == 0:
+            return pl.DataFrame()
+        verbs = _verbs(ev["tool"])
+        freezing = verbs.filter(pl.col("verb").str.to_lowercase().is_in(list(_FREEZING)))
+        if freezing.height == 0:
+            return pl.DataFrame()
+        ceh = miss.select("ceh").unique()
+        mine = ev.join(ceh, on="ceh", how="semi")
+        frz = mine.join(freezing.select("tool"), on="tool", how="semi").filter(
+            pl.col("ok")).select("ceh", pl.col("sh").alias("_osh"), pl.col("t").alias("_tf"))
+        if frz.height == 0:
+            return pl.DataFrame()
+        cand = miss.join(frz, on="ceh").filter(
+            (pl.col("_osh") != pl.col("sh")) & (pl.col("_tf") <= pl.col("t"))
+            & (pl.col("_tf") >= pl.col("t") - win))
+        if cand.height == 0:
+            return pl.DataFrame()
+        # Sessions that did the missing prerequisite after their checkout paid for it.
+        paid = mine.join(pr.select("tool", "rule"), on="tool").filter(pl.col("ok")).select(
+            pl.col("sh").alias("_osh"), "rule", pl.col("t").alias("_tp2"))
+        cand = cand.join(paid, on=["_osh", "rule"], how="left").filter(
+            pl.col("_tp2").is_null() | (pl.col("_tp2") < pl.col("_tf"))).drop("_tp2")
+        cand = cand.filter(~pl.col("_osh").is_in(
+            cand.join(paid, on=["_osh", "rule"]).filter(pl.col("_tp2") >= pl.col("_tf"))
+            ["_osh"].implode()))
+        if cand.height == 0:
+            return pl.DataFrame()
+        cand = cand.sort("_score", descending=True).unique("_osh", keep="first")
+        osh = cand.select(pl.col("_osh").alias("sh"))
+        chains = ev.join(osh, on="sh", how="semi").group_by("sh").agg(_chain_expr())
+        return cand.drop("sh", "_tf").rename({"_osh": "sh"}).join(chains, on="sh", how="left")
 
     def _by(self) -> str:
         return " by anyone" if self.settings.prerequisite_any_caller else " by this caller"
@@ -1108,22 +1158,43 @@ class CrossServerFlowDetector(_SequenceDetector):
 
     _extra: ClassVar[list[str]] = ["out_tool", "out_server", "read_bytes", "read_rows",
                                    "sensitive_reads", "data_reads", "record_reads",
-                                   "source_servers", "chain"]
+                                   "source_servers", "out_dest", "dest_callers",
+                                   "carried", "out_named", "rare_dest",
+                                   "named_dest", "chain"]
 
     def _volume(self) -> pl.Expr:
         """Volume is bytes *or* records, and records of people or a business (a customer
         export) count at any size: each scored, the strongest decides."""
         s = self.settings
+        # A call that is not outbound by name (a note, a file write, a summarizer) carries
+        # data out only to a rare destination (below): writing a report into one's own
+        # files after a day of queries is work, not a flow.
+        named = pl.col("out_named").fill_null(True)
         return any_of(
-            band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi),
-            band(pl.col("read_rows"), s.min_rows, s.rows_hi),
-            pl.when(pl.col("data_reads") > 0).then(s.data_score).otherwise(0.0),
+            pl.when(named).then(band(pl.col("read_bytes"), s.min_bytes, s.bytes_hi))
+            .otherwise(0.0),
+            pl.when(named).then(band(pl.col("read_rows"), s.min_rows, s.rows_hi))
+            .otherwise(0.0),
+            pl.when(named & (pl.col("data_reads") > 0)).then(s.data_score).otherwise(0.0),
             # Records of people or a business, however few: sensitive by what they are.
-            pl.when(pl.col("record_reads") > 0).then(s.record_score).otherwise(0.0),
+            pl.when(named & (pl.col("record_reads") > 0)).then(s.record_score)
+            .otherwise(0.0),
+            # What was read, carried (attached, pasted) to a destination almost nobody in
+            # the batch sends to: data leaving for outside, whatever its size.
+            # A tool as destination (no address in the arguments) is rare by its few
+            # callers only, which a small batch cannot tell from a team's own channel:
+            # there, only records of people or a business count.
+            pl.when(pl.col("carried").fill_null(False) & pl.col("rare_dest").fill_null(False))
+            .then(pl.when((pl.col("record_reads") + pl.col("data_reads")) > 0)
+                  .then(s.external_record_score)
+                  .when(pl.col("named_dest").fill_null(False)).then(s.external_score)
+                  .otherwise(0.0))
+            .otherwise(0.0),
         )
 
     def _sensitive(self) -> pl.Expr:
-        return pl.when(pl.col("sensitive_reads") > 0).then(
+        return pl.when((pl.col("sensitive_reads") > 0)
+                       & pl.col("out_named").fill_null(True)).then(
             0.75 + 0.05 * pl.col("sensitive_reads").clip(0, 5)).otherwise(0.0)
 
     def fit(self, history: FeatureSet) -> Self:
@@ -1189,11 +1260,75 @@ class CrossServerFlowDetector(_SequenceDetector):
         return _frame(features, found.select("sh", "_s", *self._extra, "habitual"),
                       [*self._extra, "habitual"])
 
+    def _outbound(self, features: FeatureSet, ev: pl.DataFrame) -> pl.DataFrame:
+        """The calls that can take data out: outbound by name, and any call whose arguments
+        carry content (``payload_args``: an attachment, a text or data field), with where
+        each goes (``out_dest``: the e-mail domain or URL host its arguments name, else its
+        server and tool) and how many callers of the batch send there (``dest_callers``).
+
+        A payload handed to another server's tool leaves the server it was read on
+        whatever the tool is called (seed 003: data read on a trusted server, passed to a
+        less-trusted plugin); a destination nearly nobody else uses is outside the
+        organisation's usual ones (its own mail domain, its shared tools)."""
+        s = self.settings
+        cols = ["ck", "sh", "i", "caller_id", "t", "server", "tool", "bk", "status",
+                "outbound"]
+        keys = [f'"{k}"' for k in s.payload_args]
+        allargs = annotated(features).lazy().select("i", pl.col("args").fill_null(""))
+        carries = (pl.col("args").str.contains_any(keys, ascii_case_insensitive=True)
+                   if keys else pl.lit(False))
+        # Outbound calls (with their arguments: where they go) and the calls carrying a
+        # payload (one Aho-Corasick pass over the argument text).
+        pay = allargs.filter(carries).select("i")
+        cand = pl.concat([ev.lazy().filter(pl.col("outbound")).select("i"), pay]).unique(
+            "i").join(ev.lazy().select(cols), on="i").join(allargs, on="i", how="left")
+        cand = cand.with_columns(carries.fill_null(False).alias("carried")).collect(
+            engine="in-memory")
+        if cand.height == 0:
+            return pl.DataFrame(schema={
+                "ck": pl.UInt64, "sh": pl.UInt64, "i": pl.Int64, "t_out": pl.Int64,
+                "out_server": pl.String, "out_tool": pl.String, "out_bk": pl.String,
+                "out_status": pl.String, "out_dest": pl.String, "dest_callers": pl.Int64,
+                "carried": pl.Boolean, "out_named": pl.Boolean, "rare_dest": pl.Boolean,
+                "named_dest": pl.Boolean})
+        a = pl.col("args").fill_null("").str.to_lowercase()
+        named = pl.coalesce(
+            a.str.extract(r"@([a-z0-9-]+(?:\.[a-z0-9-]+)+)", 1),
+            a.str.extract(r"https?://([a-z0-9.-]+)", 1))
+        cand = cand.with_columns(
+            pl.coalesce(named, pl.col("server").fill_null("") + "/"
+                        + pl.col("tool").fill_null("")).alias("out_dest"),
+            named.is_not_null().alias("_named_dest"))
+        cand = cand.with_columns(
+            pl.len().over("server", "tool").alias("_tool_calls"),
+            pl.len().over("server", "tool", "out_dest").alias("_dest_calls"))
+        n = cand.group_by("out_dest").agg(
+            pl.col("caller_id").n_unique().cast(pl.Int64).alias("dest_callers"))
+        cand = cand.join(n, on="out_dest", how="left")
+        # A destination its arguments name (a mail domain, a host) is judged against the
+        # tool's other destinations: a domain three accounts share is still one that
+        # almost none of the tool's mail goes to, while most goes to the organisation's
+        # own (even when one service sends it all). A tool as destination (no address) is
+        # rare by its callers only.
+        rare = ((pl.col("dest_callers") < s.rare_dest_callers)
+                | (pl.col("_named_dest")
+                   & (pl.col("_dest_calls") < s.rare_dest_share * pl.col("_tool_calls"))))
+        cand = cand.with_columns(rare.fill_null(False).alias("rare_dest"))
+        return cand.sort("t", "i").select(
+            "ck", "sh", "i", pl.col("t").alias("t_out"), pl.col("server").alias("out_server"),
+            pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
+            pl.col("status").alias("out_status"), "out_dest", "dest_callers", "carried",
+            pl.col("outbound").alias("out_named"), "rare_dest",
+            pl.col("_named_dest").alias("named_dest"))
+
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
         schema = {"out_tool": pl.String, "out_server": pl.String, "read_bytes": pl.Int64,
                   "read_rows": pl.Int64, "sensitive_reads": pl.Int64, "data_reads": pl.Int64,
-                  "record_reads": pl.Int64, "source_servers": pl.String, "chain": _CHAIN}
+                  "record_reads": pl.Int64, "source_servers": pl.String,
+                  "out_dest": pl.String, "dest_callers": pl.Int64, "carried": pl.Boolean,
+                  "out_named": pl.Boolean, "rare_dest": pl.Boolean,
+                  "named_dest": pl.Boolean, "chain": _CHAIN}
         ev = _seq(features)
         #: One row per outbound call with reads before it (sh, t_out, read_bytes): what
         #: the caller's usual flows are learned from (set by every _find).
@@ -1201,10 +1336,7 @@ class CrossServerFlowDetector(_SequenceDetector):
                                                "read_bytes": pl.Int64})
         # Filter + projection (+ semi join) as one in-memory query each (the eager steps
         # copied every event column first); the semi join keeps the left order as before.
-        out = ev.lazy().filter(pl.col("outbound")).select(
-            "ck", "sh", "i", pl.col("t").alias("t_out"), pl.col("server").alias("out_server"),
-            pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
-            pl.col("status").alias("out_status")).collect(engine="in-memory")
+        out = self._outbound(features, ev)
         if out.height == 0:
             return _empty_found({**schema, "t_out": pl.Int64})
         # A read of records (data_terms) counts as a data read when it is a collection:
@@ -1272,6 +1404,9 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("sh_r").filter(pl.col("_supplied")).unique().alias("_src"),
             pl.col("out_tool").first(), pl.col("out_server").first(),
             pl.col("t_out").first(), pl.col("out_bk").first(), pl.col("out_status").first(),
+            pl.col("out_dest").first(), pl.col("dest_callers").first(),
+            pl.col("carried").first(), pl.col("out_named").first(),
+            pl.col("rare_dest").first(), pl.col("named_dest").first(),
             # The chain: sensitive reads first, then the largest reads, in time order.
             pl.struct(pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
                       pl.col("status").fill_null("unknown"))
@@ -1319,6 +1454,11 @@ class CrossServerFlowDetector(_SequenceDetector):
         if row.get("sensitive_reads"):
             reasons.append(f"{num(row['sensitive_reads'])} of those reads touched sensitive "
                            "places (credentials, secrets, system files, user/role tables).")
+        if row.get("carried") and row.get("rare_dest"):
+            reasons.append(f"The call carried content (an attachment, a text or data field) "
+                           f"to {row.get('out_dest')}, a destination "
+                           f"{num(row.get('dest_callers') or 0)} caller(s) of this batch "
+                           "use, outside the ones the organisation routinely sends to.")
         if not row.get("sensitive_reads") and row.get("habitual"):
             reasons.append("Reading elsewhere and then sending out is part of this caller's "
                            "usual day, but this flow read far more than its usual ones.")
@@ -1329,7 +1469,9 @@ class CrossServerFlowDetector(_SequenceDetector):
             "sensitive_reads": row.get("sensitive_reads"),
             "data_reads": row.get("data_reads"),
             "record_reads": row.get("record_reads"),
-            "source_servers": row.get("source_servers")})
+            "source_servers": row.get("source_servers"),
+            "destination": row.get("out_dest"), "destination_callers": row.get("dest_callers"),
+            "rare_destination": bool(row.get("rare_dest") and row.get("carried"))})
 
 
 #: The sequence detectors, in registry order.

@@ -423,3 +423,76 @@ def test_replay_across_reconnections_names_every_session_that_ran_it() -> None:
     for k in range(3):
         dup = cats(res, f"replay-{k}")["duplicate_execution"]
         assert evidence(dup)["executions"] == 3, dup
+
+
+def _docs_then_mail(tr: Traffic, sid: str, caller: str, to: str, attach: bool) -> None:
+    for k in range(6):
+        tr.call(sid, T + timedelta(seconds=k), "getDocument", caller=caller, server="docs",
+                resource_key="documentId", resource_id=f"doc-{k}", nbytes=5_000, rows=1)
+    args: dict[str, object] = {"to": to, "subject": "docs"}
+    if attach:
+        args["attachments"] = 6
+    tr.call(sid, T + timedelta(seconds=10), "sendEmail", caller=caller, server="mail",
+            args=args, nbytes=200)
+
+
+def test_documents_mailed_to_an_address_outside_the_usual_domains_are_a_flow() -> None:
+    """Internal documents attached to a mail to a personal domain: small, but carried to a
+    destination almost none of the mail goes to. The same attachments to the
+    organisation's own domain, or a plain mail to the rare domain, are work."""
+    tr = base()
+    for n in range(12):  # the organisation's mail: many accounts, its own domain
+        tr.call(f"m{n}", T + timedelta(minutes=n), "sendEmail", caller=f"staff-{n}",
+                server="mail", args={"to": f"team{n}@corp.example", "subject": "hi"})
+    _docs_then_mail(tr, "leak", "mallory", "drop@gmail.com", attach=True)
+    _docs_then_mail(tr, "own", "bob", "ops@corp.example", attach=True)
+    _docs_then_mail(tr, "plain", "carol", "friend@gmail.com", attach=False)
+    res = run(tr)
+    flow = cats(res, "leak")["cross_server_flow"]
+    assert evidence(flow)["destination"] == "gmail.com"
+    assert evidence(flow)["rare_destination"] is True
+    assert "cross_server_flow" not in cats(res, "own")
+    assert "cross_server_flow" not in cats(res, "plain")
+    quiet = run(tr, cross_server_flow={"rare_dest_callers": 0, "rare_dest_share": 0.0})
+    assert "cross_server_flow" not in cats(quiet, "leak")
+
+
+def test_a_customer_record_pasted_into_a_plugin_nobody_uses_is_a_flow() -> None:
+    """Seed 003: a trusted server's customer record handed to a community plugin. The
+    plugin's summarizer is not an outbound verb; the record in its text argument is."""
+    tr = base()
+    tr.call("pii", T, "get_customer", caller="agent-3", server="internal",
+            resource_key="customerId", resource_id="cus_1", nbytes=2_000, rows=1)
+    tr.call("pii", T + timedelta(seconds=3), "summarize_text", caller="agent-3",
+            server="analytics-plugin", args={"text": "[customer record]"}, nbytes=900)
+    # Notes of one's own, summarized by the same plugin: no records of people read.
+    tr.call("notes", T, "readFile", caller="dev-1", server="files",
+            args={"path": "/home/dev-1/notes.md"}, nbytes=2_000, rows=1)
+    tr.call("notes", T + timedelta(seconds=3), "summarize_text", caller="dev-1",
+            server="analytics-plugin", args={"text": "notes"}, nbytes=900)
+    res = run(tr)
+    assert evidence(cats(res, "pii")["cross_server_flow"])["record_reads"] == 1
+    assert "cross_server_flow" not in cats(res, "notes")
+
+
+def test_checkout_whose_order_is_fulfilled_unpaid_from_another_session_is_named() -> None:
+    """The checkout logs no order id; the caller fulfils the order from a second session
+    without paying. Only the caller ties them: its unpaid checkout carries the skip too,
+    a checkout it paid for does not."""
+    tr = base()
+    for sid, paid in (("ck-a", False), ("ck-b", True)):
+        caller = f"cust-{sid}"
+        tr.call(sid, T, "createCart", caller=caller, server="shop")
+        tr.call(sid, T + timedelta(seconds=20), "checkout", caller=caller, server="shop",
+                args={"cartId": f"cart-{sid}"})
+        if paid:
+            tr.call(sid, T + timedelta(seconds=30), "chargePayment", caller=caller,
+                    server="shop", args={"cartId": f"cart-{sid}"})
+        tr.call(f"{sid}-2", T + timedelta(minutes=5), "fulfillOrder", caller=caller,
+                server="shop", resource_key="orderId", resource_id=f"ord-{sid}")
+    res = run(tr)
+    assert "step_skip" in cats(res, "ck-a-2") and "step_skip" in cats(res, "ck-b-2")
+    origin = cats(res, "ck-a")["step_skip"]
+    assert evidence(origin)["skipped_step"] == "fulfillOrder"
+    assert "step_skip" not in cats(res, "ck-b")
+    assert "step_skip" not in cats(run(tr, step_skip={"origin_minutes": 0}), "ck-a")

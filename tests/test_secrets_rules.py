@@ -143,6 +143,11 @@ def test_tokens_gate_passes_every_token_shape_and_no_plain_line() -> None:
     assert len(tokens) >= 6  # ya29, whsec, hvs, SG., dp., sk-ant-, tskey- …
     assert all(tokens_gate().search(line) is not None for line in tokens)
     assert tokens_gate().groups == 0  # no captures: the DFA alone answers
+    # the gate is the exact regex with each rule's value group left unnamed, nothing else
+    from toolwatch.ingest.secret_rules import _re2_text
+
+    for i, rule in enumerate(TOKEN_RULES):
+        assert _re2_text(rule.pattern, None, "")[0] == rule.exact.replace(f"(?P<v{i}>", "(?:", 1)
     plain = (b'{"tool": "connectExternalService", "args": {"service": "salesforce", '
              b'"apiKey": "sk-demo-249182c40819"}, "status": "auth_failed"}')
     assert tokens_gate().search(plain) is None and tokens_regex().search(plain) is None

@@ -539,11 +539,17 @@ class BulkExtractionDetector(Detector):
         # a population outlier — the slow drip of attachments or records.
         # Sessions with per-call tools only: an entity window sums many sessions' calls,
         # and a summary line cannot show that the heavy calls went to one resource.
+        # And a drip takes many different things: a person re-reading the few documents
+        # they work on all day is not paying out records in installments.
+        new_share = (pl.col("distinct_resources").fill_null(0)
+                     / pl.col("calls").clip(lower_bound=1))
         installments = (
-            pl.when(pl.col("top_tool").is_not_null()).then(
+            pl.when(pl.col("top_tool").is_not_null()
+                    & (new_share >= b.drip_new_share)).then(
                 band(pl.col("calls") - pl.col("discounted"), b.drip_calls_lo, b.drip_calls_hi))
             .otherwise(0.0)
-            if b.drip_calls_lo > 0 and "top_tool" in df.columns else pl.lit(0.0))
+            if b.drip_calls_lo > 0 and {"top_tool", "distinct_resources"} <= set(df.columns)
+            else pl.lit(0.0))
         p_volume = all_of(any_of(band(pl.col("z_combined"), b.z_lo, b.z_hi), installments),
                           gate(pl.col("_floor"), 1.0), heavy, focus)
         p_single = all_of(

@@ -206,6 +206,12 @@ class BulkExtractionConfig:
         20,
     )
     drip_calls_hi: int = doc("Such a call count that makes the signal critical.", 100)
+    drip_new_share: float = doc(
+        "Installments also need this share of the session's calls to name a resource it "
+        "had not asked for before (distinct resources / calls): a drip takes many different "
+        "things, a person re-reading the few documents they work on all day does not.",
+        0.5,
+    )
     focus_min: float = doc(
         "Sustained volume must also be focused: at least this share of the session's calls "
         "go to one tool (resource family). An extraction asks one resource for a lot; a "

@@ -62,27 +62,16 @@ def default_detector(config: Config) -> tuple[DetectFn | None, float]:
 class DetectMixin:
     """Detection of a :class:`~toolwatch.live.pipeline.LivePipeline` (runs on its commit thread)."""
 
-    #: The detection engine: detector function, window, alert tracker.
+    #: The detection engine, and its detector function (None: detection off), window and
+    #: alert tracker (the same objects: :class:`~toolwatch.live.pipeline.LivePipeline`).
     engine: StreamDetector
+    detector: DetectFn | None
+    window: DetectionWindow
+    tracker: AlertTracker
     #: Entities touched by stored micro-batches whose detection waits (backlog), per
     #: entity column, and how many new events they brought (see ``backlog_detect_events``).
     _deferred_touched: dict[str, pl.Series] | None = None
     _deferred_events: int = 0
-
-    @property
-    def detector(self) -> DetectFn | None:
-        """The engine's detector function (None: detection off)."""
-        return self.engine.detect
-
-    @property
-    def window(self) -> DetectionWindow:
-        """The engine's detection window."""
-        return self.engine.window
-
-    @property
-    def tracker(self) -> AlertTracker:
-        """The engine's alert tracker."""
-        return self.engine.tracker
 
     def _backlog_detect_target(self) -> int:
         """New events a backlog gathers before one detection runs over all they touched."""

@@ -123,6 +123,7 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
             # the detectors (and scikit-learn) just to learn their columns.
             columns=None if detector is not None else ID_COLUMNS,
         ), AlertTracker(self.live.max_tracked_alerts))
+        self.detector, self.window, self.tracker = detector, self.engine.window, self.engine.tracker
         self.status = LiveStatus(kind=kind, name=name)
         self.rate = RateMeter()
         self.on_commit: list[Callable[[FlushResult], None]] = []

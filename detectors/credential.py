@@ -56,6 +56,15 @@ class CredentialStuffingDetector(Detector):
         tried = ((pl.col("failed_creds") >= c.attempt_creds)
                  & (pl.col("ok_calls").fill_null(0) == 0)).fill_null(False) & (
             c.attempt_creds > 0)
+        # A session known only from its summary line carries no credential hashes: seed
+        # 001's line itself (authFailures > 2) is the signal, when the session reached no
+        # resource at all (uniqueResourcesAccessed 0: it never got in). A client whose key
+        # failed once and then worked reached its resources.
+        summary_tried = ((pl.col("basis") == "summary")
+                         & (pl.col("auth_failures") >= c.attempt_creds)
+                         & (pl.col("distinct_resources").fill_null(0) == 0)).fill_null(False) & (
+            c.attempt_creds > 0)
+        tried = tried | summary_tried
         score = pl.max_horizontal(score, pl.when(tried).then(c.attempt_score).otherwise(0.0))
         # The constant columns ride in session_frame's query (no second query to add them).
         out = session_frame(features.sessions, score, [

@@ -269,3 +269,22 @@ def test_lockouts_rotated_over_fresh_sessions_raise_the_address() -> None:
                       entity_id="198.51.100.23")
     assert found and found[0]["severity"] in ("high", "critical")
     assert not alerts_of(res, "credential_stuffing", client_ip="203.0.113.5")
+
+
+def test_a_summary_only_session_that_never_got_in_is_a_stuffing_attempt() -> None:
+    """Seed 001's summary line alone: authFailures > 2 and no resource reached is the
+    attempt; a client whose key failed once and then read its resources is not."""
+    tr = base()
+    tr.summary("stuff", T, kind="SESSION_ANOMALY", caller="agent-x", calls=9,
+               unique_resources=0, total_bytes=800, auth_failures=5, duration_s=17)
+    tr.summary("typo", T, caller="svc-1", calls=10, unique_resources=4,
+               total_bytes=20_000, auth_failures=1, duration_s=30)
+    tr.summary("got-in", T, caller="svc-2", calls=12, unique_resources=6,
+               total_bytes=30_000, auth_failures=4, duration_s=30)
+    res = run(tr)
+    found = alerts_of(res, "credential_stuffing", session_id="stuff")
+    assert len(found) == 1 and found[0]["severity"] == "low"
+    assert not alerts_of(res, "credential_stuffing", session_id="typo")
+    assert not alerts_of(res, "credential_stuffing", session_id="got-in")
+    assert not alerts_of(run(tr, credential_stuffing={"attempt_creds": 0}),
+                         "credential_stuffing", session_id="stuff")

@@ -262,7 +262,6 @@ class TailedFile:
     size: int = 0
     detached_at: float | None = None  # renamed away / deleted: closing after idle
     last_growth: float = field(default_factory=time.monotonic)
-    first_len: int | None = None
     mtime_ns: int = 0
     sniffed: bool = False  # its first bytes were checked to be text
 
@@ -619,9 +618,9 @@ class FileTailLive(LiveSource):
 
     Parameters
     ----------
-    patterns, checkpoints, read_bytes, rotate_wait_s, start_at_end, max_line_bytes
-    follow_symlinks
-        See :class:`TailSource`.
+    patterns, checkpoints, **options
+        See :class:`TailSource` (``read_bytes``, ``rotate_wait_s``, ``start_at_end``,
+        ``max_line_bytes``, ``follow_symlinks``).
     poll_interval_s
         Sleep between polls that found nothing.
     """
@@ -634,19 +633,12 @@ class FileTailLive(LiveSource):
         patterns: list[str],
         checkpoints: dict[str, int],
         *,
-        read_bytes: int = 4 << 20,
-        rotate_wait_s: float = 5.0,
-        start_at_end: bool = False,
-        max_line_bytes: int = 1_048_576,
         poll_interval_s: float = 0.1,
-        follow_symlinks: bool = False,
+        **options: Any,
     ):
         super().__init__()
         self.committed = dict(checkpoints)
-        self.reader = TailSource(patterns, checkpoints, read_bytes=read_bytes,
-                                 rotate_wait_s=rotate_wait_s, start_at_end=start_at_end,
-                                 max_line_bytes=max_line_bytes,
-                                 follow_symlinks=follow_symlinks)
+        self.reader = TailSource(patterns, checkpoints, **options)
         self.idle_wait_s = poll_interval_s
 
     def poll(self, timeout: float) -> Iterator[Item]:

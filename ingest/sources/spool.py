@@ -156,6 +156,9 @@ class SpoolSource:
         Only spools whose wrapper is gone (recovery by a process that is not a collector).
     read_bytes, max_line_bytes
         Read size per call; line cut length.
+    writer_grace_s
+        How long a final pass waits for a child of an exited server that still writes
+        to its spool (see :meth:`draining`).
     """
 
     def __init__(
@@ -298,11 +301,6 @@ class SpoolSource:
             if e._writers and e.writers_since is None:
                 e.writers_since = now
         return e._writers
-
-    def _gone(self, e: _Entry) -> bool:
-        """Whether every writer of the spool is gone: the wrapper, its server, and any
-        child of the server still holding the spool open."""
-        return self._server_gone(e) and not self._has_writers(e)
 
     def _check_rewrite(self, e: _Entry) -> None:
         """A spool truncated or rewritten under the reader starts a new stream from 0.
@@ -460,10 +458,6 @@ class SpoolSource:
                 if e.lock is not None:
                     e.lock.close()
 
-    def live_count(self) -> int:
-        """Spools being read whose wrapper still runs."""
-        return sum(1 for e in self.entries.values() if not e.done)
-
     def lag_bytes(self) -> int:
         """Bytes in the spools not yet read."""
         n = 0
@@ -552,13 +546,10 @@ class SpoolLive(LiveSource):
         The store's checkpoints (fingerprint -> offset).
     orphans_only
         Only spools whose wrapper is gone; exhausted once they are ingested (recovery).
-    read_bytes, max_line_bytes
-        Read size per call; line cut length.
     poll_interval_s
         Sleep between polls that found nothing.
-    writer_grace_s
-        How long a final pass waits for a child of an exited server that still writes
-        to its spool (see :meth:`SpoolSource.draining`).
+    **options
+        See :class:`SpoolSource` (``read_bytes``, ``max_line_bytes``, ``writer_grace_s``).
     """
 
     name = "spool"
@@ -572,20 +563,11 @@ class SpoolLive(LiveSource):
         checkpoints: dict[str, int],
         *,
         orphans_only: bool = False,
-        read_bytes: int = 4 << 20,
-        max_line_bytes: int = 1_048_576,
         poll_interval_s: float = 0.1,
-        writer_grace_s: float | None = None,
+        **options: Any,
     ):
         super().__init__()
-        self.reader = SpoolSource(
-            data_dir,
-            checkpoints,
-            orphans_only=orphans_only,
-            read_bytes=read_bytes,
-            max_line_bytes=max_line_bytes,
-            writer_grace_s=WRITER_GRACE_S if writer_grace_s is None else writer_grace_s,
-        )
+        self.reader = SpoolSource(data_dir, checkpoints, orphans_only=orphans_only, **options)
         self.orphans_only = orphans_only
         self.idle_wait_s = poll_interval_s
         self._ending: list[str] = []  # finished spools waiting for their acknowledgement

@@ -494,7 +494,6 @@ class Wrapped:
         self.spool = spool
         self.echo = echo
         self.data_dir = data_dir
-        self.started_at = time.monotonic()
 
     def finish(self) -> None:
         """The server has exited: echo the rest, release the spool to the collector."""

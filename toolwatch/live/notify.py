@@ -34,7 +34,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,7 +120,6 @@ class NotifyCounters:
     below_severity: int = 0
     frames_dropped: int = 0
     errors: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 class IncidentNotifier:
@@ -627,17 +626,9 @@ class IncidentSink:
 
     def counters(self) -> dict[str, int]:
         """The inner sink's delivery counters plus the notifier's."""
-        c = self.notifier.counters
-        return {
-            **self.inner.counters(),
-            "incidents": c.incidents,
-            "notifications": c.notifications,
-            "updates": c.updates,
-            "repeats": c.repeats,
-            "below_severity": c.below_severity,
-            "frames_dropped": c.frames_dropped,
-            "notify_errors": c.errors,
-        }
+        mine = dict(vars(self.notifier.counters))
+        mine["notify_errors"] = mine.pop("errors")
+        return {**self.inner.counters(), **mine}
 
     def close(self, timeout: float = 10.0) -> None:
         """Roll up what is queued, send every pending change now, then close the inner

@@ -337,7 +337,9 @@ class CredentialStuffingConfig:
     attempt_creds: int = doc(
         "A session with at least this many distinct failing credentials and no successful "
         "call at all is reported at attempt_score even below creds_lo (seed 001: "
-        "authFailures > 2; a lockout after three failures leaves exactly this). 0: off.",
+        "authFailures > 2; a lockout after three failures leaves exactly this). A session "
+        "known only from its summary counts with this many auth failures and no resource "
+        "reached. 0: off.",
         3,
     )
     attempt_score: float = doc("Score of such a session (a 'low' alert by default).", 0.55)

@@ -155,8 +155,28 @@ def message_count(msgs: list[Any]) -> int:
     return len(msgs)
 
 
-def _chunk_batch(tp: TopicPartition, chunks: list[RecordChunk], floor: int) -> RawBatch:
-    """:func:`message_batch` for chunk-decoded records: no per-message Python at all."""
+def message_batch(tp: TopicPartition, msgs: list[Any], floor: int) -> RawBatch:
+    """One Arrow batch from the messages of one partition, skipping offsets below ``floor``.
+
+    Chunk-decoded records (:class:`RecordChunk`) are concatenated with numpy; plain
+    ``ConsumerRecord`` s become one such chunk (the only per-message Python work is
+    collecting each value and its offset). The values share ONE buffer and the offsets
+    of the binary array are a cumulative sum of their lengths, as the file source's
+    batches share their read buffer. A tombstone (null value) becomes an empty line
+    (quarantined as such).
+    """
+    if msgs and type(msgs[0].value) is RecordChunk:
+        chunks = [m.value for m in msgs]
+    else:
+        values = [b"" if m.value is None else m.value for m in msgs]
+        n = len(values)
+        first, last = (msgs[0].offset, msgs[-1].offset) if n else (0, -1)
+        if last - first == n - 1:  # contiguous (no compaction gaps, no txn markers)
+            offsets = np.arange(first, last + 1, dtype=np.int64)
+        else:
+            offsets = np.fromiter((m.offset for m in msgs), dtype=np.int64, count=n)
+        lens = np.fromiter(map(len, values), dtype=np.int64, count=n)
+        chunks = [RecordChunk(b"".join(values), lens, offsets)]
     fp = partition_fp(tp.topic, tp.partition)
     source = f"kafka:{tp.topic}/{tp.partition}"
     lens = chunks[0].lens if len(chunks) == 1 else np.concatenate([c.lens for c in chunks])
@@ -178,44 +198,6 @@ def _chunk_batch(tp: TopicPartition, chunks: list[RecordChunk], floor: int) -> R
         return RawBatch(source, fp, pa.array([], pa.large_binary()),  # type: ignore[arg-type]
                         np.empty(0, np.int64), None, floor)
     return RawBatch(source, fp, lines, offs, None, int(offs[-1]) + 1)
-
-
-def message_batch(tp: TopicPartition, msgs: list[Any], floor: int) -> RawBatch:
-    """One Arrow batch from the messages of one partition, skipping offsets below ``floor``.
-
-    Chunk-decoded records (:class:`RecordChunk`) are concatenated with numpy. For plain
-    ``ConsumerRecord`` s the only per-message Python work is collecting each value and
-    its offset; the values are joined into ONE buffer and the offsets of the binary array
-    are a cumulative sum of their lengths, as the file source's batches share their read
-    buffer. A tombstone (null value) becomes an empty line (quarantined as such).
-    """
-    if msgs and type(msgs[0].value) is RecordChunk:
-        return _chunk_batch(tp, [m.value for m in msgs], floor)
-    if msgs and msgs[0].offset < floor:
-        msgs = [m for m in msgs if m.offset >= floor]
-    fp = partition_fp(tp.topic, tp.partition)
-    source = f"kafka:{tp.topic}/{tp.partition}"
-    n = len(msgs)
-    if n == 0:
-        return RawBatch(source, fp, pa.array([], pa.large_binary()),  # type: ignore[arg-type]
-                        np.empty(0, np.int64), None, floor)
-    values = [m.value for m in msgs]
-    try:
-        buf = b"".join(values)
-    except TypeError:  # a null value somewhere
-        values = [v if v is not None else b"" for v in values]
-        buf = b"".join(values)
-    starts = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=n), out=starts[1:])
-    first, last = msgs[0].offset, msgs[-1].offset
-    if last - first == n - 1:  # contiguous (no compaction gaps, no txn markers)
-        offsets = np.arange(first, last + 1, dtype=np.int64)
-    else:
-        offsets = np.fromiter((m.offset for m in msgs), dtype=np.int64, count=n)
-    lines = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(buf)]
-    )
-    return RawBatch(source, fp, lines, offsets, None, last + 1)
 
 
 class LagWatch:

@@ -70,11 +70,6 @@ def alert_id(entity_type: str, entity_id: str, category: str, window_start: int 
     return hashlib.blake2b(key.encode("utf-8"), digest_size=12).hexdigest()
 
 
-def empty_alerts() -> pl.DataFrame:
-    """An alerts frame with no rows."""
-    return pl.DataFrame(schema=ALERT_COLUMNS)
-
-
 def _dedupe_windows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Drop entity-window alerts whose evidence span lies inside a kept one's."""
     sessions = [r for r in rows if r["window_start"] is None]

@@ -533,13 +533,8 @@ SESSION_FEATURES: dict[str, str] = {
 }
 
 
-def gap_stats(ev: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Mean, standard deviation and count of gaps (µs) between consecutive calls per group."""
-    return _gap_stats_lazy(ev, keys).collect(engine=ENGINE)
-
-
 def _gap_stats_lazy(ev: pl.DataFrame, keys: list[str]) -> pl.LazyFrame:
-    """:func:`gap_stats` as a lazy query."""
+    """Mean, standard deviation and count of gaps (µs) between consecutive calls per group."""
     cols = [*keys, "t"]
     g = ev.lazy().select(cols)
     # Already in time order (the store returns events by ts): a stable sort on the key is

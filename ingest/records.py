@@ -177,18 +177,3 @@ def fingerprint(first_line: bytes) -> str:
     identity, so re-ingesting it is skipped and a tailed file is followed across rotation.
     """
     return hashlib.blake2b(first_line.rstrip(b"\r\n"), digest_size=8).hexdigest()
-
-
-def messages_to_batch(
-    source: str, source_fp: str, payloads: list[bytes], offsets: list[int], end_offset: int
-) -> RawBatch:
-    """Build a batch from message-based sources (Kafka): one payload per line."""
-    arr = arrays.strings(payloads, pa.large_binary())
-    return RawBatch(
-        source=source,
-        source_fp=source_fp,
-        lines=arr,
-        offsets=np.asarray(offsets, dtype=np.int64),
-        line_nos=None,
-        end_offset=end_offset,
-    )

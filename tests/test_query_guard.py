@@ -604,11 +604,3 @@ def test_generated_sql_is_refused_or_changes_nothing(
     with contextlib.suppress(QueryError):
         store.run_query(sql, limits=QueryConfig(timeout_seconds=20))
     assert snapshot(store.root, canary) == before
-
-
-def test_check_read_only_compat_alias():
-    from toolwatch.store import check_read_only
-
-    check_read_only("SELECT 1")
-    with pytest.raises(QueryRefusedError):
-        check_read_only("EXPLAIN ANALYZE SELECT 1")

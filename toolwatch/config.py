@@ -446,15 +446,6 @@ def load_config(path: str | Path | None = None) -> Config:
     return cfg
 
 
-def markdown_reference(cls: type, prefix: str = "") -> str:
-    """The ``| key | default | meaning |`` table of ``cls``'s keys, as the docs print it.
-
-    docs/detectors.md's configuration reference is this table for the detectors' config;
-    a test checks the two are equal, so the docs cannot drift from the code.
-    """
-    return markdown_table(describe(cls, prefix))
-
-
 def markdown_table(rows: list[tuple[str, str, str]]) -> str:
     """``(key, default, meaning)`` rows as a Markdown ``| key | default | meaning |`` table."""
     lines = ["| key | default | meaning |", "| --- | --- | --- |"]

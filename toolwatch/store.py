@@ -1194,16 +1194,3 @@ def _split_by_day(tbl: pa.Table, col: str) -> Iterator[tuple[str, pa.Table]]:
     for d in uniq:  # Arrow scalars: a Python date here would import pandas (pa.scalar)
         mask = pc.equal(days, d) if d.is_valid else pc.is_null(days)
         yield (str(d) if d.is_valid else "unknown"), tbl.filter(mask)
-
-
-def check_read_only(sql: str) -> None:
-    """Refuse anything but one plain SELECT over the store's views.
-
-    Kept for callers of the old API; see :func:`toolwatch.query_guard.check_query`.
-
-    Raises
-    ------
-    QueryRefusedError
-        Naming the construct that is not allowed.
-    """
-    check_query(sql, VIEWS)

@@ -777,8 +777,7 @@ class StepSkipDetector(_SequenceDetector):
         tools = tools.filter(tools.str.contains_any([*want_v, *want_n],
                                                     ascii_case_insensitive=True)
                              ) if specs else tools.clear()
-        verbs = _verbs(tools).filter(pl.col("verb").is_in(pl.Series(want_v, dtype=pl.String))
-                                     | pl.col("tool").is_in(pl.Series(want_n, dtype=pl.String)))
+        verbs = _verbs(tools).filter(pl.col("verb").is_in(want_v) | pl.col("tool").is_in(want_n))
         names, vs = verbs["tool"].to_list(), verbs["verb"].to_list()
 
         def hits(spec: str) -> list[bool]:

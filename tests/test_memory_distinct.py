@@ -319,3 +319,55 @@ def test_oversized_reads_on_pair_keys_equal_the_string_join(heavy_share: float) 
     ref = _oversized_by_strings(fs, typ, pop_b, pop_r, factor, heavy_share)
     assert ref.height > 0
     assert got.sort("sh").equals(ref.select(got.columns).sort("sh"))
+
+
+def _tagged_by_python(names: list[str | None], rules: list[dict]) -> tuple[set, set]:
+    """step_skip's rule matching as it was: every distinct name through ``_words``."""
+    distinct = sorted({n for n in names if n is not None})
+    verbs = [(tools._words(n) or [""])[0] for n in distinct]
+
+    def hits(spec: str) -> list[bool]:
+        if spec.startswith("verb:"):
+            return [v == spec[5:].lower() for v in verbs]
+        return [n == spec for n in distinct]
+
+    st_rows, pr_rows = set(), set()
+    for r in rules:
+        st = [n for n, h in zip(distinct, hits(r["step"]), strict=True) if h]
+        if not st:
+            continue
+        req = [hits(x) for x in r["requires"]]
+        st_rows |= {(n, r["id"], r["server"]) for n in st}
+        pr_rows |= {(n, r["id"], None) for i, n in enumerate(distinct) if any(h[i] for h in req)}
+    return st_rows, pr_rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([*WORD_CASES, "shipOrder", "SHIPorder", "chargeCard",
+                                           "refund", "x.Refund_all", "CHARGE", "payInvoice"]),
+                          st.text(alphabet="aAcCeghprsSz./_", max_size=8)), max_size=30))
+def test_step_skip_matches_only_names_a_rule_can_match(names: list[str]) -> None:
+    # step_skip keeps (Aho-Corasick) only the names containing a rule's verb or name before
+    # making them distinct: a million distinct tools never leave polars; the rows tagged
+    # must be the ones every name's first word gave.
+    from toolwatch.detectors.sequence import StepSkipDetector
+
+    det = StepSkipDetector(DetectorsConfig())
+    det.rules_ = [
+        {"id": 0, "step": "verb:ship", "requires": ["verb:charge", "payInvoice"],
+         "server": None},
+        {"id": 1, "step": "refund", "requires": ["verb:Pay"], "server": "shop"},
+        {"id": 2, "step": "verb:nothing", "requires": ["verb:charge"], "server": None},
+        {"id": 3, "step": "verb:s", "requires": ["verb:a"], "server": None},
+    ]
+    st_f, pr_f = det._tagged(pl.DataFrame({"tool": [*names, None]}, schema={"tool": pl.String}))
+    want_st, want_pr = _tagged_by_python([*names, None], det.rules_)
+    assert set(st_f.iter_rows()) == want_st and st_f.height == len(want_st)
+    assert set(pr_f.iter_rows()) == want_pr and pr_f.height == len(want_pr)
+    # A verb rule of no word at all ("verb:"): names without a word ("..", "_", "").
+    det.rules_ = [{"id": 0, "step": "verb:", "requires": ["verb:ship"], "server": None}]
+    ev = pl.DataFrame({"tool": [*names, None]}, schema={"tool": pl.String})
+    st_f, pr_f = det._tagged(ev)
+    want_st, want_pr = _tagged_by_python([*names, None], det.rules_)
+    assert set(st_f.iter_rows()) == want_st and st_f.height == len(want_st)
+    assert set(pr_f.iter_rows()) == want_pr and pr_f.height == len(want_pr)

@@ -48,7 +48,7 @@ from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_o
 from toolwatch.detectors.features import ENTITY_TYPES, US_PER_DAY, explode_entities, group_agg
 from toolwatch.detectors.scoring import all_of, any_of, band, gate
 from toolwatch.detectors.text import clean, duration, num, size
-from toolwatch.detectors.tools import annotated
+from toolwatch.detectors.tools import _pair_key, annotated
 
 #: Figures with baselines.
 _VOL = ["beyond_bytes", "beyond_rows", "max_bytes", "max_pages"]
@@ -146,8 +146,13 @@ def tool_typicals(events: pl.DataFrame, min_sessions: int,
                     pl.col("rows").filter(pl.col("rows") > 0).median().alias("r")
                     ).collect(engine="in-memory")
     pop_b, pop_r = float(pop["b"][0] or 0.0), float(pop["r"][0] or 0.0)
+    # Medians only for the pairs in enough sessions, found on a 64-bit key: at a million
+    # distinct tools the string group-by with two medians per pair was analyze's peak.
+    many = (ok.select(_pair_key().alias("_k"), "sh").group_by("_k")
+            .agg(pl.col("sh").n_unique().alias("_n")).filter(pl.col("_n") >= min_sessions))
     typ = (
-        ok.group_by("server", "tool")
+        ok.with_columns(_pair_key().alias("_k")).join(many, on="_k", how="semi").drop("_k")
+        .group_by("server", "tool")
         .agg(pl.col("sh").n_unique().alias("_n"),
              pl.col("bytes").filter(pl.col("bytes") > 0).median().cast(pl.Float64)
              .alias("typ_b"),
@@ -202,12 +207,18 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
     cr = pl.col("rows").fill_null(0).filter(countable)
     return (
         annotated(fs).lazy()
-        .select("sh", "server", "tool", "ok", "bytes", "rows", "data", "sensitive")
-        .join(typ.lazy(), on=["server", "tool"], how="left", maintain_order="left")
+        # On a 64-bit (server, tool) key, not the two strings: a million distinct tools.
+        .select("sh", _pair_key().alias("_k"), "ok", "bytes", "rows", "data", "sensitive")
+        .join(typ.lazy().filter(pl.col("server").is_not_null() & pl.col("tool").is_not_null())
+              .select(_pair_key().alias("_k"), pl.exclude("server", "tool")),
+              on="_k", how="left", maintain_order="left")
         .with_columns(big.alias("_big"))
+        # Only sessions with an oversized call are kept below: drop the others before the
+        # per-(session, tool) window (a million distinct tools are a million groups).
+        .filter(pl.col("_big").any().over("sh"))
         # The calls to a tool that returned an oversized response: an extraction asks
         # that tool again and again; a working session has a report among many reads.
-        .with_columns(pl.col("_big").any().over("sh", "server", "tool").alias("_big_tool"))
+        .with_columns(pl.col("_big").any().over("sh", "_k").alias("_big_tool"))
         .group_by("sh")
         .agg(pl.col("bytes").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
              .alias("over_bytes"),

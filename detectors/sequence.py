@@ -46,7 +46,7 @@ from toolwatch.detectors.config import _FREEZING, DetectorsConfig, WorkflowRule
 from toolwatch.detectors.features import SEED, US_PER_DAY
 from toolwatch.detectors.scoring import all_of, any_of, band
 from toolwatch.detectors.text import clean, num, size
-from toolwatch.detectors.tools import _extract, _words, annotated
+from toolwatch.detectors.tools import _extract, _words, annotated, first_words
 
 log = logging.getLogger("toolwatch.detectors")
 
@@ -605,9 +605,9 @@ def _chain_expr_filtered(cond: pl.Expr, limit: int) -> pl.Expr:
 # --------------------------------------------------------------------------- step_skip
 def _verbs(tools: pl.Series) -> pl.DataFrame:
     """First word of each distinct tool name (``fulfillOrder`` → ``fulfill``)."""
-    names = tools.unique().drop_nulls().to_list()
-    return pl.DataFrame({"tool": names, "verb": [(_words(n) or [""])[0] for n in names]},
-                        schema={"tool": pl.String, "verb": pl.String})
+    # Columnar (first_words): a million distinct names were a million Python strings.
+    names = tools.unique().drop_nulls().cast(pl.String).rename("tool")
+    return pl.DataFrame([names, first_words(names).rename("verb")])
 
 
 def _matches(spec: str) -> pl.Expr:
@@ -767,7 +767,17 @@ class StepSkipDetector(_SequenceDetector):
         """Step and prerequisite rows per rule (rule id ``rule``), with their key hash."""
         # Matched in Python over the few distinct tool names (the same equality tests as
         # _matches): two polars queries per rule were a fixed cost of every pass.
-        verbs = _verbs(ev["tool"])
+        # Only names some rule can match leave polars (a log may name a million tools):
+        # a name whose first word is a wanted verb contains it (words are ASCII), so one
+        # Aho-Corasick pass keeps a superset before the names are made distinct.
+        specs = [x for r in self.rules_ for x in (r["step"], *r["requires"])]
+        want_v = [x[5:].lower() for x in specs if x.startswith("verb:")]
+        want_n = [x for x in specs if not x.startswith("verb:")]
+        tools = ev["tool"].cast(pl.String)
+        tools = tools.filter(tools.str.contains_any([*want_v, *want_n],
+                                                    ascii_case_insensitive=True)
+                             ) if specs else tools.clear()
+        verbs = _verbs(tools).filter(pl.col("verb").is_in(want_v) | pl.col("tool").is_in(want_n))
         names, vs = verbs["tool"].to_list(), verbs["verb"].to_list()
 
         def hits(spec: str) -> list[bool]:

@@ -184,7 +184,8 @@ def _override(cfg_map: dict[str, object], server: str | None, tool: str | None) 
 
 
 def tool_table(
-    events: pl.DataFrame, config: DetectorsConfig, *, idem_lists: bool = True
+    events: pl.DataFrame, config: DetectorsConfig, *, idem_lists: bool = True,
+    distinct: bool = False,
 ) -> pl.DataFrame:
     """One row per distinct ``(server, tool)`` with its role and keys.
 
@@ -198,6 +199,9 @@ def tool_table(
         False: ``idem_args`` is null except on tools with an ``idempotency_args``
         override (their full list), so a million distinct tools do not each carry a
         copy of the default list; the defaults are ``config.tools.idempotency_keys``.
+    distinct
+        True: the ``(server, tool)`` rows of ``events`` are already distinct (the
+        table is built on them as they are, without a string group-by of the pairs).
 
     Returns
     -------
@@ -210,7 +214,9 @@ def tool_table(
         ``idem_args`` (idempotency-key argument names, list).
     """
     tc = config.tools
-    pairs = events.select("server", "tool").unique(maintain_order=True)
+    pairs = events.select("server", "tool")
+    if not distinct:
+        pairs = pairs.unique(maintain_order=True)
     server, tool = pl.col("server"), pl.col("tool")
     # Columnar over the distinct pairs: a log can name a million distinct tools (issue 28:
     # 6 GB at 1M names, almost all of it a Python list of lists per tool turned into the
@@ -325,7 +331,9 @@ def _annotate(
                      .alias("_ah"))
     firsts = pl.concat([keys.select("_pk"), ev.select("server", "tool")], how="horizontal")
     firsts = firsts.filter(pl.col("_pk").is_first_distinct())
-    table = tool_table(firsts, config, idem_lists=False)
+    # Distinct keys are distinct pairs: no second de-duplication on the strings (at 1M
+    # distinct tools that hash table was the annotation's peak).
+    table = tool_table(firsts, config, idem_lists=False, distinct=True)
     if table.height == firsts.height:
         # Same rows in the same order (tool_table keeps first-seen order): no need to
         # join a million tool names back on their strings.

@@ -206,3 +206,168 @@ def test_analyze_reports_the_callers_it_split(
         analyze_paths(cfg, [str(log)], alerts_out=tmp_path / "a.jsonl", progress=False)
     msgs = [r.getMessage() for r in caplog.records if "max_events_per_caller" in r.getMessage()]
     assert msgs and msgs[0].startswith("analyze: 1 caller(s) with more than 100 events")
+
+
+def test_tool_table_of_pairs_known_distinct_is_the_same_table() -> None:
+    # _annotate hands tool_table pairs that are distinct already (distinct 64-bit keys):
+    # skipping the string de-duplication must not change a row.
+    cfg = DetectorsConfig.from_dict(OVERRIDES)
+    pairs = pl.DataFrame([(s, n) for s in SERVERS for n in NAMES],
+                         schema={"server": pl.String, "tool": pl.String}, orient="row")
+    twice = pl.concat([pairs, pairs])
+    want = tools.tool_table(twice, cfg, idem_lists=False)
+    assert want.height == pairs.height
+    assert tools.tool_table(pairs, cfg, idem_lists=False, distinct=True).equals(want)
+
+
+def _oversize_traffic() -> tuple[pl.DataFrame, pl.DataFrame]:
+    from datetime import timedelta
+
+    from tests.fixtures.traffic import T0, Traffic
+
+    tr = Traffic(seed=28)
+    # Tools called in many sessions (baselines of their own), a tool in one session only
+    # (compared with the population), a few oversized responses, and null servers.
+    for s in range(12):
+        t = T0 + timedelta(hours=s)
+        for k in range(8):
+            tool = ("getDocument", "searchDocuments", f"rare-{s}", "exportCustomers")[k % 4]
+            big = (s % 3 == 0 and k % 4 == 0) or (s % 4 == 1 and k == 3)
+            tr.call(f"s{s}", t + timedelta(seconds=5 * k), tool, caller=f"c{s % 4}",
+                    server="crm" if k % 2 else "docs-server", resource_key="id",
+                    resource_id=f"r-{s}-{k}", nbytes=900_000 if big else 2_000 + 37 * k,
+                    rows=5_000 if big else 10)
+    ev = tr.events().with_columns(
+        # Oversized exports without a server in three sessions: never matched to a
+        # baseline (the strings' joins drop null servers), so judged on the population.
+        pl.when(pl.col("session_id").is_in(["s1", "s5", "s9"])
+                & (pl.col("tool") == "exportCustomers"))
+        .then(None).otherwise(pl.col("server")).alias("server"))
+    return ev, tr.summaries()
+
+
+def _typicals_by_strings(events: pl.DataFrame, min_sessions: int,
+                         factor: float) -> pl.DataFrame:
+    """bulk.tool_typicals' table as it was written before its 64-bit keys."""
+    from toolwatch.detectors.bulk import _big
+
+    ok = events.lazy().filter(pl.col("ok")).select("sh", "server", "tool", "bytes", "rows")
+    pop = ok.select(pl.col("bytes").filter(pl.col("bytes") > 0).median().alias("b"),
+                    pl.col("rows").filter(pl.col("rows") > 0).median().alias("r")).collect()
+    typ = (ok.group_by("server", "tool")
+           .agg(pl.col("sh").n_unique().alias("_n"),
+                pl.col("bytes").filter(pl.col("bytes") > 0).median().cast(pl.Float64)
+                .alias("typ_b"),
+                pl.col("rows").filter(pl.col("rows") > 0).median().cast(pl.Float64)
+                .alias("typ_r"))
+           .filter(pl.col("_n") >= min_sessions))
+    del pop
+    return (ok.join(typ, on=["server", "tool"], how="inner")
+            .group_by("server", "tool", "sh")
+            .agg(_big(factor, 0.0, 0.0).any().alias("_heavy"), pl.col("typ_b").first(),
+                 pl.col("typ_r").first())
+            .group_by("server", "tool")
+            .agg(pl.col("typ_b").first(), pl.col("typ_r").first(),
+                 pl.col("_heavy").mean().cast(pl.Float64).alias("heavy_share"))
+            .collect())
+
+
+def _oversized_by_strings(fs: object, typ: pl.DataFrame, pop_b: float, pop_r: float,
+                          factor: float, heavy_share: float) -> pl.DataFrame:
+    """bulk._oversized as it was written before its 64-bit keys (strings joined)."""
+    from toolwatch.detectors.bulk import _big
+    from toolwatch.detectors.tools import annotated
+
+    routine = pl.col("heavy_share").is_null() | (pl.col("heavy_share") >= heavy_share)
+    big = (pl.col("ok") & _big(factor, pop_b, pop_r)
+           & (~routine | pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)))
+    return (annotated(fs).lazy()  # type: ignore[arg-type]
+            .select("sh", "server", "tool", "ok", "bytes", "rows", "data", "sensitive")
+            .join(typ.lazy(), on=["server", "tool"], how="left", maintain_order="left")
+            .with_columns(big.alias("_big"))
+            .with_columns(pl.col("_big").any().over("sh", "server", "tool").alias("_big_tool"))
+            .group_by("sh")
+            .agg(pl.col("bytes").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
+                 .alias("over_bytes"),
+                 pl.col("rows").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
+                 .alias("over_rows"),
+                 pl.col("_big").sum().cast(pl.Int64).alias("over_calls"),
+                 pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"))
+            .filter(pl.col("over_calls") > 0)
+            .collect())
+
+
+@pytest.mark.parametrize("heavy_share", [0.2, 0.9])
+def test_oversized_reads_on_pair_keys_equal_the_string_join(heavy_share: float) -> None:
+    # bulk_extraction's per-(server, tool) baselines are found, joined and windowed on a
+    # 64-bit pair key (a million distinct tools); every figure must be the strings' one,
+    # null servers included (a null server never matches a baseline).
+    from toolwatch.detectors import bulk
+    from toolwatch.detectors.base import FeatureSet
+
+    ev, su = _oversize_traffic()
+    cfg = DetectorsConfig()
+    fs = FeatureSet.build(ev, su, cfg)
+    factor = 5.0
+    typ, pop_b, pop_r = bulk.tool_typicals(fs.events, 3, factor)
+    want = _typicals_by_strings(fs.events, 3, factor)
+    keys = ["server", "tool"]
+    assert typ.height >= 3
+    assert typ.sort(keys, nulls_last=True).equals(
+        want.select(typ.columns).sort(keys, nulls_last=True))
+    got = bulk._oversized(fs, typ, pop_b, pop_r, factor, heavy_share)
+    ref = _oversized_by_strings(fs, typ, pop_b, pop_r, factor, heavy_share)
+    assert ref.height > 0
+    assert got.sort("sh").equals(ref.select(got.columns).sort("sh"))
+
+
+def _tagged_by_python(names: list[str | None], rules: list[dict]) -> tuple[set, set]:
+    """step_skip's rule matching as it was: every distinct name through ``_words``."""
+    distinct = sorted({n for n in names if n is not None})
+    verbs = [(tools._words(n) or [""])[0] for n in distinct]
+
+    def hits(spec: str) -> list[bool]:
+        if spec.startswith("verb:"):
+            return [v == spec[5:].lower() for v in verbs]
+        return [n == spec for n in distinct]
+
+    st_rows, pr_rows = set(), set()
+    for r in rules:
+        st = [n for n, h in zip(distinct, hits(r["step"]), strict=True) if h]
+        if not st:
+            continue
+        req = [hits(x) for x in r["requires"]]
+        st_rows |= {(n, r["id"], r["server"]) for n in st}
+        pr_rows |= {(n, r["id"], None) for i, n in enumerate(distinct) if any(h[i] for h in req)}
+    return st_rows, pr_rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([*WORD_CASES, "shipOrder", "SHIPorder", "chargeCard",
+                                           "refund", "x.Refund_all", "CHARGE", "payInvoice"]),
+                          st.text(alphabet="aAcCeghprsSz./_", max_size=8)), max_size=30))
+def test_step_skip_matches_only_names_a_rule_can_match(names: list[str]) -> None:
+    # step_skip keeps (Aho-Corasick) only the names containing a rule's verb or name before
+    # making them distinct: a million distinct tools never leave polars; the rows tagged
+    # must be the ones every name's first word gave.
+    from toolwatch.detectors.sequence import StepSkipDetector
+
+    det = StepSkipDetector(DetectorsConfig())
+    det.rules_ = [
+        {"id": 0, "step": "verb:ship", "requires": ["verb:charge", "payInvoice"],
+         "server": None},
+        {"id": 1, "step": "refund", "requires": ["verb:Pay"], "server": "shop"},
+        {"id": 2, "step": "verb:nothing", "requires": ["verb:charge"], "server": None},
+        {"id": 3, "step": "verb:s", "requires": ["verb:a"], "server": None},
+    ]
+    st_f, pr_f = det._tagged(pl.DataFrame({"tool": [*names, None]}, schema={"tool": pl.String}))
+    want_st, want_pr = _tagged_by_python([*names, None], det.rules_)
+    assert set(st_f.iter_rows()) == want_st and st_f.height == len(want_st)
+    assert set(pr_f.iter_rows()) == want_pr and pr_f.height == len(want_pr)
+    # A verb rule of no word at all ("verb:"): names without a word ("..", "_", "").
+    det.rules_ = [{"id": 0, "step": "verb:", "requires": ["verb:ship"], "server": None}]
+    ev = pl.DataFrame({"tool": [*names, None]}, schema={"tool": pl.String})
+    st_f, pr_f = det._tagged(ev)
+    want_st, want_pr = _tagged_by_python([*names, None], det.rules_)
+    assert set(st_f.iter_rows()) == want_st and st_f.height == len(want_st)
+    assert set(pr_f.iter_rows()) == want_pr and pr_f.height == len(want_pr)

@@ -205,7 +205,7 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
     countable = ~((pl.col("heavy_share") >= heavy_share).fill_null(False) & ~named)
     cb = pl.col("bytes").fill_null(0).filter(countable)
     cr = pl.col("rows").fill_null(0).filter(countable)
-    return (
+    calls = (
         annotated(fs).lazy()
         # On a 64-bit (server, tool) key, not the two strings: a million distinct tools.
         .select("sh", _pair_key().alias("_k"), "ok", "bytes", "rows", "data", "sensitive")
@@ -213,8 +213,16 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
               .select(_pair_key().alias("_k"), pl.exclude("server", "tool")),
               on="_k", how="left", maintain_order="left")
         .with_columns(big.alias("_big"))
-        # Only sessions with an oversized call are kept below: drop the others before the
-        # per-(session, tool) window (a million distinct tools are a million groups).
+        .collect(engine="in-memory")
+    )
+    named_q = calls.lazy().group_by("sh").agg(
+        (cb.sum() - cb.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_bytes"),
+        (cr.sum() - cr.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_rows"))
+    over_q = (
+        calls.lazy()
+        # Only sessions with an oversized call get oversized figures (the others: null):
+        # drop them before the per-(session, tool) window (a million distinct tools are a
+        # million groups).
         .filter(pl.col("_big").any().over("sh"))
         # The calls to a tool that returned an oversized response: an extraction asks
         # that tool again and again; a working session has a report among many reads.
@@ -225,14 +233,11 @@ def _oversized(fs: FeatureSet, typ: pl.DataFrame | None, pop_b: float, pop_r: fl
              pl.col("rows").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
              .alias("over_rows"),
              pl.col("_big").sum().cast(pl.Int64).alias("over_calls"),
-             pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"),
-             (cb.sum() - cb.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_bytes"),
-             (cr.sum() - cr.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_rows"))
-        # Sessions without an oversized call carry no oversized figures (null, as before).
-        .with_columns(*[pl.when(pl.col("over_calls") > 0).then(pl.col(c)).alias(c)
-                        for c in _OVER_SCHEMA])
-        .collect(engine="in-memory")
+             pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"))
     )
+    named, over = pl.collect_all([named_q, over_q], engine="in-memory")
+    return named.join(over, on="sh", how="left").select(
+        "sh", *_OVER_SCHEMA, *_NAMED_SCHEMA)
 
 
 def _beyond_reports(fs: FeatureSet, every: int) -> pl.DataFrame:

@@ -279,8 +279,12 @@ def _oversized_by_strings(fs: object, typ: pl.DataFrame, pop_b: float, pop_r: fl
     from toolwatch.detectors.tools import annotated
 
     routine = pl.col("heavy_share").is_null() | (pl.col("heavy_share") >= heavy_share)
-    big = (pl.col("ok") & _big(factor, pop_b, pop_r)
-           & (~routine | pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)))
+    named = pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)
+    big = pl.col("ok") & _big(factor, pop_b, pop_r) & (~routine | named)
+    countable = ~((pl.col("heavy_share") >= heavy_share).fill_null(False) & ~named)
+    cb = pl.col("bytes").fill_null(0).filter(countable)
+    cr = pl.col("rows").fill_null(0).filter(countable)
+    over = ["over_bytes", "over_rows", "over_calls", "over_share"]
     return (annotated(fs).lazy()  # type: ignore[arg-type]
             .select("sh", "server", "tool", "ok", "bytes", "rows", "data", "sensitive")
             .join(typ.lazy(), on=["server", "tool"], how="left", maintain_order="left")
@@ -292,8 +296,12 @@ def _oversized_by_strings(fs: object, typ: pl.DataFrame, pop_b: float, pop_r: fl
                  pl.col("rows").filter(pl.col("_big")).fill_null(0).sum().cast(pl.Int64)
                  .alias("over_rows"),
                  pl.col("_big").sum().cast(pl.Int64).alias("over_calls"),
-                 pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"))
-            .filter(pl.col("over_calls") > 0)
+                 pl.col("_big_tool").mean().cast(pl.Float64).alias("over_share"),
+                 (cb.sum() - cb.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_bytes"),
+                 (cr.sum() - cr.max().fill_null(0)).cast(pl.Int64).alias("named_beyond_rows"))
+            # sessions without an oversized call: no oversized figures (null)
+            .with_columns(*[pl.when(pl.col("over_calls") > 0).then(pl.col(c)).alias(c)
+                            for c in over])
             .collect())
 
 
@@ -317,7 +325,7 @@ def test_oversized_reads_on_pair_keys_equal_the_string_join(heavy_share: float) 
         want.select(typ.columns).sort(keys, nulls_last=True))
     got = bulk._oversized(fs, typ, pop_b, pop_r, factor, heavy_share)
     ref = _oversized_by_strings(fs, typ, pop_b, pop_r, factor, heavy_share)
-    assert ref.height > 0
+    assert ref["over_calls"].drop_nulls().len() > 0
     assert got.sort("sh").equals(ref.select(got.columns).sort("sh"))
 
 

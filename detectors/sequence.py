@@ -1211,7 +1211,11 @@ class CrossServerFlowDetector(_SequenceDetector):
         """Learn whose *routine* it is to read on some servers and send out through another
         (its typical active day holds such a flow), and how much it usually reads first."""
         cfg = self.config
+        self.dest_ = None  # the history's own destination counts, below
         found = self._find(history)
+        #: How many callers send to each destination, calls per tool and per (tool,
+        #: destination) in the history: a partition of callers scores against these.
+        self.dest_ = getattr(self, "_dest_seen", None)
         flows_out = self._flows_out
         # Batch mode fits on the very sessions it then scores: keep the flows for score().
         self._found_cache = (history.sessions, found)
@@ -1281,6 +1285,7 @@ class CrossServerFlowDetector(_SequenceDetector):
         less-trusted plugin); a destination nearly nobody else uses is outside the
         organisation's usual ones (its own mail domain, its shared tools)."""
         s = self.settings
+        self._dest_seen: pl.DataFrame | None = None
         cols = ["ck", "sh", "i", "caller_id", "t", "server", "tool", "bk", "status",
                 "outbound"]
         keys = [f'"{k}"' for k in s.payload_args]
@@ -1315,6 +1320,17 @@ class CrossServerFlowDetector(_SequenceDetector):
         n = cand.group_by("out_dest").agg(
             pl.col("caller_id").n_unique().cast(pl.Int64).alias("dest_callers"))
         cand = cand.join(n, on="out_dest", how="left")
+        counts = ("dest_callers", "_tool_calls", "_dest_calls")
+        # How usual a destination is, is a population figure: the history fit() saw
+        # (every caller, where this batch may be one partition of callers) counts too.
+        self._dest_seen = cand.select("server", "tool", "out_dest", *counts).unique(
+            ["server", "tool", "out_dest"])
+        known = getattr(self, "dest_", None)
+        if known is not None and known.height:
+            cand = cand.join(known, on=["server", "tool", "out_dest"], how="left",
+                             suffix="_fit", nulls_equal=True).with_columns(
+                *[pl.max_horizontal(c, f"{c}_fit").alias(c) for c in counts]).drop(
+                [f"{c}_fit" for c in counts])
         # A destination its arguments name (a mail domain, a host) is judged against the
         # tool's other destinations: a domain three accounts share is still one that
         # almost none of the tool's mail goes to, while most goes to the organisation's

@@ -379,3 +379,79 @@ def test_step_skip_matches_only_names_a_rule_can_match(names: list[str]) -> None
     want_st, want_pr = _tagged_by_python([*names, None], det.rules_)
     assert set(st_f.iter_rows()) == want_st and st_f.height == len(want_st)
     assert set(pr_f.iter_rows()) == want_pr and pr_f.height == len(want_pr)
+
+
+def _addresses(table) -> set[int]:
+    return {b.address for col in table.columns for chunk in col.chunks
+            for b in chunk.buffers() if b is not None}
+
+
+def test_kept_batch_columns_do_not_share_the_parsed_batch() -> None:
+    # analyze keeps a few columns of every parsed batch; each buffer of DuckDB's Arrow
+    # export kept the whole export (its raw lines included) alive until detection ended.
+    import duckdb
+
+    from toolwatch.analyze import _compact
+
+    con = duckdb.connect()
+    parsed = con.sql(
+        "SELECT 'tool-' || r AS tool, r AS bytes, repeat('x', 500) || r AS raw "
+        "FROM range(3000) t(r)"
+    ).to_arrow_table()
+    kept = _compact(parsed.select(["tool", "bytes"]))
+    assert kept.equals(parsed.select(["tool", "bytes"]))
+    assert kept.schema == parsed.select(["tool", "bytes"]).schema
+    assert all(col.num_chunks == 1 for col in kept.columns)
+    assert not _addresses(kept) & _addresses(parsed)
+    empty = parsed.slice(0, 0)
+    assert _compact(empty).num_rows == 0
+
+
+@pytest.mark.slow  # starts a process
+def test_kept_columns_release_the_parsed_batch() -> None:
+    # In a child (glibc heap figures of its own): DuckDB's exported buffers are glibc
+    # memory, and dropping the batch must return them once only compact copies are held.
+    code = textwrap.dedent(
+        """
+        import ctypes, sys
+        import duckdb
+        from toolwatch.analyze import _compact
+
+        class MallInfo(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_size_t) for n in (
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks "
+                "keepcost").split()]
+
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            libc.mallinfo2.restype = MallInfo
+        except (OSError, AttributeError):
+            print("skip"); sys.exit(0)
+
+        def used():
+            m = libc.mallinfo2()
+            return m.uordblks + m.hblkhd
+
+        con = duckdb.connect()
+        held = []
+        before = used()
+        for _ in range(4):
+            batch = con.sql(
+                "SELECT 'tool-' || r AS tool, repeat('x', 1000) || r AS raw "
+                "FROM range(20000) t(r)").to_arrow_table()
+            held.append(KEEP(batch.select(["tool"])))
+            del batch
+        print((used() - before) >> 20)
+        """
+    )
+    grew = {}
+    for name, keep in (("select", "lambda t: t"), ("compact", "_compact")):
+        done = subprocess.run([sys.executable, "-c", code.replace("KEEP", f"({keep})")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        if done.stdout.split()[-1] == "skip":
+            pytest.skip("not glibc")
+        grew[name] = int(done.stdout.split()[-1])
+    # 4 x 20k raw lines of ~1 KB: ~80 MB stay with a plain select, none with the copy.
+    assert grew["select"] > 60, grew
+    assert grew["compact"] < 10, grew

@@ -48,7 +48,8 @@ settings.load_profile(HYPOTHESIS_PROFILE)
 
 #: Fixtures that start another process (``tw_env`` is only the CLI's environment): a test
 #: using one is ``slow``, plus the marker named here.
-PROCESS_FIXTURES = {"tw": "slow", "tw_env": "slow", "kafka_broker": "kafka"}
+PROCESS_FIXTURES = {"tw": "slow", "tw_env": "slow", "tw_env_module": "slow",
+                    "kafka_broker": "kafka"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -112,13 +113,24 @@ class CLI:
         return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
 
 
+def cli_env(tmp: Path) -> dict[str, str]:
+    """Environment with the HMAC key file under a temp config home (outside the store)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    env["XDG_CONFIG_HOME"] = str(tmp / "config-home")
+    env["COLUMNS"] = "200"
+    return env
+
+
 @pytest.fixture
 def tw_env(tmp_path: Path) -> dict[str, str]:
     """Environment with the HMAC key file under a temp config home (outside the store)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-    env["XDG_CONFIG_HOME"] = str(tmp_path / "config-home")
-    env["COLUMNS"] = "200"
-    return env
+    return cli_env(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def tw_env_module(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """:func:`tw_env` shared by a module: for a store one CLI run builds and tests only read."""
+    return cli_env(tmp_path_factory.mktemp("tw-env"))
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import json
 import pytest
 from toolwatch.ingest.aliases import ALIASES
 
+from tests.conftest import CLI
+
 BASE = {
     "ts": "2026-11-02T10:00:00Z",
     "session_id": "s-1",
@@ -54,13 +56,108 @@ CASES = [(f, a) for f in CALL_FIELDS for a in ALIASES[f]]
 COLUMN = {"args": "args", "ts": "ts"}
 
 
-@pytest.mark.parametrize(("field", "alias"), CASES, ids=[f"{f}-{a}" for f, a in CASES])
-def test_every_alias_is_read(tw, write_lines, field: str, alias: str) -> None:
+TIMESTAMP_FORMS = [
+    ("2026-11-02T10:00:00.250Z", "2026-11-02T10:00:00.250"),
+    ("2026-11-02T11:00:00+01:00", "2026-11-02T10:00:00"),
+    ("2026-11-02 10:00:00", "2026-11-02T10:00:00"),
+    (1793613600, "2026-11-02T10:00:00"),
+    (1793613600.5, "2026-11-02T10:00:00.500"),
+    (1793613600123, "2026-11-02T10:00:00.123"),
+    ("1793613600", "2026-11-02T10:00:00"),
+]
+OUTCOMES = [
+    ({"status": "success"}, "ok"),
+    ({"status": "404"}, "not_found"),
+    ({"status": 404}, "not_found"),
+    ({"outcome": "Not Found"}, "not_found"),
+    ({"status": "forbidden"}, "denied"),
+    ({"status": 403}, "denied"),
+    ({"status": "unauthorized"}, "auth_failed"),
+    ({"status": "invalid_api_key"}, "auth_failed"),
+    ({"status": 429}, "rate_limited"),
+    ({"outcome": "throttled"}, "rate_limited"),
+    ({"status": 500}, "error"),
+    ({"isError": True}, "error"),
+    ({"is_error": False}, "ok"),
+    ({"status": "not_found", "isError": True}, "not_found"),
+    ({}, "unknown"),
+]
+
+
+def _alias_event(field: str, alias: str) -> dict:
     event = {k: v for k, v in BASE.items() if k != field}
     event[alias] = CANON_VALUE[field]
-    summary = tw.ingest(write_lines(event))
-    assert summary["events_stored"] == 1, summary
-    (row,) = tw.query("SELECT * FROM events")
+    return event
+
+
+RESOURCE_FROM_ARGS = [
+    ({**BASE, "args": {"sessionId": "x", "bookingId": "bk-1"}}, ("bookingId", "bk-1")),
+    ({**BASE, "args": {"path": "/etc/hosts"}}, ("path", "/etc/hosts")),
+    ({**BASE, "args": {"uri": "https://a.example/b"}}, ("uri", "https://a.example/b")),
+    ({**BASE, "args": {"id": 42}}, ("id", "42")),
+    ({**BASE, "args": {"query": "no resource here"}}, (None, None)),
+    ({**BASE, "resource_id": "explicit", "args": {"documentId": "doc-1"}}, (None, "explicit")),
+]
+# getUser(userId) reads a user profile (seed 001's IDOR walk over users); listOrders
+# (userId) lists orders on behalf of a user; another id key always wins.
+WHO_KEY = [
+    ({**BASE, "tool": "getUser", "args": {"userId": "usr-20001"}}, ("userId", "usr-20001")),
+    ({**BASE, "tool": "get_user_profile", "args": {"user_id": "usr-7"}}, ("user_id", "usr-7")),
+    ({**BASE, "tool": "listOrders", "args": {"userId": "usr-20001"}}, (None, None)),
+    ({**BASE, "tool": "getUser", "args": {"userId": "u1", "documentId": "doc-1"}},
+     ("documentId", "doc-1")),
+    ({**BASE, "tool": "getTenant", "args": {"sessionId": "s", "tenantId": "t-9"}},
+     ("tenantId", "t-9")),
+]
+
+#: One small log per case. They are ingested by one ``toolwatch ingest`` run (one file
+#: each, as a glob of small logs is read) instead of one process per case: the CLI's
+#: start-up was most of these tests' time. Each file is a stream of its own (its first
+#: line is its identity), so a case's rows are told by their ``source``.
+LOG_CASES: dict[str, list[dict]] = {
+    **{f"alias-{f}-{a}": [_alias_event(f, a)] for f, a in CASES},
+    **{f"ts-{i}": [{**BASE, "ts": v}] for i, (v, _) in enumerate(TIMESTAMP_FORMS)},
+    **{
+        f"outcome-{i}": [{k: v for k, v in BASE.items() if k != "status"} | fields]
+        for i, (fields, _) in enumerate(OUTCOMES)
+    },
+    "first-alias": [
+        {**BASE, "sessionId": "second", "session_id": "first", "custom_field": {"deep": [1, 2]}}
+    ],
+    "numbers-as-strings": [{**BASE, "bytes": "1234", "rows": "7", "duration_ms": "3.5"}],
+    "resource-from-args": [ev for ev, _ in RESOURCE_FROM_ARGS],
+    "who-key": [ev for ev, _ in WHO_KEY],
+}
+
+
+@pytest.fixture(scope="module")
+def case_rows(tmp_path_factory: pytest.TempPathFactory, tw_env_module) -> dict[str, list[dict]]:
+    """Each case's stored rows in line order, keyed by case name."""
+    tmp = tmp_path_factory.mktemp("contract")
+    cli = CLI(data_dir=tmp / "store", env=tw_env_module)
+    logs = tmp / "logs"
+    logs.mkdir()
+    paths = {}
+    for i, (name, events) in enumerate(LOG_CASES.items()):
+        paths[name] = logs / f"case-{i:03d}.jsonl"
+        paths[name].write_text("".join(json.dumps(ev) + "\n" for ev in events))
+    summary = cli.ingest(*paths.values())
+    lines = sum(map(len, LOG_CASES.values()))
+    assert summary["events_stored"] == lines and summary["sources"] == len(paths), summary
+    rows = cli.query(
+        "SELECT *, strftime(ts, '%Y-%m-%dT%H:%M:%S.%g') AS ts_text FROM events"
+        " ORDER BY source, line_no"
+    )
+    assert len(rows) == lines
+    by_source: dict[str, list[dict]] = {}
+    for r in rows:
+        by_source.setdefault(r["source"], []).append(r)
+    return {name: by_source[str(path)] for name, path in paths.items()}
+
+
+@pytest.mark.parametrize(("field", "alias"), CASES, ids=[f"{f}-{a}" for f, a in CASES])
+def test_every_alias_is_read(case_rows, field: str, alias: str) -> None:
+    (row,) = case_rows[f"alias-{field}-{alias}"]
     col = COLUMN.get(field, field)
     if field == "args":
         assert json.loads(row["args"]) == CANON_VALUE["args"]
@@ -71,105 +168,42 @@ def test_every_alias_is_read(tw, write_lines, field: str, alias: str) -> None:
         assert row[col] == CANON_VALUE[field]
 
 
-def test_first_alias_wins_and_unknown_fields_are_kept(tw, write_lines) -> None:
-    ev = {**BASE, "sessionId": "second", "session_id": "first", "custom_field": {"deep": [1, 2]}}
-    tw.ingest(write_lines(ev))
-    (row,) = tw.query("SELECT session_id, raw FROM events")
+def test_first_alias_wins_and_unknown_fields_are_kept(case_rows) -> None:
+    (row,) = case_rows["first-alias"]
     assert row["session_id"] == "first"
     assert json.loads(row["raw"])["custom_field"] == {"deep": [1, 2]}
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("2026-11-02T10:00:00.250Z", "2026-11-02T10:00:00.250"),
-        ("2026-11-02T11:00:00+01:00", "2026-11-02T10:00:00"),
-        ("2026-11-02 10:00:00", "2026-11-02T10:00:00"),
-        (1793613600, "2026-11-02T10:00:00"),
-        (1793613600.5, "2026-11-02T10:00:00.500"),
-        (1793613600123, "2026-11-02T10:00:00.123"),
-        ("1793613600", "2026-11-02T10:00:00"),
-    ],
-)
-def test_timestamp_forms(tw, write_lines, value, expected: str) -> None:
-    tw.ingest(write_lines({**BASE, "ts": value}))
-    (row,) = tw.query("SELECT strftime(ts, '%Y-%m-%dT%H:%M:%S.%g') AS t FROM events")
-    assert row["t"].startswith(expected.ljust(23, "0")[:23] if "." in expected else expected)
+@pytest.mark.parametrize(("i", "expected"), [(i, e) for i, (_, e) in enumerate(TIMESTAMP_FORMS)],
+                         ids=[repr(v) for v, _ in TIMESTAMP_FORMS])
+def test_timestamp_forms(case_rows, i: int, expected: str) -> None:
+    (row,) = case_rows[f"ts-{i}"]
+    t = row["ts_text"]
+    assert t.startswith(expected.ljust(23, "0")[:23] if "." in expected else expected)
 
 
-@pytest.mark.parametrize(
-    ("fields", "status"),
-    [
-        ({"status": "success"}, "ok"),
-        ({"status": "404"}, "not_found"),
-        ({"status": 404}, "not_found"),
-        ({"outcome": "Not Found"}, "not_found"),
-        ({"status": "forbidden"}, "denied"),
-        ({"status": 403}, "denied"),
-        ({"status": "unauthorized"}, "auth_failed"),
-        ({"status": "invalid_api_key"}, "auth_failed"),
-        ({"status": 429}, "rate_limited"),
-        ({"outcome": "throttled"}, "rate_limited"),
-        ({"status": 500}, "error"),
-        ({"isError": True}, "error"),
-        ({"is_error": False}, "ok"),
-        ({"status": "not_found", "isError": True}, "not_found"),
-        ({}, "unknown"),
-    ],
-)
-def test_outcome_normalization(tw, write_lines, fields: dict, status: str) -> None:
-    ev = {k: v for k, v in BASE.items() if k != "status"} | fields
-    tw.ingest(write_lines(ev))
-    (row,) = tw.query("SELECT status FROM events")
+@pytest.mark.parametrize(("i", "status"), [(i, s) for i, (_, s) in enumerate(OUTCOMES)],
+                         ids=[json.dumps(f) for f, _ in OUTCOMES])
+def test_outcome_normalization(case_rows, i: int, status: str) -> None:
+    (row,) = case_rows[f"outcome-{i}"]
     assert row["status"] == status
 
 
-def test_numbers_as_strings_are_coerced(tw, write_lines) -> None:
-    tw.ingest(write_lines({**BASE, "bytes": "1234", "rows": "7", "duration_ms": "3.5"}))
-    (row,) = tw.query("SELECT bytes, rows, duration_ms FROM events")
-    assert row == {"bytes": 1234, "rows": 7, "duration_ms": 3.5}
+def test_numbers_as_strings_are_coerced(case_rows) -> None:
+    (row,) = case_rows["numbers-as-strings"]
+    assert (row["bytes"], row["rows"], row["duration_ms"]) == (1234, 7, 3.5)
 
 
-def test_resource_derived_from_args(tw, write_lines) -> None:
-    lines = [
-        {**BASE, "args": {"sessionId": "x", "bookingId": "bk-1"}},
-        {**BASE, "args": {"path": "/etc/hosts"}},
-        {**BASE, "args": {"uri": "https://a.example/b"}},
-        {**BASE, "args": {"id": 42}},
-        {**BASE, "args": {"query": "no resource here"}},
-        {**BASE, "resource_id": "explicit", "args": {"documentId": "doc-1"}},
-    ]
-    tw.ingest(write_lines(*lines))
-    rows = tw.query("SELECT resource_key, resource_id FROM events ORDER BY line_no")
+def test_resource_derived_from_args(case_rows) -> None:
+    rows = case_rows["resource-from-args"]
     assert [(r["resource_key"], r["resource_id"]) for r in rows] == [
-        ("bookingId", "bk-1"),
-        ("path", "/etc/hosts"),
-        ("uri", "https://a.example/b"),
-        ("id", "42"),
-        (None, None),
-        (None, "explicit"),
+        want for _, want in RESOURCE_FROM_ARGS
     ]
 
 
-def test_a_who_key_is_the_resource_only_of_a_tool_about_that_kind(tw, write_lines) -> None:
-    # getUser(userId) reads a user profile (seed 001's IDOR walk over users); listOrders
-    # (userId) lists orders on behalf of a user; another id key always wins.
-    lines = [
-        {**BASE, "tool": "getUser", "args": {"userId": "usr-20001"}},
-        {**BASE, "tool": "get_user_profile", "args": {"user_id": "usr-7"}},
-        {**BASE, "tool": "listOrders", "args": {"userId": "usr-20001"}},
-        {**BASE, "tool": "getUser", "args": {"userId": "u1", "documentId": "doc-1"}},
-        {**BASE, "tool": "getTenant", "args": {"sessionId": "s", "tenantId": "t-9"}},
-    ]
-    tw.ingest(write_lines(*lines))
-    rows = tw.query("SELECT resource_key, resource_id FROM events ORDER BY line_no")
-    assert [(r["resource_key"], r["resource_id"]) for r in rows] == [
-        ("userId", "usr-20001"),
-        ("user_id", "usr-7"),
-        (None, None),
-        ("documentId", "doc-1"),
-        ("tenantId", "t-9"),
-    ]
+def test_a_who_key_is_the_resource_only_of_a_tool_about_that_kind(case_rows) -> None:
+    rows = case_rows["who-key"]
+    assert [(r["resource_key"], r["resource_id"]) for r in rows] == [want for _, want in WHO_KEY]
 
 
 def test_session_summaries_become_sessions(tw, write_lines) -> None:

@@ -365,11 +365,17 @@ class BulkExtractionDetector(Detector):
             pl.col("_pulled_bytes").alias("beyond_bytes"),
             pl.col("_pulled_rows").alias("beyond_rows"), "max_bytes", "max_pages"))
         self.session_baseline_ = Baseline(_VOL, ["caller_id"], **mk).fit(narrow)
-        multi = sessions.lazy().select("calls", pl.col("_pulled_bytes").alias("beyond_bytes")
-                                       ).filter(
+        multi = sessions.lazy().select("calls", pl.col("_pulled_bytes").alias("beyond_bytes"),
+                                       pl.col("_pulled_rows").alias("beyond_rows")).filter(
             pl.col("calls") >= 2).collect(engine="in-memory")
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
+        # The same in records, over the sessions whose servers log them: a server that
+        # logs rows but no sizes is judged by its records.
+        with_rows = multi.filter(pl.col("beyond_rows") > 0)
+        typ_r = ((with_rows["beyond_rows"] / (with_rows["calls"] - 1)).median()
+                 if with_rows.height else None)
+        self.typical_call_rows_ = float(typ_r) if typ_r else None  # type: ignore[arg-type]
         hk = {"min_rows": cfg.baseline_min_sessions,
               "min_days": max(cfg.baseline_min_days, cfg.habit_min_days)}
         # A caller's usual *heaviest session of a day* (one row per active day): what a
@@ -541,6 +547,12 @@ class BulkExtractionDetector(Detector):
             gate(pl.col("beyond_per_call") / self.typical_call_bytes_, b.heavy_factor)
             if self.typical_call_bytes_ else pl.lit(1.0)
         )
+        typ_r = getattr(self, "typical_call_rows_", None)
+        if typ_r:
+            # A session that logged records but no sizes: heavy by records per call.
+            rows_per_call = pl.col("beyond_rows") / (pl.col("calls") - 1).clip(lower_bound=1)
+            heavy = pl.when(pl.col("beyond_bytes").fill_null(0) > 0).then(heavy).otherwise(
+                gate(rows_per_call.fill_null(0) / typ_r, b.heavy_factor))
         # Focus: a working day spreads its volume over many tools; an extraction asks one
         # resource for it (no per-call tools, e.g. a summary line or an entity window: the
         # figure is unknown and does not block).
@@ -600,6 +612,16 @@ class BulkExtractionDetector(Detector):
                                              b.focus_min))
         else:
             p_over = pl.lit(0.0)
+        if (b.tool_factor > 0 and self.typical_call_bytes_
+                and {"basis", "total_bytes"} <= set(df.columns)):
+            # A session known only from its server's summary line (seed 001's
+            # logSessionSummary): when its calls averaged tool_factor times the
+            # population's typical call, all of its volume came from oversized responses.
+            avg = pl.col("total_bytes") / pl.col("calls").clip(lower_bound=1)
+            summary_over = (pl.col("basis") == "summary") & (
+                avg >= b.tool_factor * self.typical_call_bytes_)
+            p_over = any_of(p_over, pl.when(summary_over).then(
+                band(pl.col("total_bytes") / b.oversized_min_bytes, 1.0, 10.0)).otherwise(0.0))
         lf = lf.with_columns(
             p_request.alias("p_request"),
             p_over.alias("p_oversized"),

@@ -261,7 +261,9 @@ class BulkExtractionConfig:
         1_000_000,
     )
     oversized_min_rows: int = doc(
-        "Like oversized_min_bytes for records (rows), when the server logs them.", 10_000
+        "Like oversized_min_bytes for records (rows), when the server logs them: 1 MB at "
+        "the 200 bytes per record that min_bytes / min_rows assume.",
+        5_000,
     )
     single_z_lo: float = doc(
         "A single response this many robust z-scores above the population's largest "
@@ -466,15 +468,16 @@ class ToolsConfig:
     data_terms: list[str] = doc(
         "Substrings (case-insensitive) of a tool name or its argument text that mark a read "
         "as returning people's or a business's records (customer lists, user tables, "
-        "payroll, exports and dumps): sent to another server, such a read is a data flow "
-        "whatever its size (cross_server_flow). Credentials and system files are "
-        "sensitive_terms.",
+        "payroll, exports and dumps) — unless the argument is an aggregate query (a select "
+        "list of count/sum/avg/min/max, or a GROUP BY), which returns figures: sent to "
+        "another server, such a read is a data flow whatever its size (cross_server_flow). "
+        "Credentials and system files are sensitive_terms.",
         factory=lambda: [
             "customer", "client_list", "contact", "member", "employee", "patient",
             "subscriber", "payroll", "salary", "salaries", "personal", "pii", "ssn",
             "users", "accounts", "export", "dump", "backup", "dataset",
             # A business's own records: whole tables of them are as sensitive as people's.
-            "payments", "invoices", "transactions", "ledger",
+            "payments", "invoices", "orders", "transactions", "ledger",
         ],
     )
     data_tools: list[str] = doc(

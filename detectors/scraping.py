@@ -39,7 +39,7 @@ from toolwatch.detectors.text import clean, duration, num, pct
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
              "own_days", "own_typical_calls", "habitual", "p_mech", "p_sweep", "p_rate",
-             "p_rate_summary", "p_own", "distinct_resources"]
+             "p_rate_summary", "p_calls_summary", "p_own", "distinct_resources"]
 
 
 def _dup() -> pl.Expr:
@@ -126,6 +126,15 @@ class ScrapingLoopDetector(Detector):
                          gate(ratio(pl.col("total_bytes"), pl.col("calls")),
                               s.summary_min_bytes_per_call)))
             .otherwise(0.0),
+            # Seed 001's own rule for a summary line: more than 50 calls in one session is
+            # its scraping-loop signal, whatever the rate. Counted from calls_lo calls over
+            # few resources returning content, as above.
+            "p_calls_summary": pl.when(pl.col("basis") == "summary").then(
+                all_of(band(pl.col("calls"), s.calls_lo, s.calls_hi),
+                       gate(_dup(), s.summary_repeat_lo),
+                       gate(ratio(pl.col("total_bytes"), pl.col("calls")),
+                            s.summary_min_bytes_per_call))
+            ).otherwise(0.0),
         }
         cols = sessions.columns
         return sessions.lazy().with_columns(
@@ -245,7 +254,8 @@ class ScrapingLoopDetector(Detector):
             *[pl.lit(None).alias(k) for k in ("z_own", "own_n", "own_days",
                                              "own_typical_calls", "habitual", "p_mech")],
             pl.col("score").alias("p_sweep"),
-            *[pl.lit(None).alias(k) for k in ("p_rate", "p_rate_summary", "p_own")],
+            *[pl.lit(None).alias(k) for k in ("p_rate", "p_rate_summary", "p_calls_summary",
+                                              "p_own")],
             "session_ids", "n_sessions", pl.lit(None, pl.Int64).alias("distinct_resources"),
         )
 
@@ -303,7 +313,7 @@ class ScrapingLoopDetector(Detector):
                 "basis": row.get("basis"),
                 "pattern_scores": clean({k: row.get(k) for k in
                                          ("p_mech", "p_sweep", "p_rate", "p_rate_summary",
-                                          "p_own")}),
+                                          "p_calls_summary", "p_own")}),
             }
         )
         return reasons, evidence

@@ -67,6 +67,9 @@ __all__ = ["MUTATING_ROLES", "ROLES", "annotate", "annotated", "role_of", "tool_
 MUTATING_ROLES = ("write", "irreversible", "admin_exec")
 
 _SEED = 0x7077
+#: An aggregate query in an argument's text: a select list that opens with an aggregate
+#: function (``SELECT count(*) …``) or a GROUP BY.
+_AGGREGATE = r"(?i)\bselect\s+(?:distinct\s+)?(?:count|sum|avg|min|max)\s*\(|\bgroup\s+by\b"
 
 #: Leading verb → role. The verb is the name's first word (camelCase, snake_case,
 #: kebab-case or dotted: ``fulfillOrder``, ``fulfill_order``, ``orders.fulfill`` → last
@@ -360,7 +363,9 @@ def _annotate(
     sens = (pl.lit(False) if not tc.sensitive_terms else args.str.contains_any(
         list(tc.sensitive_terms), ascii_case_insensitive=True))
     dsens = (pl.lit(False) if not tc.data_terms else args.str.contains_any(
-        list(tc.data_terms), ascii_case_insensitive=True))
+        list(tc.data_terms), ascii_case_insensitive=True)
+        # An aggregate query over a table of records returns figures, not the records.
+        & ~args.str.contains(_AGGREGATE))
     has_idem = args.str.contains_any([f'"{k}"' for k in idem_keys]) if idem_keys else None
     has_bk = args.str.contains_any([f'"{k}"' for k in bk_keys]) if bk_keys else None
     conds = [pl.col("_sens_args"), pl.col("_data_args"),

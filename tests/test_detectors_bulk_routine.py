@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import orjson
 import polars as pl
 from toolwatch.detectors import DetectorsConfig
 
@@ -132,11 +133,12 @@ def test_one_response_of_a_dumps_worth_of_records_is_bulk() -> None:
     tr = Traffic(seed=264)
     tr.background(days=2, users=30, per_day=2)
     tr.call("dump", T0 + timedelta(days=1, hours=12), "run_query", caller="mallory",
-            ip="203.0.113.9", server="internal", args={"sql": "SELECT count(*) FROM orders"},
+            ip="203.0.113.9", server="internal", args={"sql": "SELECT count(*) FROM shipments"},
             nbytes=120, rows=1)
+    # A table no data_terms word names, so that only the records' count can catch it.
     tr.call("dump", T0 + timedelta(days=1, hours=12, seconds=30), "run_query",
             caller="mallory", ip="203.0.113.9", server="internal",
-            args={"sql": "SELECT * FROM orders"}, nbytes=18_000_000, rows=180_000)
+            args={"sql": "SELECT * FROM shipments"}, nbytes=18_000_000, rows=180_000)
     assert _bulk(_run(tr), "dump").height == 1
     assert _bulk(_run(tr, request_factor=0.0), "dump").height == 0
 
@@ -171,3 +173,51 @@ def test_a_window_counts_missed_ids_not_retries_of_one() -> None:
         hits = res.alerts.filter((pl.col("category") == "enumeration")
                                  & (pl.col("caller_id") == "agent-o"))
         assert (hits.height > 0) == probing, probing
+
+
+def test_records_from_a_server_that_logs_no_sizes_are_volume() -> None:
+    """Seed 001 counts data returned; a CRM that logs rows but no byte sizes still shows
+    a caller pulling thousands of customer records in batches (issue 26: volume is bytes
+    or records)."""
+    tr = Traffic(seed=265)
+    tr.background(days=2, users=30, per_day=2)
+    # Support staff looking up one customer at a time on the same server: the records
+    # a call typically returns.
+    for k in range(40):
+        for j in range(3):
+            tr.call(f"support-{k}", T0 + timedelta(days=k % 2, hours=9 + k % 8, minutes=j),
+                    "getCustomer", caller=f"user-{k % 30}", server="crm",
+                    resource_key="customerId", resource_id=f"C-{k * 10 + j}",
+                    nbytes=None, rows=1)
+    for k in range(58):
+        tr.call("batches", T0 + timedelta(days=1, hours=12, seconds=2 * k),
+                "getCustomersBatch", caller="mallory", ip="203.0.113.9", server="crm",
+                args={"ids": [f"C-{100 * k + j}" for j in range(0, 100, 33)], "count": 100},
+                nbytes=None, rows=100)
+    hit = _bulk(_run(tr), "batches")
+    assert hit.height == 1
+    # The oversized-records floor decides it: at twice the floor the batches stay under.
+    assert _bulk(_run(tr, oversized_min_rows=12_000), "batches").height == 0
+
+
+def test_a_summary_line_whose_calls_averaged_far_beyond_a_typical_call_is_bulk() -> None:
+    """Known only from its server's summary (seed 001's logSessionSummary): 13.5 MB in 35
+    calls is ~386 kB a call, two orders of magnitude beyond a typical call; a summary of
+    35 ordinary calls is quiet."""
+    tr = Traffic(seed=266)
+    tr.background(days=2, users=30, per_day=2)
+    at = T0 + timedelta(days=1, hours=12)
+    tr.summary("big", at, kind="SESSION_ANOMALY", caller="agent-80d2", calls=35,
+               unique_resources=25, total_bytes=13_500_000, duration_s=74.0)
+    tr.summary("small", at, kind="SESSION_END", caller="carol", calls=35,
+               unique_resources=25, total_bytes=70_000, duration_s=600.0)
+    res = _run(tr)
+    assert _bulk(res, "big").height == 1
+    assert _bulk(res, "small").height == 0
+
+    def oversized(r: detectors.DetectResult) -> float:
+        ev = orjson.loads(_bulk(r, "big")["evidence"][0])
+        return ev["pattern_scores"].get("p_oversized", 0.0)
+
+    assert oversized(res) == 1.0  # 13.5 MB: ten times oversized_min_bytes
+    assert oversized(_run(tr, tool_factor=0.0)) == 0.0

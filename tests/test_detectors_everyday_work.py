@@ -167,9 +167,14 @@ def test_a_summary_only_crawl_is_scraping_a_status_poll_is_not() -> None:
     # A CI bot polling a build status: as many calls, a few hundred bytes each.
     tr.summary("poll", T, kind="SESSION_ANOMALY", caller="ci-buildkite", calls=160,
                unique_resources=2, total_bytes=160 * 400, duration_s=260)
+    # The same crawl at a slow pace (70 calls in 20 minutes): seed 001's count is the
+    # signal, not the rate.
+    tr.summary("slow-crawl", T, kind="SESSION_ANOMALY", caller="agent-77", calls=70,
+               unique_resources=4, total_bytes=70 * 3_000, duration_s=1200)
     res = run(tr)
     found = alerts_of(res, "scraping_loop", session_id="crawl")
     assert found and "summary" in found[0]["reasons"][0]
+    assert alerts_of(res, "scraping_loop", session_id="slow-crawl")
     assert not res.alerts.filter(pl.col("session_id") == "poll").height
 
 

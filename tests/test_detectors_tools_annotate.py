@@ -125,3 +125,23 @@ def test_running_a_read_is_a_read() -> None:
 
     assert role_of("run_query") == role_of("runReport") == "read"
     assert role_of("runCommand") == role_of("run_script") == "admin_exec"
+
+
+def test_an_aggregate_over_records_returns_figures_not_records() -> None:
+    """A data_terms table read row by row is a read of records; an aggregate over the
+    same table (a select list of count/sum/…, or a GROUP BY) returns figures."""
+    cfg = DetectorsConfig()
+    sqls = {
+        "SELECT * FROM orders": True,
+        "select * from customers where id = 7": True,
+        "SELECT region, sum(amount) FROM orders GROUP BY 1": False,
+        "SELECT count(*) FROM payments": False,
+        "SELECT COUNT(DISTINCT id) FROM users": False,
+        "SELECT * FROM analytics.cohorts": False,  # no records word: not named
+    }
+    df = pl.DataFrame({
+        "server": ["internal"] * len(sqls), "tool": ["run_query"] * len(sqls),
+        "args": [orjson.dumps({"sql": q}).decode() for q in sqls],
+    })
+    got = annotate(df, cfg)["data"].to_list()
+    assert got == list(sqls.values())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import shutil
@@ -18,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from toolwatch import schema
-from toolwatch.allocator import release_memory
+from toolwatch.allocator import _ARENAS_ALL, _duckdb_mallctl, release_memory
 from toolwatch.config import Config
 from toolwatch.gc_pause import gc_paused
 from toolwatch.ingest import arrays
@@ -345,7 +346,9 @@ def run_partitioned(
             # doubled every partition's fit set.
             sample = "TRUE" if every == 1 else (
                 f"k.{k} IS NOT NULL AND NOT k.split_{k} AND hash(k.{k}) % {every} = 0")
-            return _read_partition(con, ev_cols, ew, params, part, sample)
+            frames = _read_partition(con, ev_cols, ew, params, part, sample)
+            _release_read()
+            return frames
 
         found = detect_partitioned(read, n_parts, dcfg, detected_at=latest,
                                    model_path=model_path)
@@ -446,6 +449,23 @@ def _read_partition(
     ).to_arrow_table())
     assert isinstance(ev, pl.DataFrame) and isinstance(su, pl.DataFrame)
     return ev, su
+
+
+def _release_read() -> None:
+    """Return what a partition read freed before the partition is detected on.
+
+    DuckDB allocates through a jemalloc of its own whose freed pages decay only while
+    DuckDB allocates again; the partition's sort and Arrow export left them resident
+    through the whole detection pass (one caller with 3M events: ~0.3-0.45 GB). A purge
+    returns them now; the arenas keep their decay settings, and the next read takes fresh
+    pages (the same CPU: 74.5 vs 74.6 s user over 8 partitions). Then glibc's heap and
+    Arrow's pool, as before a single pass.
+    """
+    fn = _duckdb_mallctl()
+    if fn is not None:
+        with contextlib.suppress(Exception):
+            fn(b"arena.%d.purge" % _ARENAS_ALL, None, None, None, 0)
+    release_memory()
 
 
 def _detector_columns() -> list[str]:

@@ -370,6 +370,7 @@ class BulkExtractionDetector(Detector):
             pl.col("calls") >= 2).collect(engine="in-memory")
         typ = (multi["beyond_bytes"] / (multi["calls"] - 1)).median() if multi.height else None
         self.typical_call_bytes_ = float(typ) if typ else None  # type: ignore[arg-type]
+        self.typical_call_sessions_ = multi.height
         # The same in records, over the sessions whose servers log them: a server that
         # logs rows but no sizes is judged by its records.
         with_rows = multi.filter(pl.col("beyond_rows") > 0)
@@ -612,16 +613,25 @@ class BulkExtractionDetector(Detector):
                                              b.focus_min))
         else:
             p_over = pl.lit(0.0)
-        if (b.tool_factor > 0 and self.typical_call_bytes_
-                and {"basis", "total_bytes"} <= set(df.columns)):
+        if b.tool_factor > 0 and {"basis", "total_bytes"} <= set(df.columns):
             # A session known only from its server's summary line (seed 001's
             # logSessionSummary): when its calls averaged tool_factor times the
             # population's typical call, all of its volume came from oversized responses.
-            avg = pl.col("total_bytes") / pl.col("calls").clip(lower_bound=1)
-            summary_over = (pl.col("basis") == "summary") & (
-                avg >= b.tool_factor * self.typical_call_bytes_)
-            p_over = any_of(p_over, pl.when(summary_over).then(
-                band(pl.col("total_bytes") / b.oversized_min_bytes, 1.0, 10.0)).otherwise(0.0))
+            if (not self.typical_call_bytes_
+                    or getattr(self, "typical_call_sessions_", 0) < b.tool_min_sessions):
+                # Cold start, too few sessions for a typical call: seed 001's own absolute
+                # rule (totalBytesReturned > 1,000,000), reported low.
+                summary_over = (pl.col("basis") == "summary") & (
+                    pl.col("total_bytes") > b.oversized_min_bytes)
+                p_over = any_of(p_over, pl.when(summary_over).then(
+                    pl.lit(self.threshold + 0.05)).otherwise(0.0))
+            else:
+                avg = pl.col("total_bytes") / pl.col("calls").clip(lower_bound=1)
+                summary_over = (pl.col("basis") == "summary") & (
+                    avg >= b.tool_factor * self.typical_call_bytes_)
+                p_over = any_of(p_over, pl.when(summary_over).then(
+                    band(pl.col("total_bytes") / b.oversized_min_bytes, 1.0, 10.0))
+                    .otherwise(0.0))
         lf = lf.with_columns(
             p_request.alias("p_request"),
             p_over.alias("p_oversized"),

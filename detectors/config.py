@@ -561,6 +561,13 @@ class ToolLoopConfig:
         "streak must be made of at most this many distinct calls.",
         4,
     )
+    periodic_lo: float = doc(
+        "A streak of several distinct calls is a loop when at least this share of its "
+        "calls repeat the call one cycle before them (A→B→C→A→B→C: a stuck agent's "
+        "context produces the same next call). The same few calls taken up in no fixed "
+        "order (a person switching between three queries) count only from streak_hi.",
+        0.75,
+    )
     self_z: float = doc(
         "When the caller loops habitually (its typical session over several days already "
         "scores at alert level: a scheduled health probe, a status poller), a session must "

@@ -148,7 +148,8 @@ class ToolLoopDetector(_SequenceDetector):
     config_key = "tool_loop"
     summary = "A streak of exact repeats (same call, same outcome): A, or A→B→A→B…"
 
-    _extra: ClassVar[list[str]] = ["streak", "cycle", "loop_tool", "loop_span_s", "calls", "chain"]
+    _extra: ClassVar[list[str]] = ["streak", "cycle", "periodic", "loop_tool", "loop_span_s",
+                                   "calls", "chain"]
 
     def fit(self, history: FeatureSet) -> Self:
         """Learn which callers loop habitually (a scheduled probe) and their usual streak."""
@@ -168,13 +169,18 @@ class ToolLoopDetector(_SequenceDetector):
 
     def _raw(self) -> pl.Expr:
         s = self.settings
-        return pl.when(pl.col("cycle") <= s.max_cycle).then(
-            band(pl.col("streak"), s.streak_lo, s.streak_hi)).otherwise(0.0)
+        # A cycle of several calls must come round in the same order to be a loop; a few
+        # calls taken up again in no fixed order (an analyst switching between three
+        # queries) count only from streak_hi repeats.
+        ordered = (pl.col("cycle") <= 1) | (pl.col("periodic").fill_null(1.0) >= s.periodic_lo)
+        return pl.when(pl.col("cycle") > s.max_cycle).then(0.0).when(ordered).then(
+            band(pl.col("streak"), s.streak_lo, s.streak_hi)).otherwise(
+            band(pl.col("streak"), s.streak_hi, 2 * s.streak_hi))
 
     def _per_session(self, sessions: pl.DataFrame, found: pl.DataFrame) -> pl.DataFrame:
         """Every session's caller, start, streak (0 without one) and raw score."""
         return sessions.lazy().select("sh", "caller_id", "first_t").join(
-            found.lazy().select("sh", "streak", "cycle"), on="sh", how="left",
+            found.lazy().select("sh", "streak", "cycle", "periodic"), on="sh", how="left",
             maintain_order="left",
         ).with_columns(pl.col("streak").fill_null(0), pl.col("cycle").fill_null(0)).with_columns(
             self._raw().alias("_raw")).collect(engine="in-memory")
@@ -209,8 +215,9 @@ class ToolLoopDetector(_SequenceDetector):
         cand = sess.lazy().filter(
             (pl.col("calls") - pl.col("distinct_calls")) >= s.streak_lo
         ).select("sh", "calls").collect(engine="in-memory")
-        schema = {"streak": pl.Int64, "cycle": pl.Int64, "loop_tool": pl.String,
-                  "loop_span_s": pl.Float64, "calls": pl.Int64, "chain": _CHAIN}
+        schema = {"streak": pl.Int64, "cycle": pl.Int64, "periodic": pl.Float64,
+                  "loop_tool": pl.String, "loop_span_s": pl.Float64, "calls": pl.Int64,
+                  "chain": _CHAIN}
         if cand.height == 0:
             return _empty_found(schema)
         # The columns used below only: the sort then moves 10 columns, not 21. One
@@ -223,7 +230,12 @@ class ToolLoopDetector(_SequenceDetector):
         key = pl.struct("ch", pl.col("status").fill_null("")).hash(SEED)
         ev = ev.with_columns(key.alias("_k"))
         rep = ~pl.col("_k").is_first_distinct().over("sh")
-        ev = ev.with_columns(rep.alias("_rep"))
+        # Per call: whether it repeats the call 2, 3 … 2 x max_cycle calls before it (a
+        # cycle coming round in order; a period may hold a call twice: A→B→A→C).
+        lags = range(2, 2 * s.max_cycle + 1)
+        ev = ev.with_columns(rep.alias("_rep"), *[
+            (pl.col("_k") == pl.col("_k").shift(n).over("sh")).fill_null(False)
+            .alias(f"_lag{n}") for n in lags])
         brk = (~pl.col("_rep")) | (pl.col("sh") != pl.col("sh").shift(1)).fill_null(True)
         ev = ev.with_columns(brk.cum_sum().alias("_run"))
         poll = s.finished_poll_quiet
@@ -243,6 +255,7 @@ class ToolLoopDetector(_SequenceDetector):
             .agg(
                 pl.len().alias("streak"),
                 pl.col("_k").n_unique().alias("cycle"),
+                *[pl.col(f"_lag{n}").mean().alias(f"_lag{n}") for n in lags],
                 pl.col("tool").mode().sort().first().alias("loop_tool"),
                 ((pl.col("t").max() - pl.col("t").min()) / 1e6).alias("loop_span_s"),
                 _chain_expr(6),
@@ -253,6 +266,12 @@ class ToolLoopDetector(_SequenceDetector):
             )
             .collect(engine="in-memory")
         )
+        # The share of the streak's calls that repeat the call one period before them, at
+        # the period that fits best (a single repeated call is periodic by definition).
+        streaks = streaks.with_columns(
+            pl.when(pl.col("cycle") <= 1).then(1.0)
+            .otherwise(pl.max_horizontal([f"_lag{n}" for n in lags])).alias("periodic")
+        ).drop([f"_lag{n}" for n in lags])
         if s.probe_quiet:
             # A read on a fixed timer (a health check, a monitor) is a scheduled probe: a
             # machine's clock paces it, where an agent stuck in a loop is paced by its own
@@ -407,7 +426,9 @@ class ToolLoopDetector(_SequenceDetector):
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
         """Reasons: the streak, its cycle and the tool."""
         cyc = row.get("cycle") or 1
-        what = "the same call" if cyc == 1 else f"a cycle of {cyc} calls"
+        ordered = cyc == 1 or (row.get("periodic") or 0.0) >= self.settings.periodic_lo
+        what = ("the same call" if cyc == 1 else f"a cycle of {cyc} calls" if ordered
+                else f"{cyc} calls in no fixed order")
         reasons = [
             f"{num(row.get('streak'))} consecutive calls repeat {what} exactly (same tool, "
             f"arguments and outcome) over {num(row.get('loop_span_s'))} s, mostly "
@@ -421,7 +442,7 @@ class ToolLoopDetector(_SequenceDetector):
         return reasons, self._evidence(row, {
             "repeating_streak": row.get("streak"), "cycle_length": cyc,
             "loop_tool": row.get("loop_tool"), "loop_span_s": row.get("loop_span_s"),
-            "calls": row.get("calls")})
+            "periodic_share": row.get("periodic"), "calls": row.get("calls")})
 
 
 # --------------------------------------------------------------------- privilege_chain

@@ -293,3 +293,32 @@ def test_a_summary_only_session_that_never_got_in_is_a_stuffing_attempt() -> Non
     assert not alerts_of(res, "credential_stuffing", session_id="got-in")
     assert not alerts_of(run(tr, credential_stuffing={"attempt_creds": 0}),
                          "credential_stuffing", session_id="stuff")
+
+
+def test_a_cycle_in_order_is_a_loop_a_few_queries_in_no_order_are_not() -> None:
+    """Issue 26: an analyst re-running three saved queries, picked in no fixed order, a
+    dozen times; beside it an agent going search → summarize → search → summarize over
+    two tickets, round and round (seed 003's circular chain)."""
+    import random
+
+    tr = base()
+    rng = random.Random(7)
+    queries = [f"SELECT region, sum(amount) FROM {t} GROUP BY 1"
+               for t in ("orders", "mrr", "usage")]
+    order = [*queries, *[rng.choice(queries) for _ in range(14)]]
+    assert any(order[i] == order[i + 1] for i in range(len(order) - 1))  # not a cycle
+    for k, q in enumerate(order):
+        tr.call("analyst", T + timedelta(seconds=10 * k), "run_query", caller="dlopez",
+                server="internal", args={"sql": q}, rows=rng.randint(10, 5000))
+    t = T
+    for k in range(20):
+        tr.call("circle", t, "search_tickets", caller="agent-5", server="tickets",
+                args={"query": "printer offline"})
+        tr.call("circle", t + timedelta(seconds=1), "summarize_ticket", caller="agent-5",
+                server="tickets", args={"id": ("T-1", "T-2")[k % 2]})
+        t += timedelta(seconds=2)
+    res = run(tr)
+    assert alerts_of(res, "tool_loop", session_id="circle")
+    assert not alerts_of(res, "tool_loop", session_id="analyst")
+    # With the order requirement off, the analyst's repeats are a loop again.
+    assert alerts_of(run(tr, tool_loop={"periodic_lo": 0.0}), "tool_loop", session_id="analyst")

@@ -127,10 +127,7 @@ def test_seed_example(example: render.Example, alerts: list[dict]) -> None:
 SUMMARY_EXAMPLES = [ex for ex in EXAMPLES if all("event" in x for x in ex.lines)]
 
 #: id -> what toolwatch misses when the summary is the only thing in the store.
-KNOWN_GAPS_ALONE: dict[str, str] = {
-    "s001_summary_bulk": "a SESSION_ANOMALY of 46 MB in 12 calls, alone in a store, raises "
-    "nothing: the volume rule needs a population, seed 001's > 1 MB is absolute",
-}
+KNOWN_GAPS_ALONE: dict[str, str] = {}
 
 
 def _alone_params() -> list:

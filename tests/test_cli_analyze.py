@@ -103,6 +103,10 @@ def test_evaluate_reports_per_category_and_role(analyzed: dict) -> None:
     for hard in ("power_user", "nightly_export", "typo_user", "retry_client",
                  "booking_customer"):
         assert fps[hard] == 0, (hard, res["false_positives"])
+    # The two files swapped: a clear error naming the order, no traceback.
+    bad = cli("evaluate", str(analyzed["alerts"]), str(labels), check=False)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "labels come first" in " ".join(bad.stderr.split())
 
 
 @pytest.mark.slow  # starts a process

@@ -721,6 +721,11 @@ def evaluate(
         rows = [orjson.loads(x) for x in alerts_file.read_bytes().splitlines() if x.strip()]
     except orjson.JSONDecodeError as exc:
         raise fail(ValueError(f"{alerts_file}: not JSON lines ({exc})"), 1) from None
+    missing = sorted({"category", "detected_at"} - set(rows[0])) if rows else []
+    if missing or (rows and "label" in rows[0]):
+        raise fail(ValueError(
+            f"{alerts_file}: not an alerts file (no {', '.join(missing) or 'alert'} fields); "
+            "the labels come first: toolwatch evaluate LABELS ALERTS"), 1)
     for r in rows:  # evidence is an object in the JSON file, text in the store schema
         if isinstance(r.get("evidence"), dict):
             r["evidence"] = orjson.dumps(r["evidence"]).decode()

@@ -517,9 +517,28 @@ class ConcurrencyAbuseDetector(Detector):
                .join(per_tool, on=["ceh", "w"], how="left")
                .join(win, on=["ceh", "w"], how="left"))
         share = pl.col("top_session_peak") / pl.col("peak").clip(lower_bound=1)
+        # As for a session: a fan-out of reads only (dashboards opened in several tabs)
+        # counts from read_peak_lo's share of peak_lo more calls than one with writes.
+        read_term = pl.lit(1.0)
+        if c.read_peak_lo > c.peak_lo:
+            pairs = features.events.select("tlh", "server", "tool").unique("tlh")
+            roles = tool_table(pairs.select("server", "tool").unique(), self.config).select(
+                "server", "tool", "tool_role")
+            ro = (live.select("ceh", "w", "tlh")
+                  .join(pairs.join(roles, on=["server", "tool"], how="left",
+                                   nulls_equal=True).select("tlh", "tool_role"),
+                        on="tlh", how="left")
+                  .group_by("ceh", "w")
+                  .agg(pl.col("tool_role").is_in(["read", "list_search"]).all()
+                       .alias("_read_only")))
+            hot = hot.join(ro, on=["ceh", "w"], how="left")
+            read_term = pl.when(pl.col("_read_only").fill_null(False)).then(
+                band(pl.col("peak") * (c.peak_lo / c.read_peak_lo), c.caller_peak_lo,
+                     c.caller_peak_hi)).otherwise(1.0)
         hot = hot.with_columns(
             all_of(
                 pl.col("score"),
+                read_term,
                 gate(pl.col("n_sessions"), self.config.entity_min_sessions),
                 gate(c.caller_max_session_share / share, 1.0),
             ).alias("score"),

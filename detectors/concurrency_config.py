@@ -25,7 +25,9 @@ class ConcurrencyAbuseConfig:
     read_peak_lo: int = doc(
         "peak_lo for a session whose calls all read: a client fanning out a dozen queries "
         "(a dashboard loading its panels) is ordinary; writes, sends and logins in "
-        "parallel race limits and quotas (seed 004) and count from peak_lo.",
+        "parallel race limits and quotas (seed 004) and count from peak_lo. A caller-wide "
+        "window of reads only is scaled the same way (read_peak_lo / peak_lo times the "
+        "caller thresholds).",
         16,
     )
     pop_ratio_lo: float = doc(

@@ -54,10 +54,11 @@ demo: analyze-demo
 	@echo "alerts written to $(DEMO_DIR)/alerts.jsonl"
 	$(BIN)/toolwatch dashboard -d $(DEMO_DIR)/store --port $(PORT)
 
-# Two workers, one file each at a time (module fixtures built once): two green full runs
-# on the 2-core CI machine (CI=true) in 18m40s and 27m38s, vs ~37 min serial.
+# Serial: with two xdist workers on a 2-core machine (18m40s-27m38s, green twice), a third
+# run lost a Kafka handoff test's round to load (its members got no partitions within
+# their 60 s); the suite stays serial until those tests hold beside another worker.
 test: setup-dev browser
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest
 
 # The tier to run while editing: no process-starting, browser, broker or long tests
 # (marked `slow`), property tests on the `dev` Hypothesis profile (tests/conftest.py),

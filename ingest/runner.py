@@ -63,7 +63,8 @@ def _ingest_paths(
     run; bad lines never fail a run (they are quarantined). ``on_output`` sees every
     batch's tables as they are committed (``analyze`` keeps them instead of re-reading).
     """
-    store = store or Store(config.data_dir, compact_min_files=config.store.compact_min_files)
+    store = store or Store(config.data_dir, compact_min_files=config.store.compact_min_files,
+                  vacuum_hours=config.store.vacuum_hours)
     parser = ParserPool.from_config(config)
     pipe: Pipeline | None = None
 
@@ -160,8 +161,7 @@ def _ingest_paths(
     writer.shutdown(wait=True)
     pipe = start_pipeline()
     pipe.close()
-    store.compact("events")
-    store.compact("quarantine")
-    store.compact("summaries")
+    for name in ("events", "quarantine", "summaries", "streams"):
+        store.compact(name)
     store.close()
     return IngestResult(pipe.counters, fingerprints, failures)

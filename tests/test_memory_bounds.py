@@ -427,11 +427,11 @@ def test_max_queued_events_bounds_the_commit_queue(tmp_path) -> None:  # type: i
 def test_compaction_merges_in_bounded_groups(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Small files are merged in groups of at most COMPACT_MAX_BYTES (a merge holds its
     rows decompressed: one 64 MiB merge took a live process to 1.26 GiB), every group of
-    the partition in one call, rows kept once each."""
+    the table in one call, rows kept once each (replayed rows were never stored twice)."""
     import duckdb
 
     from toolwatch import schema
-    from toolwatch.store import Store
+    from toolwatch.store import Checkpoint, Store
 
     class SmallMerges(Store):
         COMPACT_MAX_BYTES = 0  # set below from a file's size: ~3 files per merge
@@ -440,16 +440,18 @@ def test_compaction_merges_in_bounded_groups(tmp_path) -> None:  # type: ignore[
 
     def batch(k: int, n: int = 200) -> pa.Table:
         cols = {f.name: pa.nulls(n, f.type) for f in schema.EVENTS}
-        # batch k repeats batch k-1's last 10 ids (a replay): kept once after a merge
-        ids = [f"fp:{k * (n - 10) + i:09d}" for i in range(n)]
-        cols["event_id"] = pa.array(ids, pa.string())
+        # batch k repeats batch k-1's last 10 lines (a replay): stored once
+        offsets = [k * (n - 10) + i for i in range(n)]
+        cols["event_id"] = pa.array([f"fp:{o:09d}" for o in offsets], pa.string())
+        cols["source_fp"] = pa.array(["fp"] * n, pa.string())
+        cols["offset"] = pa.array(offsets, pa.int64())
         cols["ts"] = pa.array([t0 + timedelta(seconds=k)] * n, schema.EVENTS.field("ts").type)
         cols["ingested_at"] = pa.array([t0] * n, schema.EVENTS.field("ingested_at").type)
         return pa.table(cols, schema=schema.EVENTS)
 
     store = SmallMerges(tmp_path / "store", compact_min_files=4)
     for k in range(12):
-        store.write_batch({"events": batch(k)})
+        store.write_batch({"events": batch(k)}, [Checkpoint("fp", "f", (k + 1) * 190 + 10)])
     files = store.files("events")
     assert len(files) == 12
     SmallMerges.COMPACT_MAX_BYTES = 3 * max(os.path.getsize(f) for f in files)
@@ -460,9 +462,7 @@ def test_compaction_merges_in_bounded_groups(tmp_path) -> None:  # type: ignore[
     n, distinct = con.execute(
         "SELECT count(*), count(DISTINCT event_id) FROM read_parquet($f)", {"f": after}
     ).fetchone()  # type: ignore[misc]
-    assert distinct == 12 * 190 + 10  # nothing lost
-    # repeats inside a group are merged away; the 3 group boundaries' 10 ids each stay
-    assert n == distinct + 3 * 10
+    assert n == distinct == 12 * 190 + 10  # nothing lost, nothing twice
 
 
 @pytest.mark.slow  # live pipeline under memory gates, threads

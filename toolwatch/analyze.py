@@ -142,7 +142,8 @@ def _analyze_paths(
     # same: on two cores it is CPU either phase has to give up.)
     warm = threading.Thread(target=_warm_imports, daemon=True)
     warm.start()
-    store = Store(config.data_dir, compact_min_files=config.store.compact_min_files)
+    store = Store(config.data_dir, compact_min_files=config.store.compact_min_files,
+                  vacuum_hours=config.store.vacuum_hours)
     # Keep what this run stores (minus the raw line) instead of reading it back; if part
     # of the input was already in the store, read those streams' events from the store.
     kept_events: list[pa.Table] = []

@@ -123,13 +123,21 @@ class StoreConfig:
     """Where and how events are kept."""
 
     data_dir: str = doc(
-        "Directory of the forensic store (Parquet datasets + state). Env: TOOLWATCH_DATA_DIR.",
+        "Directory of the forensic store (Delta Lake tables + this machine's state). "
+        "Env: TOOLWATCH_DATA_DIR.",
         ".toolwatch/data",
     )
     compact_min_files: int = doc(
-        "A date partition with at least this many small files is compacted into one.",
+        "A table with at least this many small files has them merged (live: a few merges "
+        "per commit; ingest: at the end).",
         16,
         tuning=True,
+    )
+    vacuum_hours: float = doc(
+        "Files a compaction replaced are deleted this many hours later. A reader that "
+        "listed the table before the compaction (a long query, Spark) can read them until "
+        "then; Delta's time travel reaches back as far.",
+        1.0,
     )
 
 

@@ -106,8 +106,8 @@ class _Runner:
             # Their alerts go to this process's sinks too (lent: still open afterwards).
             recover_spools(config, detector=detector, live=self.live,
                            sinks=None if sinks is None else _LentSinks(sinks))
-        self.store = Store(config.data_dir, compact_min_files=config.store.compact_min_files)
-        self.store.recover()
+        self.store = Store(config.data_dir, compact_min_files=config.store.compact_min_files,
+                  vacuum_hours=config.store.vacuum_hours)
         self.lp = LivePipeline(
             config, self.store, kind=kind, name=name, sinks=sinks, detector=detector,
             live=self.live,

@@ -116,6 +116,18 @@ ALERTS = pa.schema(
     ]
 )
 
+#: How far each stream is stored: one row per stream per commit (the store's ``streams``
+#: table; the latest ``end_offset`` of a stream is where reading resumes).
+STREAMS = pa.schema(
+    [
+        ("source_fp", pa.string()),
+        ("source", pa.string()),
+        ("end_offset", pa.int64()),
+        ("committed_at", TS),
+        ("writer", pa.string()),  # host:pid:nonce of the committing process
+    ]
+)
+
 #: Columns whose values are (nearly) unique per row: the raw line, arguments, ids. Parquet
 #: dictionary encoding and min/max statistics only cost time there (the writer builds a
 #: dictionary until it overflows, then starts again without), so the store skips both.

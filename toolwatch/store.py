@@ -1,46 +1,38 @@
-"""The forensic store: Parquet datasets, atomic batch commits, DuckDB views.
+"""The forensic store: Delta Lake tables of Parquet files, read through DuckDB views.
 
 Layout under ``data_dir``::
 
-    events/date=YYYY-MM-DD/part-<batch>-<n>.parquet      normalized tool calls
-    summaries/date=.../part-...parquet                     SESSION_END / SESSION_ANOMALY
-    quarantine/date=.../part-...parquet                    lines that could not be events
-    alerts/date=.../part-...parquet                        alert versions (latest wins)
-    _state/checkpoints.json                                per-stream resume offsets
-    _staging/<batch>/                                      a batch being committed
+    events/        Delta table: normalized tool calls
+    summaries/     Delta table: SESSION_END / SESSION_ANOMALY lines
+    quarantine/    Delta table: lines that could not be events
+    alerts/        Delta table: alert versions (the ``alerts`` view keeps the latest)
+    streams/       Delta table: how far each stream is stored, and by which process
+    _state/        this machine's files: live status, triage, rejected planted files
 
-Why no DuckDB database file: DuckDB allows one writer process per database file and
-readers of a file being written block or fail. Here writers only ever add immutable
-Parquet files (written to staging, then renamed into place: a reader sees a whole file or
-none), and every reader opens its own in-memory DuckDB with views over the files. So
-``ingest``/``tail`` write while ``query`` and the dashboard read, and none locks another.
+Why no DuckDB database file: DuckDB allows one writer process per database file, and
+readers of a file being written block or fail. Here writers only add immutable Parquet
+files through Delta commits (:mod:`toolwatch.tables`: atomic, optimistic, many writers),
+and every reader opens its own in-memory DuckDB with views over one committed snapshot's
+files. So ``ingest``/``tail``/``kafka`` write while ``query`` and the dashboard read, and
+none locks another; any Delta reader (polars, Spark, delta-rs) sees the same snapshots.
 
-A batch commits in three steps — data files to ``_staging/<batch>/``, then a
-``COMMIT.json`` naming them and the checkpoints they advance, then renames into the
-datasets and the checkpoint update. A writer killed at any point leaves either nothing
-(no COMMIT: the staging dir is discarded) or a batch that the next writer rolls forward.
-Event ids are deterministic (stream fingerprint + offset) and compaction de-duplicates
-on them, so even a replayed batch cannot double-count.
+Event ids are deterministic (stream fingerprint + offset), and each table's commit carries
+the streams' offsets as Delta application transactions, so a replayed batch adds nothing
+twice (:mod:`toolwatch.tables`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import os
 import re
-import shutil
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -49,94 +41,40 @@ from toolwatch import schema
 from toolwatch.config import QueryConfig, auto_count
 from toolwatch.errors import QueryError, StoreError
 from toolwatch.query_guard import check_query
-from toolwatch.safe_open import UnsafeFile, open_regular, read_regular, set_aside, store_owners
+from toolwatch.tables import Checkpoint, Table, writer_name
+
+__all__ = ["Checkpoint", "QueryResult", "Store"]
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("events", "summaries", "quarantine", "alerts")
 #: Views every reader connection defines; the only names a forensic query may read.
 VIEWS = ("events", "summaries", "quarantine", "alerts", "alerts_raw", "sessions", "incidents")
-#: Data file names: the writer's ``part-<batch id>-<n>.parquet`` (no dots, no slashes).
-_DATA_FILE = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")
-#: Date partition directories (``date=YYYY-MM-DD`` or ``date=unknown``).
-_PARTITION_DIR = re.compile(r"date=[0-9A-Za-z+-]+")
 #: (path, size, mtime, inode) -> whether the file is a readable data file of its dataset.
 #: Committed files are immutable (compaction writes new names), so one footer read each.
 _VALID_CACHE: dict[tuple[str, int, int, int], bool] = {}
-#: Attempts a reader makes when a file it listed was replaced by a compaction.
+#: Attempts a reader makes when a file it listed was removed by a compaction's vacuum.
 _RETRIES = 5
-#: Column whose date partitions each dataset.
-_PARTITION_COL = {
-    "events": "ts",
-    "summaries": "ts",
-    "quarantine": "ingested_at",
-    "alerts": "first_seen",
-}
-
-
-@dataclass
-class Checkpoint:
-    """How far a stream has been durably stored."""
-
-    source_fp: str
-    source: str
-    end_offset: int
-
-
-class _UnsafeCommitError(Exception):
-    """A staging batch's COMMIT.json names something outside the store (never applied)."""
-
-
-def glob_escape(text: str) -> str:
-    """``text`` with glob metacharacters made literal."""
-    return re.sub(r"([*?\[])", r"[\1]", text)
-
-
-def _open_lock_file(path: Path, rejected_dir: Path) -> Any:
-    """Open (creating) a lock file of the store for ``flock``, never following a link.
-
-    ``O_NOFOLLOW | O_NONBLOCK`` and a regular-file check (:mod:`toolwatch.safe_open`): a
-    FIFO planted under a lock's name made every writer hang in ``open(2)``, a symlink made
-    it create or truncate the file it names. Such a file is set aside (logged) and the
-    lock made afresh.
-    """
-    flags = os.O_WRONLY | os.O_CREAT
-    try:
-        fd = open_regular(path, flags, 0o644)
-    except UnsafeFile as exc:
-        log.error("store: setting aside %s: %s", path, exc.reason)
-        set_aside(path, rejected_dir)
-        fd = open_regular(path, flags, 0o644)
-    fh = os.fdopen(fd, "w")
-    fh.buffer.raw.name = str(path)  # type: ignore[attr-defined] # as open() names it
-    return fh
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class Store:
-    """Append-only Parquet store with atomic batch commits.
+    """The store's tables: atomic, exactly-once batch appends; DuckDB views to read.
 
     Parameters
     ----------
     data_dir
         Root directory; created if missing.
     compact_min_files
-        Partitions with at least this many files are compacted by :meth:`compact`.
+        Tables with at least this many small files are compacted by :meth:`compact`.
+    vacuum_hours
+        Files a compaction replaced are deleted this many hours later (readers that
+        listed them before the compaction can still read them meanwhile).
     """
 
     #: Files smaller than this are merged by :meth:`compact`.
     SMALL_FILE_BYTES = 1024 * 1024
     #: Upper bound of input bytes one merge reads (bounds compaction memory: a merge
-    #: holds ~10x its Parquet bytes decompressed, plus DuckDB's sort; 64 MiB of live
-    #: event files took a live process from ~530 MiB to 1.26 GiB RSS for a moment).
+    #: holds ~10x its Parquet bytes decompressed).
     COMPACT_MAX_BYTES = 4 * 1024 * 1024
     #: Rows per row group of a compaction's output (a merge of COMPACT_MAX_BYTES holds
     #: ~100k events): the Parquet writer buffers one row group encoded at a time.
@@ -145,94 +83,45 @@ class Store:
     #: A command that loaded a config sets it on its store.
     incident_config: Any = None
 
-    def __init__(self, data_dir: str | Path, *, compact_min_files: int = 16):
+    def __init__(self, data_dir: str | Path, *, compact_min_files: int = 16,
+                 vacuum_hours: float = 1.0):
         self.root = Path(data_dir)
         self.compact_min_files = compact_min_files
-        self._writer_id: str | None = None
-        self._writer_lock: Any = None
-        self._seq = 0
+        self.vacuum_hours = vacuum_hours
+        self.writer = writer_name()
         try:
-            for d in (*DATASETS, "_state", "_staging"):
-                (self.root / d).mkdir(parents=True, exist_ok=True)
+            (self.root / "_state").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create store at {self.root}: {exc}") from exc
+        if legacy_layout(self.root):
+            raise StoreError(
+                f"the store at {self.root} is in the layout before Delta tables; convert it "
+                f"once with: toolwatch store migrate -d {self.root}"
+            )
+        self._tables = {
+            name: Table(self.root / name, sch)
+            for name, sch in (*schema.DATASETS.items(), ("streams", schema.STREAMS))
+        }
+
+    def table(self, name: str) -> Table:
+        """The Delta table of a dataset (or ``streams``)."""
+        return self._tables[name]
 
     # ------------------------------------------------------------ writer side
-    def _ensure_writer(self) -> str:
-        """Register this process as a writer (flock held for its lifetime), recover others."""
-        if self._writer_id is None:
-            wid = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            lock_path = self.root / "_staging" / f"{wid}.lock"
-            fh = _open_lock_file(lock_path, self.root / "_state" / "rejected")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            self._writer_lock = fh
-            self._writer_id = wid
-            self.recover()
-        return self._writer_id
-
-    @contextlib.contextmanager
-    def _state_lock(self) -> Iterator[None]:
-        with _open_lock_file(self.root / "_state" / "lock",
-                             self.root / "_state" / "rejected") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-    def recover(self) -> int:
-        """Finish or discard batches of writers that died mid-commit.
-
-        Returns the number of staging directories handled.
-        """
-        staging = self.root / "_staging"
-        handled = 0
-        with self._state_lock():
-            for lock in staging.glob("*.lock"):
-                wid = lock.stem
-                if wid == self._writer_id:
-                    continue
-                if lock.is_symlink():
-                    # Writers create plain files; a link here was planted. Opening it would
-                    # create or touch whatever it points at.
-                    log.error("store %s: removing symlinked lock file %s", self.root, lock.name)
-                    lock.unlink(missing_ok=True)
-                    continue
-                try:
-                    fd = open_regular(lock, os.O_WRONLY | os.O_APPEND)
-                except UnsafeFile as exc:  # a FIFO hung every writer here
-                    log.error("store %s: removing planted lock file %s: %s", self.root,
-                              lock.name, exc.reason)
-                    lock.unlink(missing_ok=True)
-                    continue
-                except OSError:
-                    continue  # gone meanwhile
-                with os.fdopen(fd, "a") as fh:
-                    try:
-                        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue  # that writer is alive
-                    for bdir in sorted(staging.glob(f"{glob_escape(wid)}_*")):
-                        if bdir.is_symlink() or not bdir.is_dir():
-                            self._reject_batch(bdir, "not a plain directory")
-                        elif (bdir / "COMMIT.json").exists():
-                            self._roll_forward(bdir)
-                        else:
-                            shutil.rmtree(bdir, ignore_errors=True)
-                        handled += 1
-                lock.unlink(missing_ok=True)
-        return handled
-
     def write_batch(
         self,
         tables: dict[str, pa.Table],
         checkpoints: list[Checkpoint] | None = None,
         *,
-        replaces: list[str] | None = None,
         row_group_rows: int | None = None,
         page_bytes: int | None = None,
-    ) -> str:
-        """Atomically add rows to datasets and advance stream checkpoints.
+    ) -> int:
+        """Add rows to datasets and advance stream checkpoints, exactly once.
+
+        Each dataset's rows are one Delta commit carrying the checkpoints as application
+        transactions; rows of a checkpointed stream that a table already holds (a replay)
+        are dropped. The ``streams`` row goes last, so :meth:`checkpoints` never runs
+        ahead of any table.
 
         Parameters
         ----------
@@ -240,8 +129,6 @@ class Store:
             Dataset name -> rows with exactly that dataset's schema. Empty tables are skipped.
         checkpoints
             Streams whose offsets this batch completes.
-        replaces
-            Store-relative files this batch supersedes (compaction); deleted on commit.
         row_group_rows
             Rows per Parquet row group (default :data:`ROW_GROUP_ROWS`). The writer holds
             a row group's encoded columns until it is complete, so a live commit's small
@@ -252,15 +139,15 @@ class Store:
 
         Returns
         -------
-        str
-            The batch id.
+        int
+            Rows committed (a replay commits 0).
         """
-        wid = self._ensure_writer()
-        self._seq += 1
-        batch_id = f"{time.time_ns():020d}{self._seq:06d}"
-        bdir = self.root / "_staging" / f"{wid}_{batch_id}"
-        bdir.mkdir(parents=True)
-        files: list[dict[str, str]] = []
+        cps = list(checkpoints or [])
+
+        def write(tbl: pa.Table, path: Path) -> None:
+            _write_parquet(tbl, path, row_group_rows or ROW_GROUP_ROWS, page_bytes)
+
+        stored = 0
         try:
             for name, tbl in tables.items():
                 if name not in DATASETS:
@@ -268,175 +155,43 @@ class Store:
                 if tbl is None or tbl.num_rows == 0:
                     continue
                 tbl = tbl.select(schema.DATASETS[name].names).cast(schema.DATASETS[name])
-                for day, part in _split_by_day(tbl, _PARTITION_COL[name]):
-                    fname = f"part-{batch_id}-{len(files):03d}.parquet"
-                    _write_parquet(part, bdir / fname, row_group_rows or ROW_GROUP_ROWS,
-                                   page_bytes)
-                    files.append({"tmp": fname, "dest": f"{name}/date={day}/{fname}"})
-            commit = {
-                "batch_id": batch_id,
-                "files": files,
-                "checkpoints": [c.__dict__ for c in (checkpoints or [])],
-                "replaces": replaces or [],
-            }
-            tmp = bdir / "COMMIT.json.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(orjson.dumps(commit))
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, bdir / "COMMIT.json")
+                stored += self._tables[name].append(
+                    tbl, cps, write, writer=self.writer, filter_replayed=name != "alerts")
+            if cps:
+                rows = _streams_rows(cps, self.writer)
+                self._tables["streams"].append(rows, cps, write, writer=self.writer,
+                                               filter_replayed=True)
         except OSError as exc:
-            shutil.rmtree(bdir, ignore_errors=True)
             raise StoreError(f"cannot write batch to {self.root}: {exc}") from exc
-        with self._state_lock():
-            self._roll_forward(bdir)
-        return batch_id
-
-    def _roll_forward(self, bdir: Path) -> None:
-        """Apply a committed staging dir: move files in, update checkpoints, clean up.
-
-        Everything the ``COMMIT.json`` names is checked before anything moves: sources must
-        be plain files directly in ``bdir``, destinations and replaced files must lie in a
-        dataset's date partition inside this store (symlinks resolved, no ``..``, no
-        absolute paths). Staging is writable by whoever can write the store, so a forged
-        batch must not be able to move or delete files elsewhere. A batch that fails the
-        checks is set aside under ``_state/rejected/`` with a logged error, never applied.
-        """
-        try:
-            # (a FIFO or link planted as COMMIT.json is refused: UnsafeFile is an OSError)
-            commit = orjson.loads(read_regular(bdir / "COMMIT.json",
-                                               owners=store_owners(self.root)))
-            moves, replaces, checkpoints = self._validate_commit(bdir, commit)
-        except (OSError, orjson.JSONDecodeError, _UnsafeCommitError) as exc:
-            self._reject_batch(bdir, str(exc))
-            return
-        for src, dest in moves:
-            if src.exists():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dest)
-                _fsync_dir(dest.parent)
-        if checkpoints:
-            state = self._read_checkpoints()
-            for c in checkpoints:
-                prev = state.get(c["source_fp"])
-                if prev is None or c["end_offset"] > prev["end_offset"]:
-                    state[c["source_fp"]] = {
-                        "source": c["source"],
-                        "end_offset": c["end_offset"],
-                        "updated_at": time.time(),
-                    }
-            path = self.root / "_state" / "checkpoints.json"
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
-            os.replace(tmp, path)
-        for path in replaces:
-            path.unlink(missing_ok=True)
-        shutil.rmtree(bdir, ignore_errors=True)
-
-    def _validate_commit(
-        self, bdir: Path, commit: Any
-    ) -> tuple[list[tuple[Path, Path]], list[Path], list[dict[str, Any]]]:
-        """The moves, deletions and checkpoints of a commit, or :class:`_UnsafeCommitError`."""
-        if not isinstance(commit, dict):
-            raise _UnsafeCommitError("COMMIT.json is not an object")
-        files = commit.get("files", [])
-        replaces = commit.get("replaces", []) or []
-        checkpoints = commit.get("checkpoints", []) or []
-        if not (isinstance(files, list) and isinstance(replaces, list)):
-            raise _UnsafeCommitError("COMMIT.json files/replaces are not lists")
-        if not isinstance(checkpoints, list):
-            raise _UnsafeCommitError("COMMIT.json checkpoints is not a list")
-        real_bdir = bdir.resolve()
-        moves: list[tuple[Path, Path]] = []
-        for f in files:
-            if not isinstance(f, dict) or not isinstance(f.get("tmp"), str):
-                raise _UnsafeCommitError("COMMIT.json file entry without a tmp name")
-            tmp = f["tmp"]
-            if not tmp or "/" in tmp or "\x00" in tmp or tmp in (".", "..", "COMMIT.json"):
-                raise _UnsafeCommitError(f"staged file name {tmp!r} is not a plain file name")
-            src = bdir / tmp
-            if src.is_symlink() or src.resolve().parent != real_bdir:
-                raise _UnsafeCommitError(f"staged file {tmp!r} is a link or outside the batch")
-            moves.append((src, self._data_path(f.get("dest"))))
-        good_cps = []
-        for c in checkpoints:
-            if not (
-                isinstance(c, dict)
-                and isinstance(c.get("source_fp"), str)
-                and isinstance(c.get("source"), str)
-                and type(c.get("end_offset")) is int
-                and c["end_offset"] >= 0
-            ):
-                raise _UnsafeCommitError("COMMIT.json checkpoint entry is malformed")
-            good_cps.append(c)
-        return moves, [self._data_path(r) for r in replaces], good_cps
-
-    def _data_path(self, rel: Any) -> Path:
-        """``<dataset>/date=<day>/<part file>`` inside this store, resolved; else refuse."""
-        if not isinstance(rel, str) or not rel or "\x00" in rel:
-            raise _UnsafeCommitError(f"path {rel!r} is not a store path")
-        parts = rel.split("/")
-        if (
-            os.path.isabs(rel)
-            or len(parts) != 3
-            or parts[0] not in DATASETS
-            or not _PARTITION_DIR.fullmatch(parts[1])
-            or not _DATA_FILE.fullmatch(parts[2])
-        ):
-            raise _UnsafeCommitError(f"path {rel!r} is outside the store's data folders")
-        path = self.root / rel
-        base = (self.root / parts[0]).resolve()
-        # The partition dir may not exist yet: resolve what exists (a planted symlink
-        # anywhere on the way shows here) and require the result under the dataset dir.
-        real = path.parent.resolve() / parts[2]
-        if real.parent.parent != base or path.parent.is_symlink() or path.is_symlink():
-            raise _UnsafeCommitError(f"path {rel!r} resolves outside the store ({real})")
-        return path
-
-    def _reject_batch(self, bdir: Path, reason: str) -> None:
-        """Set a staging batch aside (never applied, never followed) and log why."""
-        dest_dir = self.root / "_state" / "rejected"
-        log.error("store %s: refusing staging batch %s: %s", self.root, bdir.name, reason)
-        try:
-            dest_dir.mkdir(parents=True, exist_ok=True)
-            os.replace(bdir, dest_dir / f"{bdir.name}.{time.time_ns()}")
-        except OSError as exc:
-            log.error("store %s: cannot set aside batch %s: %s", self.root, bdir.name, exc)
-
-    def _read_checkpoints(self) -> dict[str, dict[str, Any]]:
-        path = self.root / "_state" / "checkpoints.json"
-        if not path.exists() and not path.is_symlink():
-            return {}
-        try:
-            return orjson.loads(read_regular(path, 1 << 30, owners=store_owners(self.root)))
-        except UnsafeFile as exc:
-            # Planted (a FIFO hung every writer, a link named another file): set aside
-            # and logged; the streams are then read again from their start.
-            log.error("store %s: setting aside checkpoints: %s", self.root, exc.reason)
-            set_aside(path, self.root / "_state" / "rejected")
-            return {}
+        return stored
 
     def checkpoints(self) -> dict[str, int]:
         """Stream fingerprint -> offset from which to resume."""
-        return {fp: v["end_offset"] for fp, v in self._read_checkpoints().items()}
+        tbl = self._tables["streams"].read()
+        if tbl.num_rows == 0:
+            return {}
+        g = tbl.group_by("source_fp").aggregate([("end_offset", "max")])
+        return dict(zip(g["source_fp"].to_pylist(), g["end_offset_max"].to_pylist(),
+                        strict=True))
+
+    def writers(self) -> pa.Table:
+        """Every process that committed to the store: writer, streams, rows' last commit."""
+        tbl = self._tables["streams"].read()
+        return tbl.group_by("writer").aggregate(
+            [("source_fp", "count_distinct"), ("committed_at", "max")]
+        ).rename_columns(["writer", "streams", "last_commit"])
 
     def close(self) -> None:
-        """Release the writer lock (its staging dir is empty after every commit)."""
-        if self._writer_lock is not None:
-            lock_path = Path(self._writer_lock.name)
-            self._writer_lock.close()
-            lock_path.unlink(missing_ok=True)
-            self._writer_lock = None
-            self._writer_id = None
+        """Nothing to release: every commit is complete when :meth:`write_batch` returns."""
 
     # ------------------------------------------------------------ compaction
     def compact(self, dataset: str = "events") -> int:
-        """Merge small files per date partition, de-duplicating on the id column.
+        """Merge small files of a table; returns the number of merges done.
 
         Only files under :attr:`SMALL_FILE_BYTES` take part (live mode writes one small
         file per flush; batch ingest already writes large ones), in merges of at most
         :attr:`COMPACT_MAX_BYTES` of them each, so memory stays bounded whatever the
-        partition's size. Returns the number of merges done.
+        table's size. Replaced files are deleted by :meth:`vacuum`.
         """
         return self.compact_within(dataset, None)[0]
 
@@ -447,115 +202,80 @@ class Store:
         number of merges done and whether mergeable groups were left for a later call.
         A live process compacts this way, a few merges per commit: one call over a
         backlog's hundreds of files held its commit thread (and so its alerts) for
-        ~100 s.
+        ~100 s. Two processes compacting at once conflict in Delta's commit check; the
+        loser's merge is dropped, never doubled.
         """
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        # One compactor per store at a time: two merging the same files would each write
-        # a copy of the rows. Another process compacting means this one has nothing to do.
-        with _open_lock_file(self.root / "_state" / "compact.lock",
-                             self.root / "_state" / "rejected") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return 0, False
-            return self._compact_locked(dataset, deadline)
-
-    def _compact_locked(self, dataset: str, deadline: float | None) -> tuple[int, bool]:
-        key = "alert_id" if dataset == "alerts" else "event_id"
-        order = "detected_at" if dataset == "alerts" else "ingested_at"
-        # Alerts keep every version (the view picks the latest); events keep one row per id.
-        part_key = f"{key}, detected_at" if dataset == "alerts" else key
+        table = self._tables[dataset]
+        small = [(p, n) for p, n in table.sizes() if n < self.SMALL_FILE_BYTES]
+        if len(small) < self.compact_min_files:
+            return 0, False
+        # Groups of at most COMPACT_MAX_BYTES, each merged on its own: a merge holds its
+        # rows decompressed (~10x the Parquet bytes), so the group size is the memory.
+        groups: list[list[tuple[str, int]]] = [[]]
+        total = 0
+        for f in sorted(small):
+            if groups[-1] and total + f[1] > self.COMPACT_MAX_BYTES:
+                groups.append([])
+                total = 0
+            groups[-1].append(f)
+            total += f[1]
         done = 0
-        by_dir: dict[Path, list[Path]] = {}
-        for f in self.files(dataset):  # valid data files only: junk must not stop compaction
-            by_dir.setdefault(Path(f).parent, []).append(Path(f))
-        for _part_dir, part_files in sorted(by_dir.items()):
-            small = [f for f in part_files if f.stat().st_size < self.SMALL_FILE_BYTES]
-            if len(small) < self.compact_min_files:
+        want = table.schema
+        for group in groups:
+            if len(group) < 2:
                 continue
-            # Groups of at most COMPACT_MAX_BYTES, each merged on its own: a merge holds
-            # its rows decompressed (~10x the Parquet bytes, plus DuckDB's sort), so the
-            # group size, not the partition's, is compaction's memory.
-            groups: list[list[Path]] = [[]]
-            total = 0
-            for f in small:
-                size = f.stat().st_size
-                if groups[-1] and total + size > self.COMPACT_MAX_BYTES:
-                    groups.append([])
-                    total = 0
-                groups[-1].append(f)
-                total += size
-            for group in groups:
-                if len(group) < 2:
-                    continue
-                if done and deadline is not None and time.monotonic() >= deadline:
-                    return done, True
-                self._merge(dataset, group, part_key, order)
-                done += 1
+            if done and deadline is not None and time.monotonic() >= deadline:
+                return done, True
+            merged = pa.concat_tables(
+                [_conform(pq.read_table(table.path / p), want) for p, _ in group]
+            )
+            # Row groups of COMPACT_ROW_GROUP_ROWS: the writer then holds one such group's
+            # encoded columns at a time beside the merged rows, not the whole merge's.
+            if not table.replace(group, merged, lambda t, path: _write_parquet(
+                    t, path, self.COMPACT_ROW_GROUP_ROWS), writer=self.writer):
+                return done, False  # another process is compacting this table
+            done += 1
         return done, False
 
-    def _merge(self, dataset: str, group: list[Path], part_key: str, order: str) -> None:
-        """Replace ``group`` by one file of its rows, de-duplicated on ``part_key``."""
-        con = duckdb.connect()
-        try:
-            tbl = con.sql(
-                "SELECT * FROM read_parquet($files, union_by_name=true) "
-                f"QUALIFY row_number() OVER (PARTITION BY {part_key} ORDER BY {order}) = 1",
-                params={"files": [str(f) for f in group]},
-            ).to_arrow_table()
-        finally:
-            con.close()
-        want = schema.DATASETS[dataset]
-        for f in want:  # files from before a column was added: null there
-            if f.name not in tbl.column_names:
-                tbl = tbl.append_column(f.name, pa.nulls(tbl.num_rows, f.type))
-        tbl = tbl.select(want.names).cast(want)
-        # Row groups of COMPACT_ROW_GROUP_ROWS: the writer then holds one such group's
-        # encoded columns at a time beside the merged rows, not the whole merge's.
-        self.write_batch({dataset: tbl}, replaces=[str(f.relative_to(self.root)) for f in group],
-                         row_group_rows=self.COMPACT_ROW_GROUP_ROWS)
+    def vacuum(self, dataset: str, hours: float | None = None) -> int:
+        """Delete a table's files that compaction replaced more than ``hours`` ago (default
+        :attr:`vacuum_hours`), and files of writes that never committed."""
+        return self._tables[dataset].vacuum(self.vacuum_hours if hours is None else hours)
 
     # ------------------------------------------------------------ reader side
     def files(self, dataset: str) -> list[str]:
-        """Current data files of a dataset: only files that can be read as its Parquet.
+        """Current data files of a dataset: its Delta snapshot, checked.
 
-        Only names the writer produces (``date=*/part-<batch>-<n>.parquet``), no symlinks,
-        and each file's footer read once per process (files are immutable once committed)
-        to check it is Parquet with the dataset's column types. A junk or foreign file
-        dropped into a data folder is skipped with a logged warning instead of breaking
-        every view.
+        Only plain files inside the table's folder whose footer reads as the dataset's
+        Parquet (read once per process: committed files are immutable). A log entry
+        naming anything else (a planted commit pointing at ``/etc/passwd``, a symlink,
+        a FIFO) is skipped with a logged warning instead of being read by every view.
         """
-        base = self.root / dataset
+        table = self._tables[dataset]
+        base = os.path.realpath(table.path)
         out: list[str] = []
-        try:
-            parts = [e for e in os.scandir(base) if _PARTITION_DIR.fullmatch(e.name)]
-        except OSError:
-            return []
-        for part in parts:
-            if not part.is_dir(follow_symlinks=False):
+        for path in table.files():
+            if os.path.dirname(os.path.realpath(path)) != base and not os.path.realpath(
+                    path).startswith(base + os.sep):
+                _warn_once(path, "outside the table's folder")
                 continue
             try:
-                entries = list(os.scandir(part.path))
+                st = os.lstat(path)
             except OSError:
+                continue  # vacuumed meanwhile
+            if not _is_regular(st.st_mode):
+                _warn_once(path, "not a plain file")
                 continue
-            for e in entries:
-                if not _DATA_FILE.fullmatch(e.name) or not e.is_file(follow_symlinks=False):
-                    if not e.name.startswith("."):
-                        _warn_once(e.path, "not a data file name or not a plain file")
-                    continue
-                try:
-                    st = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue  # replaced by a compaction meanwhile
-                key = (e.path, st.st_size, st.st_mtime_ns, st.st_ino)
-                ok = _VALID_CACHE.get(key)
-                if ok is None:
-                    ok = _readable_as(e.path, schema.DATASETS[dataset])
-                    if len(_VALID_CACHE) > 200_000:
-                        _VALID_CACHE.clear()
-                    _VALID_CACHE[key] = ok
-                if ok:
-                    out.append(e.path)
+            key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
+            ok = _VALID_CACHE.get(key)
+            if ok is None:
+                ok = _readable_as(path, schema.DATASETS[dataset])
+                if len(_VALID_CACHE) > 200_000:
+                    _VALID_CACHE.clear()
+                _VALID_CACHE[key] = ok
+            if ok:
+                out.append(path)
         return sorted(out)
 
     def connect(self) -> duckdb.DuckDBPyConnection:
@@ -592,8 +312,8 @@ class Store:
             read.extend(files)
             if files:
                 src = (
-                    f"SELECT * EXCLUDE (date) FROM read_parquet({_sql_list(files)}, "
-                    "hive_partitioning=true, union_by_name=true)"
+                    f"SELECT * FROM read_parquet({_sql_list(files)}, "
+                    "hive_partitioning=false, union_by_name=true)"
                 )
                 if not _has_columns(files[-1], schema.DATASETS[name]):
                     # A store written before a column was added (events.caller_authenticated):
@@ -1185,12 +905,106 @@ def _write_parquet(tbl: pa.Table, path: Path, row_group_rows: int = ROW_GROUP_RO
     )
 
 
-def _split_by_day(tbl: pa.Table, col: str) -> Iterator[tuple[str, pa.Table]]:
-    days = pc.cast(tbl[col], pa.date32())
-    uniq = pc.unique(days)
-    if len(uniq) == 1:
-        yield (str(uniq[0]) if uniq[0].is_valid else "unknown"), tbl
-        return
-    for d in uniq:  # Arrow scalars: a Python date here would import pandas (pa.scalar)
-        mask = pc.equal(days, d) if d.is_valid else pc.is_null(days)
-        yield (str(d) if d.is_valid else "unknown"), tbl.filter(mask)
+def _streams_rows(cps: list[Checkpoint], writer: str) -> pa.Table:
+    """The ``streams`` rows of a commit (built by polars: ``pa.array`` on Python lists
+    imports pandas, ~0.2 s of a short command's first batch)."""
+    import polars as pl
+
+    return pl.DataFrame({
+        "source_fp": [c.source_fp for c in cps],
+        "source": [c.source for c in cps],
+        "end_offset": [c.end_offset for c in cps],
+        "committed_at": [time.time_ns() // 1000] * len(cps),
+        "writer": [writer] * len(cps),
+    }, schema={"source_fp": pl.String, "source": pl.String, "end_offset": pl.Int64,
+               "committed_at": pl.Int64, "writer": pl.String}).to_arrow().cast(schema.STREAMS)
+
+
+def _conform(tbl: pa.Table, want: pa.Schema) -> pa.Table:
+    """``tbl`` with exactly ``want``'s columns: ones a file predates are null."""
+    for f in want:
+        if f.name not in tbl.column_names:
+            tbl = tbl.append_column(f.name, pa.nulls(tbl.num_rows, f.type))
+    return tbl.select(want.names).cast(want)
+
+
+def _is_regular(mode: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(mode)
+
+
+def legacy_layout(root: Path) -> bool:
+    """Whether ``root`` holds a store written before Delta tables (``date=`` folders
+    of Parquet files and no ``_delta_log``)."""
+    for name in DATASETS:
+        d = root / name
+        if d.is_dir() and not (d / "_delta_log").exists() and any(d.glob("date=*")):
+            return True
+    return False
+
+
+def migrate(root: str | Path, progress: Any = None) -> dict[str, int]:
+    """Convert a store of the earlier layout in place; returns files adopted per dataset.
+
+    Each dataset's Parquet files become the first commit of its Delta table (the files
+    stay where they are: no copy), the stream checkpoints become ``streams`` rows and
+    application transactions, and the old commit protocol's folders are removed. A store
+    already converted is left as it is. Files that do not read as the dataset's Parquet
+    are left out of the table (and logged), as the old reader skipped them.
+    """
+    import orjson
+    from deltalake import CommitProperties, DeltaTable, Transaction
+    from deltalake.transaction import AddAction
+
+    from toolwatch.tables import TABLE_CONFIG
+
+    root = Path(root)
+    if not legacy_layout(root):
+        return {}
+    out: dict[str, int] = {}
+    cps: dict[str, Any] = {}
+    cp_path = root / "_state" / "checkpoints.json"
+    if cp_path.is_file() and not cp_path.is_symlink():
+        cps = orjson.loads(cp_path.read_bytes())
+    txns = [Transaction(fp, int(v["end_offset"])) for fp, v in cps.items()]
+    for name in (*DATASETS, "streams"):
+        d = root / name
+        sch = schema.STREAMS if name == "streams" else schema.DATASETS[name]
+        if (d / "_delta_log").exists():
+            continue
+        adds = []
+        for f in sorted(d.glob("date=*/part-*.parquet")) if d.is_dir() else []:
+            if f.is_symlink() or not f.is_file() or not _readable_as(str(f), sch):
+                continue
+            st = f.stat()
+            n = pq.read_metadata(f).num_rows
+            adds.append(AddAction(str(f.relative_to(d)), st.st_size, {},
+                                  int(st.st_mtime * 1000), True, f'{{"numRecords":{n}}}'))
+        d.mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(str(d), schema=sch, mode="ignore", configuration=TABLE_CONFIG)
+        dt = DeltaTable(str(d))
+        if name == "streams" and cps:
+            now = int(time.time() * 1000)
+            rows = pa.table({
+                "source_fp": list(cps), "source": [v.get("source", "") for v in cps.values()],
+                "end_offset": [int(v["end_offset"]) for v in cps.values()],
+                "committed_at": pa.array([now * 1000] * len(cps), schema.TS),
+                "writer": ["migrate"] * len(cps)}, schema=schema.STREAMS)
+            f = d / "part-migrated-checkpoints.parquet"
+            _write_parquet(rows, f)
+            adds = [AddAction(f.name, f.stat().st_size, {}, now, True,
+                              f'{{"numRecords":{rows.num_rows}}}')]
+        dt.create_write_transaction(
+            adds, "append", sch,
+            commit_properties=CommitProperties(app_transactions=txns or None,
+                                               custom_metadata={"toolwatch": "migrate"}))
+        out[name] = len(adds)
+        if progress:
+            progress(name, len(adds))
+    import shutil
+
+    shutil.rmtree(root / "_staging", ignore_errors=True)
+    if cp_path.is_file():
+        cp_path.rename(cp_path.with_suffix(".json.migrated"))
+    return out

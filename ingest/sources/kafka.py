@@ -688,7 +688,6 @@ class KafkaSource(LiveSource):
         self.counters.extra["assignments"] += 1
         self._ever_assigned = self._ever_assigned or bool(assigned)
         self._rebalancing = False
-        self.store.recover()  # roll forward a batch a killed member committed
         cps = self.store.checkpoints()
         for tp in assigned:
             fp = partition_fp(tp.topic, tp.partition)

@@ -40,7 +40,8 @@ class FlushResult:
     events: int = 0
     alerts: pl.DataFrame | None = None
     checkpoints: list[Checkpoint] = field(default_factory=list)
-    batch_id: str | None = None
+    #: Rows the store committed (rows a replay had already stored are not counted).
+    stored: int = 0
     seconds: float = 0.0
 
 
@@ -254,9 +255,9 @@ class CommitMixin:
         ):
             # Not gated: in pages of LIVE_PAGE_BYTES a write adds ~5-9 MiB, and the
             # commit thread waiting for the reader's parse costs catch-up speed.
-            res.batch_id = self.store.write_batch(tables, res.checkpoints,
-                                                  row_group_rows=LIVE_ROW_GROUP_ROWS,
-                                                  page_bytes=LIVE_PAGE_BYTES)
+            res.stored = self.store.write_batch(tables, res.checkpoints,
+                                               row_group_rows=LIVE_ROW_GROUP_ROWS,
+                                               page_bytes=LIVE_PAGE_BYTES)
         res.events = events.num_rows
         res.alerts = new_alerts
 
@@ -331,6 +332,14 @@ class CommitMixin:
             quarantined=dict(c.quarantined),
         )
 
+    def _vacuum(self) -> None:
+        """Delete files compactions replaced more than ``store.vacuum_hours`` ago."""
+        for name in ("events", "quarantine", "summaries", "alerts", "streams"):
+            try:
+                self.store.vacuum(name)
+            except Exception as exc:
+                log.warning("vacuum of %s failed: %s", name, exc)
+
     def _maybe_compact(self, behind: bool = False) -> None:
         """Compact the store's small files, a budget's worth per commit.
 
@@ -349,7 +358,7 @@ class CommitMixin:
         if (behind and since < 4 * iv) or (not left and since < iv):
             return
         if not left:
-            left.extend(("events", "quarantine", "summaries", "alerts"))
+            left.extend(("events", "quarantine", "summaries", "alerts", "streams"))
         t0 = time.monotonic()
         extra = self.status.extra
         try:
@@ -367,6 +376,7 @@ class CommitMixin:
                 left.pop(0)
                 if not left:
                     self._last_compact = time.monotonic()  # the round is done
+                    self._vacuum()
                 elif time.monotonic() - t0 >= self.live.compact_budget_s:
                     return
         finally:

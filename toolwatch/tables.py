@@ -1,0 +1,330 @@
+"""The store's Delta Lake tables: exactly-once appends keyed by stream, bounded compaction.
+
+Each dataset (``events``, ``summaries``, ``quarantine``, ``alerts``) is one Delta table in
+``<store>/<dataset>/``, plus ``streams``: one row per stream per commit, saying how far
+that stream is stored and which process stored it (``toolwatch status`` reads writers from
+it). Delta's log (``_delta_log/``) is the only thing that makes a file part of a table:
+a file a crashed writer left behind, or one planted in the folder, is never read, and
+every reader that speaks Delta (delta-rs, polars, Spark, Trino, DuckDB over
+:meth:`Table.files`) sees the same committed snapshot.
+
+Exactly once, per table, across processes and machines. A batch that stores stream
+``fp`` up to byte/message offset ``end`` commits with the Delta application transaction
+``(fp, end)``. Before writing, the writer reads the table's transaction version for
+``fp`` (how far this table already holds that stream) and keeps only rows at or beyond it,
+so a batch replayed after a crash (re-read from an older checkpoint, maybe cut at other
+boundaries) adds nothing twice. Two writers racing on one stream collide in Delta's
+conflict check (same application id) and the loser filters again. The ``streams`` row is
+committed last: a resume point never runs ahead of any table.
+
+The Parquet files themselves are written by :func:`toolwatch.store._write_parquet` (the
+store's tuned encodings and live page sizes) and added to the table by
+``create_write_transaction``; compaction merges small files in bounded groups and commits
+the merged file and the removals in one transaction (``optimize`` has no per-step memory
+or time bound, and a live process compacts a few merges per commit).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from toolwatch.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+#: Table properties of every table toolwatch creates. Live mode commits about once a
+#: second per table, so the log is cleaned after two days (not Delta's 30) at each log
+#: checkpoint; application transactions are kept in checkpoints however old.
+TABLE_CONFIG = {
+    "delta.logRetentionDuration": "interval 2 days",
+    "delta.checkpointInterval": "100",
+}
+#: Times a commit is retried after a conflict with a concurrent writer of the same stream.
+_CONFLICT_RETRIES = 20
+
+
+@dataclass
+class Checkpoint:
+    """How far a stream has been durably stored."""
+
+    source_fp: str
+    source: str
+    end_offset: int
+
+
+def writer_name() -> str:
+    """``host:pid:nonce``: which process wrote a commit (``toolwatch status`` lists them)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Table:
+    """One Delta table of the store, opened lazily and kept current.
+
+    Parameters
+    ----------
+    path
+        The table's folder.
+    schema
+        Its Arrow schema; the table is created with it on the first write.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.path = path
+        self.schema = schema
+        self._dt: Any = None
+        # delta-rs table handles are not shared across threads (a live process commits on
+        # one thread while its detector lists files on another).
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ opening
+    def _open(self, create: bool) -> Any:
+        try:
+            return self._open_once(create)
+        except StoreError:
+            raise
+        except Exception as exc:
+            # A log entry no writer makes (a link, a FIFO, a file that is not JSON
+            # lines) breaks every reader of the table: set such entries aside, once.
+            if not self._set_aside_planted():
+                raise StoreError(f"cannot read table {self.path}: {_first_line(exc)}") from exc
+            self._dt = None
+            try:
+                return self._open_once(create)
+            except Exception as exc2:
+                raise StoreError(
+                    f"cannot read table {self.path}: {_first_line(exc2)}") from exc2
+
+    def _open_once(self, create: bool) -> Any:
+        from deltalake import DeltaTable
+
+        if self._dt is not None:
+            self._dt.update_incremental()
+            return self._dt
+        if not (self.path / "_delta_log").is_dir():
+            if not create:
+                return None
+            try:
+                DeltaTable.create(str(self.path), schema=self.schema, mode="ignore",
+                                  configuration=TABLE_CONFIG)
+            except Exception as exc:  # another process created it first
+                if not DeltaTable.is_deltatable(str(self.path)):
+                    raise StoreError(f"cannot create table {self.path}: {exc}") from exc
+        self._dt = DeltaTable(str(self.path))
+        return self._dt
+
+    def _set_aside_planted(self, parse: bool = True) -> int:
+        """Move log entries that no Delta writer makes to ``_state/rejected``; how many.
+
+        Commits are written whole (put-if-absent of a complete file), so a commit file
+        that is a link, not a regular file, or not JSON lines was planted by whoever can
+        write the store, never written by a writer that died. ``parse=False`` checks file
+        types only (cheap: after a failed commit, whose version may be a planted FIFO that
+        listings skip).
+        """
+        import orjson
+
+        from toolwatch.safe_open import UnsafeFile, read_regular, set_aside
+
+        moved = 0
+        log_dir = self.path / "_delta_log"
+        try:
+            entries = list(os.scandir(log_dir))
+        except OSError:
+            return 0
+        for e in entries:
+            bad = e.is_symlink() or not e.is_file(follow_symlinks=False)
+            if not bad and parse and e.name.endswith(".json"):
+                try:
+                    for line in read_regular(e.path, 1 << 30).splitlines():
+                        if line.strip():
+                            orjson.loads(line)
+                except (OSError, UnsafeFile, orjson.JSONDecodeError):
+                    bad = True
+            if bad:
+                log.error("store: setting aside %s: not a log entry a writer makes", e.path)
+                if set_aside(e.path, self.path.parent / "_state" / "rejected"):
+                    moved += 1
+        return moved
+
+    def exists(self) -> bool:
+        return (self.path / "_delta_log").is_dir()
+
+    # ------------------------------------------------------------ reading
+    def files(self) -> list[str]:
+        """Absolute paths of the table's current data files (its latest snapshot)."""
+        with self._lock:
+            dt = self._open(create=False)
+            return [] if dt is None else [_local(u) for u in dt.file_uris()]
+
+    def versions(self, fps: Iterable[str]) -> dict[str, int]:
+        """Stream id -> how far this table holds it (absent: nothing stored yet)."""
+        with self._lock:
+            dt = self._open(create=False)
+            if dt is None:
+                return {}
+            out = {}
+            for fp in fps:
+                v = dt.transaction_version(fp)
+                if v is not None:
+                    out[fp] = v
+            return out
+
+    def read(self) -> pa.Table:
+        """Every current row (small tables only: ``streams``)."""
+        import pyarrow.parquet as pq
+
+        files = self.files()
+        if not files:
+            return pa.Table.from_batches([], schema=self.schema)
+        return pa.concat_tables(
+            [pq.read_table(f).select(self.schema.names).cast(self.schema) for f in files]
+        )
+
+    def sizes(self) -> list[tuple[str, int]]:
+        """(path relative to the table, bytes) of every current data file."""
+        out = []
+        for f in self.files():
+            try:
+                out.append((os.path.relpath(f, self.path), os.stat(f).st_size))
+            except OSError:
+                continue  # vacuumed meanwhile
+        return out
+
+    # ------------------------------------------------------------ writing
+    def append(
+        self,
+        tbl: pa.Table,
+        checkpoints: list[Checkpoint],
+        write_file: Callable[[pa.Table, Path], None],
+        *,
+        writer: str,
+        filter_replayed: bool,
+    ) -> int:
+        """Add ``tbl``'s rows in one commit that also records ``checkpoints``.
+
+        With ``filter_replayed``, rows of a checkpointed stream below the offset this table
+        already holds for it are dropped first (``source_fp``/``offset`` columns). Returns
+        the number of rows committed.
+        """
+        from deltalake import CommitProperties, Transaction
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction
+
+        txns = [Transaction(c.source_fp, c.end_offset) for c in checkpoints]
+        meta = {"writer": writer}
+        for attempt in range(_CONFLICT_RETRIES):
+            with self._lock:
+                dt = self._open(create=True)
+                done = {c.source_fp: dt.transaction_version(c.source_fp) for c in checkpoints}
+            rows = _unstored(tbl, done) if filter_replayed else tbl
+            # A stream every table already holds this far: nothing to commit, not even the
+            # transaction (a no-op replay must not move anything).
+            if rows.num_rows == 0 and all(
+                (done.get(c.source_fp) or -1) >= c.end_offset for c in checkpoints
+            ):
+                return 0
+            actions = []
+            name = ""
+            if rows.num_rows:
+                name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+                write_file(rows, self.path / name)
+                st = os.stat(self.path / name)
+                actions.append(AddAction(name, st.st_size, {}, int(st.st_mtime * 1000), True,
+                                         f'{{"numRecords":{rows.num_rows}}}'))
+            try:
+                with self._lock:
+                    dt.update_incremental()
+                    dt.create_write_transaction(
+                        actions, "append", self.schema,
+                        commit_properties=CommitProperties(
+                            app_transactions=txns or None, custom_metadata=meta,
+                        ),
+                    )
+                return rows.num_rows
+            except CommitFailedError as exc:
+                # Another writer committed the same stream meanwhile: read again, filter again.
+                self._set_aside_planted(parse=False)
+                if name:
+                    (self.path / name).unlink(missing_ok=True)
+                if attempt == _CONFLICT_RETRIES - 1:
+                    raise StoreError(f"cannot commit to {self.path}: {exc}") from exc
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def replace(self, old: list[tuple[str, int]], merged: pa.Table,
+                write_file: Callable[[pa.Table, Path], None], *, writer: str) -> bool:
+        """Swap the files ``old`` (relative path, size) for one file of ``merged``.
+
+        One commit adds the merged file and removes the others (``dataChange = false``:
+        readers see the same rows). Returns False, leaving the table as it was, when a
+        concurrent compaction removed one of the files first.
+        """
+        from deltalake import CommitProperties
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction, RemoveAction
+
+        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+        write_file(merged, self.path / name)
+        st = os.stat(self.path / name)
+        now = int(time.time() * 1000)
+        actions: list[Any] = [AddAction(name, st.st_size, {}, now, False,
+                                        f'{{"numRecords":{merged.num_rows}}}')]
+        actions += [RemoveAction(p, False, now, size) for p, size in old]
+        try:
+            with self._lock:
+                dt = self._open(create=True)
+                dt.create_write_transaction(
+                    actions, "append", self.schema,
+                    commit_properties=CommitProperties(
+                        custom_metadata={"writer": writer, "toolwatch": "compact"}),
+                )
+        except CommitFailedError:
+            self._set_aside_planted(parse=False)
+            (self.path / name).unlink(missing_ok=True)
+            return False
+        return True
+
+    def vacuum(self, retention_hours: float) -> int:
+        """Delete files no snapshot younger than ``retention_hours`` reads; returns how many."""
+        with self._lock:
+            dt = self._open(create=False)
+            if dt is None:
+                return 0
+            gone = dt.vacuum(retention_hours=max(0, round(retention_hours)), dry_run=False,
+                             enforce_retention_duration=False)
+        return len(gone)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _local(uri: str) -> str:
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def _unstored(tbl: pa.Table, done: dict[str, int | None]) -> pa.Table:
+    """Rows of ``tbl`` not yet in the table: per stream, offset >= what the table holds."""
+    held = {fp: v for fp, v in done.items() if v is not None}
+    if not held or tbl.num_rows == 0:
+        return tbl
+    # A data row at offset o belongs to a batch ending after o; a streams row is the end.
+    after = (pc.greater_equal, "offset") if "offset" in tbl.column_names else (
+        pc.greater, "end_offset")
+    keep = None
+    for fp, v in held.items():
+        cond = pc.or_(pc.not_equal(tbl["source_fp"], fp), after[0](tbl[after[1]], v))
+        keep = cond if keep is None else pc.and_(keep, cond)
+    return tbl.filter(pc.fill_null(keep, True))

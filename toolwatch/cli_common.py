@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from toolwatch.config import Config, load_config
+from toolwatch.config import Config, load_config, locate_store
 
 err = Console(stderr=True)
 
@@ -29,7 +29,7 @@ def config_for(config: Path | None, data_dir: Path | None) -> Config:
     cfg = load_config(config)
     if data_dir is not None:
         cfg.store.data_dir = str(data_dir)
-    return cfg
+    return locate_store(cfg)
 
 
 def fail(exc: Exception, code: int = 1) -> typer.Exit:

@@ -12,7 +12,9 @@ key file outside the store, generated on first run (see :mod:`toolwatch.ingest.s
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import tomllib
 import types
 import typing
@@ -123,9 +125,26 @@ class StoreConfig:
     """Where and how events are kept."""
 
     data_dir: str = doc(
-        "Directory of the forensic store (Delta Lake tables + this machine's state). "
-        "Env: TOOLWATCH_DATA_DIR.",
+        "The forensic store: a directory (Delta Lake tables + this machine's state), or "
+        "s3://bucket/prefix for tables on S3-compatible storage shared by several "
+        "machines (each keeps its own state in state_dir). Env: TOOLWATCH_DATA_DIR.",
         ".toolwatch/data",
+    )
+    state_dir: str = doc(
+        "With an s3:// data_dir: this machine's state (live status, triage, spools). "
+        "Empty: ~/.toolwatch/state/s3/<bucket>_<prefix>.",
+        "",
+    )
+    endpoint_url: str = doc(
+        "With an s3:// data_dir: the S3-compatible endpoint (MinIO, Ceph, a test "
+        "server). Empty: AWS, or $AWS_ENDPOINT_URL. Credentials come only from the "
+        "environment ($AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY or a profile).",
+        "",
+    )
+    region: str = doc("With an s3:// data_dir: the bucket's region (empty: $AWS_REGION).", "")
+    allow_http: bool = doc(
+        "With an s3:// data_dir: allow a plain-HTTP endpoint (a test server on loopback).",
+        False,
     )
     compact_min_files: int = doc(
         "A table with at least this many small files has them merged (live: a few merges "
@@ -451,6 +470,38 @@ def load_config(path: str | Path | None = None) -> Config:
     env_dir = os.environ.get("TOOLWATCH_DATA_DIR")
     if env_dir:
         cfg.store.data_dir = env_dir
+    return locate_store(cfg)
+
+
+_REMOTE_DIR = re.compile(r"^s3a?:/+(?P<rest>[^/].*)$", re.IGNORECASE)
+
+
+def locate_store(cfg: Config) -> Config:
+    """Resolve an ``s3://`` ``data_dir`` to this machine's state directory.
+
+    Everything but the tables stays local (status files, triage, spools), so the
+    commands go on working with a directory. The directory records where its tables
+    are (``_state/tables.json``: the URI and endpoint settings, never credentials), so
+    every process started on it (dashboard, query children) finds them.
+    """
+    m = _REMOTE_DIR.match(cfg.store.data_dir)  # a Path() of -d s3://b/p reads s3:/b/p
+    if m is None:
+        return cfg
+    rest = m.group("rest").strip("/")
+    local = Path(cfg.store.state_dir or Path.home() / ".toolwatch" / "state" / "s3"
+                 / rest.replace("/", "_")).expanduser()
+    pointer = {"uri": f"s3://{rest}", "endpoint_url": cfg.store.endpoint_url,
+               "region": cfg.store.region, "allow_http": cfg.store.allow_http}
+    try:
+        (local / "_state").mkdir(parents=True, exist_ok=True)
+        path = local / "_state" / "tables.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pointer), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the state directory {local}: {exc}",
+                          key="store.state_dir") from exc
+    cfg.store.data_dir = str(local)
     return cfg
 
 

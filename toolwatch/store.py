@@ -41,7 +41,7 @@ from toolwatch import schema
 from toolwatch.config import QueryConfig, auto_count
 from toolwatch.errors import QueryError, StoreError
 from toolwatch.query_guard import check_query
-from toolwatch.tables import Checkpoint, Table, writer_name
+from toolwatch.tables import Checkpoint, Location, Table, writer_name
 
 __all__ = ["Checkpoint", "QueryResult", "Store"]
 
@@ -93,13 +93,14 @@ class Store:
             (self.root / "_state").mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create store at {self.root}: {exc}") from exc
-        if legacy_layout(self.root):
+        self.location = _location(self.root)
+        if not self.location.remote and legacy_layout(self.root):
             raise StoreError(
                 f"the store at {self.root} is in the layout before Delta tables; convert it "
                 f"once with: toolwatch store migrate -d {self.root}"
             )
         self._tables = {
-            name: Table(self.root / name, sch)
+            name: Table(self.location, name, sch, self.root / "_state")
             for name, sch in (*schema.DATASETS.items(), ("streams", schema.STREAMS))
         }
 
@@ -144,8 +145,8 @@ class Store:
         """
         cps = list(checkpoints or [])
 
-        def write(tbl: pa.Table, path: Path) -> None:
-            _write_parquet(tbl, path, row_group_rows or ROW_GROUP_ROWS, page_bytes)
+        def write(tbl: pa.Table, path: str, fs: Any) -> None:
+            _write_parquet(tbl, path, row_group_rows or ROW_GROUP_ROWS, page_bytes, fs)
 
         stored = 0
         try:
@@ -227,13 +228,14 @@ class Store:
                 continue
             if done and deadline is not None and time.monotonic() >= deadline:
                 return done, True
-            merged = pa.concat_tables(
-                [_conform(pq.read_table(table.path / p), want) for p, _ in group]
-            )
+            merged = pa.concat_tables([
+                _conform(pq.read_table(table.file_path(p), filesystem=table.fs), want)
+                for p, _ in group
+            ])
             # Row groups of COMPACT_ROW_GROUP_ROWS: the writer then holds one such group's
             # encoded columns at a time beside the merged rows, not the whole merge's.
-            if not table.replace(group, merged, lambda t, path: _write_parquet(
-                    t, path, self.COMPACT_ROW_GROUP_ROWS), writer=self.writer):
+            if not table.replace(group, merged, lambda t, path, fs: _write_parquet(
+                    t, path, self.COMPACT_ROW_GROUP_ROWS, None, fs), writer=self.writer):
                 return done, False  # another process is compacting this table
             done += 1
         return done, False
@@ -253,6 +255,9 @@ class Store:
         a FIFO) is skipped with a logged warning instead of being read by every view.
         """
         table = self._tables[dataset]
+        if self.location.remote:
+            # Object keys cannot be links or FIFOs; a key outside the table is refused.
+            return sorted(u for u in table.files() if u.startswith(table.uri + "/"))
         base = os.path.realpath(table.path)
         out: list[str] = []
         for path in table.files():
@@ -310,7 +315,17 @@ class Store:
         for name in DATASETS:
             files = self.files(name)
             read.extend(files)
-            if files:
+            if files and self.location.remote:
+                # DuckDB's own S3 reader is an extension this install cannot fetch: the
+                # files are read through pyarrow's S3 file system as an Arrow dataset.
+                import pyarrow.dataset as ds
+
+                table = self._tables[name]
+                con.register(f"_ds_{name}", ds.dataset(
+                    [self.location.fs_path(f) for f in files], filesystem=table.fs,
+                    format="parquet", schema=schema.DATASETS[name]))
+                src = f"SELECT * FROM _ds_{name}"
+            elif files:
                 src = (
                     f"SELECT * FROM read_parquet({_sql_list(files)}, "
                     "hive_partitioning=false, union_by_name=true)"
@@ -883,8 +898,8 @@ LIVE_ROW_GROUP_ROWS = 16_384
 LIVE_PAGE_BYTES = 256 * 1024
 
 
-def _write_parquet(tbl: pa.Table, path: Path, row_group_rows: int = ROW_GROUP_ROWS,
-                   page_bytes: int | None = None) -> None:
+def _write_parquet(tbl: pa.Table, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS,
+                   page_bytes: int | None = None, filesystem: Any = None) -> None:
     """One data file: zstd; dictionaries on repeating strings; no statistics on free text.
 
     Times and sizes are near-unique per row too, so they keep plain encoding; they keep
@@ -902,6 +917,7 @@ def _write_parquet(tbl: pa.Table, path: Path, row_group_rows: int = ROW_GROUP_RO
         use_dictionary=strings,
         write_statistics=stats,
         data_page_size=page_bytes,
+        filesystem=filesystem,
     )
 
 
@@ -920,6 +936,22 @@ def _streams_rows(cps: list[Checkpoint], writer: str) -> pa.Table:
                "committed_at": pl.Int64, "writer": pl.String}).to_arrow().cast(schema.STREAMS)
 
 
+def _location(root: Path) -> Location:
+    """Where the store's tables are: ``root`` itself, or what ``_state/tables.json``
+    names (an ``s3://`` store; see :func:`toolwatch.config.locate_store`)."""
+    import orjson
+
+    pointer = root / "_state" / "tables.json"
+    if pointer.is_file() and not pointer.is_symlink():
+        try:
+            spec = orjson.loads(pointer.read_bytes())
+            return Location(str(spec["uri"]), str(spec.get("endpoint_url") or ""),
+                            str(spec.get("region") or ""), bool(spec.get("allow_http")))
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            raise StoreError(f"unreadable {pointer}: {exc}") from exc
+    return Location(os.path.abspath(root))
+
+
 def _conform(tbl: pa.Table, want: pa.Schema) -> pa.Table:
     """``tbl`` with exactly ``want``'s columns: ones a file predates are null."""
     for f in want:
@@ -932,6 +964,12 @@ def _is_regular(mode: int) -> bool:
     import stat
 
     return stat.S_ISREG(mode)
+
+
+#: Names the layout before Delta tables used (the old reader read exactly these):
+#: ``<dataset>/date=<day>/part-<batch>-<n>.parquet``.
+_OLD_PARTITION_DIR = re.compile(r"date=[0-9A-Za-z+-]+")
+_OLD_DATA_FILE = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")
 
 
 def legacy_layout(root: Path) -> bool:

@@ -51,6 +51,8 @@ TABLE_CONFIG = {
     "delta.logRetentionDuration": "interval 2 days",
     "delta.checkpointInterval": "100",
 }
+#: Writes one Parquet data file: (rows, path in the file system, pyarrow file system).
+WriteFile = Callable[[pa.Table, str, Any], None]
 #: Times a commit is retried after a conflict with a concurrent writer of the same stream.
 _CONFLICT_RETRIES = 20
 
@@ -64,6 +66,69 @@ class Checkpoint:
     end_offset: int
 
 
+@dataclass
+class Location:
+    """Where the tables live: a local folder, or a prefix on S3-compatible storage.
+
+    Parameters
+    ----------
+    uri
+        An absolute local path, or ``s3://bucket/prefix``.
+    endpoint_url, region, allow_http
+        Object storage only: the S3 endpoint (empty: AWS, or ``$AWS_ENDPOINT_URL``), its
+        region, and whether plain HTTP is allowed (a local test endpoint). Credentials
+        come from the environment (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` or a
+        profile), never from a file of the store.
+    """
+
+    uri: str
+    endpoint_url: str = ""
+    region: str = ""
+    allow_http: bool = False
+
+    @property
+    def remote(self) -> bool:
+        return "://" in self.uri
+
+    def storage_options(self) -> dict[str, str] | None:
+        """delta-rs's options (credentials it reads from the environment itself)."""
+        if not self.remote:
+            return None
+        opts = {
+            # put-if-absent by ETag: concurrent writers on plain S3 need no lock service.
+            "conditional_put": "etag",
+        }
+        endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL", "")
+        if endpoint:
+            opts["AWS_ENDPOINT_URL"] = endpoint
+        if self.region or os.environ.get("AWS_REGION"):
+            opts["AWS_REGION"] = self.region or os.environ["AWS_REGION"]
+        if self.allow_http or endpoint.startswith("http://"):
+            opts["AWS_ALLOW_HTTP"] = "true"
+        return opts
+
+    def filesystem(self) -> Any:
+        """pyarrow's file system for the data files (local, or S3 with these options)."""
+        import pyarrow.fs as pafs
+
+        if not self.remote:
+            return pafs.LocalFileSystem()
+        endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL", "")
+        kwargs: dict[str, Any] = {}
+        if endpoint:
+            scheme, _, host = endpoint.partition("://")
+            kwargs["endpoint_override"] = host or scheme
+            kwargs["scheme"] = scheme if host else ("http" if self.allow_http else "https")
+        region = self.region or os.environ.get("AWS_REGION", "")
+        if region:
+            kwargs["region"] = region
+        return pafs.S3FileSystem(**kwargs)
+
+    def fs_path(self, uri: str) -> str:
+        """A table file's URI as a path of :meth:`filesystem`."""
+        return uri.split("://", 1)[1] if "://" in uri else uri
+
+
 def writer_name() -> str:
     """``host:pid:nonce``: which process wrote a commit (``toolwatch status`` lists them)."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -74,15 +139,24 @@ class Table:
 
     Parameters
     ----------
-    path
-        The table's folder.
+    location
+        Where the store's tables are.
+    name
+        The table's folder under it.
     schema
         Its Arrow schema; the table is created with it on the first write.
+    state_dir
+        This machine's state folder (planted log entries are set aside there).
     """
 
-    def __init__(self, path: Path, schema: pa.Schema):
-        self.path = path
+    def __init__(self, location: Location, name: str, schema: pa.Schema, state_dir: Path):
+        self.location = location
+        self.uri = f"{location.uri.rstrip('/')}/{name}"
+        #: The folder (local tables) or the file-system path of the prefix (object storage).
+        self.path = Path(self.uri) if not location.remote else Path(location.fs_path(self.uri))
         self.schema = schema
+        self.state_dir = state_dir
+        self._fs: Any = None
         self._dt: Any = None
         # delta-rs table handles are not shared across threads (a live process commits on
         # one thread while its detector lists files on another).
@@ -98,13 +172,13 @@ class Table:
             # A log entry no writer makes (a link, a FIFO, a file that is not JSON
             # lines) breaks every reader of the table: set such entries aside, once.
             if not self._set_aside_planted():
-                raise StoreError(f"cannot read table {self.path}: {_first_line(exc)}") from exc
+                raise StoreError(f"cannot read table {self.uri}: {_first_line(exc)}") from exc
             self._dt = None
             try:
                 return self._open_once(create)
             except Exception as exc2:
                 raise StoreError(
-                    f"cannot read table {self.path}: {_first_line(exc2)}") from exc2
+                    f"cannot read table {self.uri}: {_first_line(exc2)}") from exc2
 
     def _open_once(self, create: bool) -> Any:
         from deltalake import DeltaTable
@@ -112,17 +186,43 @@ class Table:
         if self._dt is not None:
             self._dt.update_incremental()
             return self._dt
-        if not (self.path / "_delta_log").is_dir():
+        opts = self.location.storage_options()
+        if not self.exists():
             if not create:
                 return None
             try:
-                DeltaTable.create(str(self.path), schema=self.schema, mode="ignore",
-                                  configuration=TABLE_CONFIG)
+                DeltaTable.create(self.uri, schema=self.schema, mode="ignore",
+                                  configuration=TABLE_CONFIG, storage_options=opts)
             except Exception as exc:  # another process created it first
-                if not DeltaTable.is_deltatable(str(self.path)):
-                    raise StoreError(f"cannot create table {self.path}: {exc}") from exc
-        self._dt = DeltaTable(str(self.path))
+                if not DeltaTable.is_deltatable(self.uri, storage_options=opts):
+                    raise StoreError(f"cannot create table {self.uri}: {exc}") from exc
+        self._dt = DeltaTable(self.uri, storage_options=opts)
         return self._dt
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            self._fs = self.location.filesystem()
+        return self._fs
+
+    def file_path(self, name: str) -> str:
+        """Where a data file of this table is, as a path of :attr:`fs`."""
+        return f"{self.path}/{name}"
+
+    def _new_file(self, rows: pa.Table, write_file: WriteFile) -> tuple[str, int, int]:
+        """Write ``rows`` as a new data file; its name, size and mtime (ms)."""
+        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+        where = self.file_path(name)
+        write_file(rows, where, self.fs)
+        info = self.fs.get_file_info(where)
+        mtime = info.mtime_ns // 1_000_000 if info.mtime_ns else int(time.time() * 1000)
+        return name, info.size, mtime
+
+    def _drop_file(self, name: str) -> None:
+        import contextlib
+
+        with contextlib.suppress(OSError):
+            self.fs.delete_file(self.file_path(name))
 
     def _set_aside_planted(self, parse: bool = True) -> int:
         """Move log entries that no Delta writer makes to ``_state/rejected``; how many.
@@ -138,6 +238,8 @@ class Table:
         from toolwatch.safe_open import UnsafeFile, read_regular, set_aside
 
         moved = 0
+        if self.location.remote:
+            return 0  # an object store has no links or FIFOs; junk commits show as errors
         log_dir = self.path / "_delta_log"
         try:
             entries = list(os.scandir(log_dir))
@@ -154,16 +256,21 @@ class Table:
                     bad = True
             if bad:
                 log.error("store: setting aside %s: not a log entry a writer makes", e.path)
-                if set_aside(e.path, self.path.parent / "_state" / "rejected"):
+                if set_aside(e.path, self.state_dir / "rejected"):
                     moved += 1
         return moved
 
     def exists(self) -> bool:
-        return (self.path / "_delta_log").is_dir()
+        if not self.location.remote:
+            return (self.path / "_delta_log").is_dir()
+        from deltalake import DeltaTable
+
+        return DeltaTable.is_deltatable(self.uri, storage_options=self.location.storage_options())
 
     # ------------------------------------------------------------ reading
     def files(self) -> list[str]:
-        """Absolute paths of the table's current data files (its latest snapshot)."""
+        """The table's current data files (its latest snapshot): absolute paths of a
+        local table, URIs on object storage."""
         with self._lock:
             dt = self._open(create=False)
             return [] if dt is None else [_local(u) for u in dt.file_uris()]
@@ -189,25 +296,26 @@ class Table:
         if not files:
             return pa.Table.from_batches([], schema=self.schema)
         return pa.concat_tables(
-            [pq.read_table(f).select(self.schema.names).cast(self.schema) for f in files]
+            [pq.read_table(self.location.fs_path(f), filesystem=self.fs)
+             .select(self.schema.names).cast(self.schema) for f in files]
         )
 
     def sizes(self) -> list[tuple[str, int]]:
         """(path relative to the table, bytes) of every current data file."""
-        out = []
-        for f in self.files():
-            try:
-                out.append((os.path.relpath(f, self.path), os.stat(f).st_size))
-            except OSError:
-                continue  # vacuumed meanwhile
-        return out
+        with self._lock:
+            dt = self._open(create=False)
+            if dt is None:
+                return []
+            # Through the Arrow stream interface: pa.table() would import pandas.
+            acts = pa.RecordBatchReader.from_stream(dt.get_add_actions(flatten=True)).read_all()
+        return list(zip(acts["path"].to_pylist(), acts["size_bytes"].to_pylist(), strict=True))
 
     # ------------------------------------------------------------ writing
     def append(
         self,
         tbl: pa.Table,
         checkpoints: list[Checkpoint],
-        write_file: Callable[[pa.Table, Path], None],
+        write_file: WriteFile,
         *,
         writer: str,
         filter_replayed: bool,
@@ -238,10 +346,8 @@ class Table:
             actions = []
             name = ""
             if rows.num_rows:
-                name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
-                write_file(rows, self.path / name)
-                st = os.stat(self.path / name)
-                actions.append(AddAction(name, st.st_size, {}, int(st.st_mtime * 1000), True,
+                name, size, mtime = self._new_file(rows, write_file)
+                actions.append(AddAction(name, size, {}, mtime, True,
                                          f'{{"numRecords":{rows.num_rows}}}'))
             try:
                 with self._lock:
@@ -257,14 +363,14 @@ class Table:
                 # Another writer committed the same stream meanwhile: read again, filter again.
                 self._set_aside_planted(parse=False)
                 if name:
-                    (self.path / name).unlink(missing_ok=True)
+                    self._drop_file(name)
                 if attempt == _CONFLICT_RETRIES - 1:
-                    raise StoreError(f"cannot commit to {self.path}: {exc}") from exc
+                    raise StoreError(f"cannot commit to {self.uri}: {exc}") from exc
                 time.sleep(0.01 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def replace(self, old: list[tuple[str, int]], merged: pa.Table,
-                write_file: Callable[[pa.Table, Path], None], *, writer: str) -> bool:
+                write_file: WriteFile, *, writer: str) -> bool:
         """Swap the files ``old`` (relative path, size) for one file of ``merged``.
 
         One commit adds the merged file and removes the others (``dataChange = false``:
@@ -275,11 +381,8 @@ class Table:
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction, RemoveAction
 
-        name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
-        write_file(merged, self.path / name)
-        st = os.stat(self.path / name)
-        now = int(time.time() * 1000)
-        actions: list[Any] = [AddAction(name, st.st_size, {}, now, False,
+        name, size, now = self._new_file(merged, write_file)
+        actions: list[Any] = [AddAction(name, size, {}, now, False,
                                         f'{{"numRecords":{merged.num_rows}}}')]
         actions += [RemoveAction(p, False, now, size) for p, size in old]
         try:
@@ -292,7 +395,7 @@ class Table:
                 )
         except CommitFailedError:
             self._set_aside_planted(parse=False)
-            (self.path / name).unlink(missing_ok=True)
+            self._drop_file(name)
             return False
         return True
 

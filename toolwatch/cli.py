@@ -812,6 +812,7 @@ def version() -> None:
 from toolwatch.dashboard.launch import dashboard_command  # noqa: E402
 from toolwatch.dashboard.suppress_cli import suppress_app  # noqa: E402
 from toolwatch.live_commands import collect, kafka, run, status, tail  # noqa: E402
+from toolwatch.store_cli import store_app  # noqa: E402
 
 app.command("dashboard")(dashboard_command)
 app.command()(tail)
@@ -820,6 +821,7 @@ app.command()(kafka)
 app.command()(status)
 app.command()(collect)
 app.add_typer(suppress_app, name="suppress")
+app.add_typer(store_app, name="store")
 # --- end of registered commands ---
 
 

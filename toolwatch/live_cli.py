@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import threading
@@ -130,14 +131,16 @@ class _Runner:
         )
 
     def drive(self, source: LiveSource, *, stop: StopFlag | None = None,
-              idle_exit_s: float | None = None, max_seconds: float | None = None) -> Driver:
+              idle_exit_s: float | None = None, max_seconds: float | None = None,
+              on_iteration: Callable[[], None] | None = None) -> Driver:
         """Run ``source`` with the one driver loop, then close it and the pipeline.
 
         The source is closed before the pipeline: a source that commits on close (Kafka
         offsets, its rebalance listener) still finds the pipeline open.
         """
         d = Driver(source, self.lp, stop=stop, publish=self.pub.write,
-                   idle_exit_s=idle_exit_s, max_seconds=max_seconds)
+                   idle_exit_s=idle_exit_s, max_seconds=max_seconds,
+                   on_iteration=on_iteration)
         try:
             d.run()
         finally:
@@ -450,8 +453,21 @@ def consume_kafka(
     :class:`~toolwatch.ingest.sources.kafka.KafkaSource` once it exists (benchmarks, tests).
     """
     from toolwatch.ingest.sources.kafka import KafkaSource, tune_fetch_malloc
+    from toolwatch.live.entities import EntityPass, drop_address_alerts
 
     stop = stop if stop is not None else StopFlag()
+    live = live or LiveConfig.from_config(config)
+    group_entities = live.detect and live.entity_pass_s > 0
+    if group_entities:
+        if detector is None:
+            from toolwatch.live.detection import default_detector
+
+            detector, minutes = default_detector(config)
+            if not live.window_minutes and minutes:
+                live = dataclasses.replace(live, window_minutes=minutes)
+        if detector is not None:
+            # Address windows cross partitions: the group's entity pass scores them.
+            detector = drop_address_alerts(detector)
     r = _Runner(config, kind="kafka", name=f"{group_id}:{','.join(topics)}", sinks=sinks,
                 detector=detector, live=live, verbose=verbose)
     if r.live.detect:
@@ -474,7 +490,24 @@ def consume_kafka(
         raise
     if on_start is not None:
         on_start(src)
-    r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds)
+    tick = None
+    if group_entities and r.lp.detector is not None:
+        ep = EntityPass(config, r.store, interval_s=live.entity_pass_s,
+                        window_minutes=live.window_minutes or 60.0,
+                        max_events=live.entity_pass_events)
+
+        def tick() -> None:
+            if not (src.leads_entities() and ep.due()):
+                return
+            news = ep.run()
+            r.lp.status.extra.update(ep.status())
+            if news is not None and news.height:
+                r.lp.status.alerts_new += news.height
+                if r.lp.sinks is not None:
+                    r.lp.sinks.emit(news)
+
+    r.drive(src, stop=stop, idle_exit_s=idle_exit_s, max_seconds=max_seconds,
+            on_iteration=tick)
     return r.lp
 
 

@@ -533,6 +533,13 @@ class KafkaSource(LiveSource):
         """
         return self._ever_assigned and not self._rebalancing
 
+    def leads_entities(self) -> bool:
+        """Whether this member runs the group's entity pass: it owns partition 0 of the
+        first topic (one member at a time; a rebalance moves the role with it)."""
+        first = min(self.topics)
+        return not self._rebalancing and any(
+            tp.topic == first and tp.partition == 0 for tp in self.assigned)
+
     def status(self) -> dict[str, Any]:
         """``lag`` (with the growth warning) and the assigned partitions."""
         lag = self.lag()

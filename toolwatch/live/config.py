@@ -280,6 +280,18 @@ class LiveConfig:
         "growing, never back down to where it started, for longer than this (0: never).",
         60.0,
     )
+    entity_pass_s: float = doc(
+        "kafka: seconds between passes over the shared table that score client "
+        "addresses across every partition, run by the one group member that owns "
+        "partition 0 of the first topic; members then leave address alerts to it "
+        "(docs/store.md). 0: each member scores addresses on its own partitions only.",
+        10.0,
+    )
+    entity_pass_events: int = doc(
+        "kafka: at most this many of the newest events per entity pass (~2 KB each).",
+        500_000,
+        tuning=True,
+    )
     metrics_port: int | None = doc(
         "Serve Prometheus metrics on 127.0.0.1:PORT/metrics (unset: off; 0: any free port).",
         None,

@@ -56,6 +56,8 @@ class Driver:
         Return after this long.
     poll_timeout_s
         Longest wait of one poll of a blocking source.
+    on_iteration
+        Called once per loop iteration on this thread (the Kafka entity pass).
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Driver:
         idle_exit_s: float | None = None,
         max_seconds: float | None = None,
         poll_timeout_s: float = POLL_TIMEOUT_S,
+        on_iteration: Callable[[], None] | None = None,
     ):
         self.source = source
         self.lp = lp
@@ -76,6 +79,7 @@ class Driver:
         self.idle_exit_s = idle_exit_s
         self.max_seconds = max_seconds
         self.poll_timeout_s = poll_timeout_s
+        self.on_iteration = on_iteration
         # Checkpoints committed on the commit thread, acknowledged on this one.
         self._acks: deque[list[Checkpoint]] = deque()
         self._thread = threading.get_ident()
@@ -222,6 +226,8 @@ class Driver:
                 if not got and not src.behind():
                     lp.caught_up()  # nothing more for now: commit what is queued
                 self.tick()
+                if self.on_iteration is not None:
+                    self.on_iteration()
                 now = time.monotonic()
                 if got:
                     last_data = now

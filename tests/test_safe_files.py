@@ -132,19 +132,23 @@ def test_a_symlinked_spool_never_copies_its_target_into_the_store(
 def test_planted_fifos_in_the_store_state_hang_no_writer(
     tmp_path: Path, tw_env: dict
 ) -> None:
-    """FIFOs as the state lock, the compaction lock, the checkpoints and a staging
-    writer's lock: ingest finishes and stores the file."""
+    """FIFOs as the tables pointer, an old checkpoints file, and the next commits of the
+    events and streams tables: ingest finishes and stores the file."""
     data = tmp_path / "store"
     Store(data)  # the layout
-    for rel in ("_state/lock", "_state/compact.lock", "_state/checkpoints.json",
-                "_staging/999-dead.lock"):
+    for rel in ("events/_delta_log", "streams/_delta_log"):
+        (data / rel).mkdir(parents=True)
+    for rel in ("_state/tables.json", "_state/checkpoints.json",
+                "events/_delta_log/00000000000000000000.json",
+                "streams/_delta_log/00000000000000000001.json"):
         os.mkfifo(data / rel)
     log = tmp_path / "calls.jsonl"
     log.write_bytes(b"".join(call_line(i) for i in range(7)))
     r = tw(data, tw_env, "ingest", str(log))
     assert r.returncode == 0, r.stderr
-    assert Store(data).query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 7
-    assert (data / "_state" / "checkpoints.json").is_file()
+    st = Store(data)
+    assert st.query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 7
+    assert list(st.checkpoints().values()) == [len(log.read_bytes())]
 
 
 # ----------------------------------------------------------------------- tail

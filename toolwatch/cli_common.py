@@ -41,5 +41,5 @@ def fail(exc: Exception, code: int = 1) -> typer.Exit:
     """
     from toolwatch.output import error_text
 
-    err.print(error_text(exc), highlight=False)
+    err.print(error_text(exc), highlight=False, soft_wrap=True)  # one line, whatever the width
     return typer.Exit(code)

@@ -242,7 +242,12 @@ class Store:
 
     def vacuum(self, dataset: str, hours: float | None = None) -> int:
         """Delete a table's files that compaction replaced more than ``hours`` ago (default
-        :attr:`vacuum_hours`), and files of writes that never committed."""
+        :attr:`vacuum_hours`, rounded up to whole hours).
+
+        Files of writes that never committed (a writer killed between writing a file and
+        its commit) are not touched: delta-rs's full vacuum would find them, but it lists
+        the folder and follows links planted there.
+        """
         return self._tables[dataset].vacuum(self.vacuum_hours if hours is None else hours)
 
     # ------------------------------------------------------------ reader side

@@ -27,6 +27,7 @@ or time bound, and a live process compacts a few merges per commit).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -190,12 +191,17 @@ class Table:
         if not self.exists():
             if not create:
                 return None
-            try:
-                DeltaTable.create(self.uri, schema=self.schema, mode="ignore",
-                                  configuration=TABLE_CONFIG, storage_options=opts)
-            except Exception as exc:  # another process created it first
-                if not DeltaTable.is_deltatable(self.uri, storage_options=opts):
-                    raise StoreError(f"cannot create table {self.uri}: {exc}") from exc
+            for attempt in range(2):
+                try:
+                    DeltaTable.create(self.uri, schema=self.schema, mode="ignore",
+                                      configuration=TABLE_CONFIG, storage_options=opts)
+                    break
+                except Exception as exc:  # another process created it first?
+                    if DeltaTable.is_deltatable(self.uri, storage_options=opts):
+                        break
+                    # ...or a planted entry holds the first commit's name.
+                    if attempt or not self._set_aside_planted(parse=False):
+                        raise StoreError(f"cannot create table {self.uri}: {exc}") from exc
         self._dt = DeltaTable(self.uri, storage_options=opts)
         return self._dt
 
@@ -261,8 +267,9 @@ class Table:
         return moved
 
     def exists(self) -> bool:
-        if not self.location.remote:
-            return (self.path / "_delta_log").is_dir()
+        """Whether the table has a log (a ``_delta_log`` folder without one is not)."""
+        if not self.location.remote and not (self.path / "_delta_log").is_dir():
+            return False
         from deltalake import DeltaTable
 
         return DeltaTable.is_deltatable(self.uri, storage_options=self.location.storage_options())
@@ -405,7 +412,8 @@ class Table:
             dt = self._open(create=False)
             if dt is None:
                 return 0
-            gone = dt.vacuum(retention_hours=max(0, round(retention_hours)), dry_run=False,
+            # delta-rs takes whole hours: rounded up, so a file is never deleted early.
+            gone = dt.vacuum(retention_hours=max(0, math.ceil(retention_hours)), dry_run=False,
                              enforce_retention_duration=False)
         return len(gone)
 

@@ -331,8 +331,16 @@ def status(
     all_: Annotated[
         bool, typer.Option("--all", help="Also show stopped processes.")
     ] = False,
+    writers_json: Annotated[
+        bool, typer.Option("--writers", help="With --json: also list the processes that "
+                           "committed to the tables (kind table_writer).")
+    ] = False,
 ) -> None:
-    """Show live processes writing to the store: events/s, lag, quarantine, sessions, alerts."""
+    """Show live processes writing to the store: events/s, lag, quarantine, sessions, alerts.
+
+    Also lists every process, on any machine, that committed to the store's tables in the
+    last day (all with --all), read from the tables themselves.
+    """
     from toolwatch import live
 
     try:
@@ -346,6 +354,7 @@ def status(
     from toolwatch.ingest.sources.spool import pending_spools
 
     rows = [s for s in live.read_statuses(cfg.data_dir) if all_ or s["alive"]]
+    writers = _table_writers(cfg, all_)
     # Spools not yet ingested (kind "spool"): a wrapped server's stderr waiting for the
     # collector, or left by a wrapper that died (orphaned: the next writer ingests it).
     spools = [{"kind": "spool", "alive": s["wrapper_alive"], **s}
@@ -354,7 +363,7 @@ def status(
 
     if json_out:
         # terminal-safe: names hold file paths and server commands
-        print(json_dumps(rows + spools))
+        print(json_dumps(rows + spools + (writers if writers_json else [])))
         return
 
     # Wide enough for the twelve columns when piped (rich falls back to 80 columns off a
@@ -370,6 +379,14 @@ def status(
             st.add_row(safe_rich(s["wid"]), safe_rich(str(s["name"])[:40]), f"{s['bytes']:,}",
                        state)
         console.print(st)
+    if writers:
+        wt = Table(title="processes that committed to the store's tables (every machine), "
+                         "from the streams table")
+        for c in ("writer (host:pid:id)", "streams", "last commit"):
+            wt.add_column(c, overflow="fold")
+        for w in writers:
+            wt.add_row(safe_rich(w["writer"]), f"{w['streams']:,}", str(w["last_commit"]))
+        console.print(wt)
     if not rows:
         console.print(safe_rich(f"no live toolwatch process writing to {cfg.data_dir}"))
         return
@@ -395,6 +412,23 @@ def status(
             safe_rich(_short_name(s.get("name", ""), cfg.data_dir)[:60]),
         )
     console.print(t)
+
+
+def _table_writers(cfg: Any, all_: bool) -> list[dict[str, Any]]:
+    """Writers of the tables (every machine's, read from the table itself): those that
+    committed in the last day, or all with ``--all``."""
+    from datetime import UTC, datetime, timedelta
+
+    from toolwatch.store import Store
+
+    try:
+        tbl = Store(cfg.data_dir).writers()
+    except ToolwatchError:
+        return []
+    since = datetime.now(UTC) - timedelta(days=1)
+    out = [{"kind": "table_writer", **r} for r in tbl.to_pylist()
+           if all_ or (r["last_commit"] is not None and r["last_commit"] >= since)]
+    return sorted(out, key=lambda r: r["last_commit"], reverse=True)
 
 
 def _short_name(name: object, data_dir: Path) -> str:

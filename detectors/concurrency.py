@@ -450,13 +450,17 @@ class ConcurrencyAbuseDetector(Detector):
         if hot.height == 0 or c.read_peak_lo <= c.peak_lo:
             return s.with_columns(pl.lit(False).alias("_read_only"))
         ev = features.events.select("sh", "server", "tool").join(hot, on="sh", how="semi")
-        roles = tool_table(ev.select("server", "tool").unique(), self.config).select(
-            "server", "tool", "tool_role")
-        ro = ev.join(roles, on=["server", "tool"], how="left", nulls_equal=True).group_by(
-            "sh").agg(pl.col("tool_role").is_in(["read", "list_search"]).all()
-                      .alias("_read_only"))
+        ro = self._reads(ev).group_by("sh").agg(pl.col("_read").all().alias("_read_only"))
         return s.join(ro, on="sh", how="left").with_columns(
             pl.col("_read_only").fill_null(False))
+
+    def _reads(self, calls: pl.DataFrame) -> pl.DataFrame:
+        """``calls`` (with ``server``, ``tool``) plus ``_read``: the tool's role reads or
+        lists/searches (null where the role is unknown: left out of an ``all``)."""
+        roles = tool_table(calls.select("server", "tool").unique(), self.config).select(
+            "server", "tool",
+            pl.col("tool_role").is_in(["read", "list_search"]).alias("_read"))
+        return calls.join(roles, on=["server", "tool"], how="left", nulls_equal=True)
 
     def _callers(self, features: FeatureSet) -> pl.DataFrame:
         """Entity rows: each caller's peak in flight across its sessions, per window."""
@@ -522,15 +526,10 @@ class ConcurrencyAbuseDetector(Detector):
         read_term = pl.lit(1.0)
         if c.read_peak_lo > c.peak_lo:
             pairs = features.events.select("tlh", "server", "tool").unique("tlh")
-            roles = tool_table(pairs.select("server", "tool").unique(), self.config).select(
-                "server", "tool", "tool_role")
             ro = (live.select("ceh", "w", "tlh")
-                  .join(pairs.join(roles, on=["server", "tool"], how="left",
-                                   nulls_equal=True).select("tlh", "tool_role"),
-                        on="tlh", how="left")
+                  .join(self._reads(pairs).select("tlh", "_read"), on="tlh", how="left")
                   .group_by("ceh", "w")
-                  .agg(pl.col("tool_role").is_in(["read", "list_search"]).all()
-                       .alias("_read_only")))
+                  .agg(pl.col("_read").all().alias("_read_only")))
             hot = hot.join(ro, on=["ceh", "w"], how="left")
             read_term = pl.when(pl.col("_read_only").fill_null(False)).then(
                 band(pl.col("peak") * (c.peak_lo / c.read_peak_lo), c.caller_peak_lo,

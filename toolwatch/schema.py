@@ -116,8 +116,9 @@ ALERTS = pa.schema(
     ]
 )
 
-#: How far each stream is stored: one row per stream per commit (the store's ``streams``
-#: table; the latest ``end_offset`` of a stream is where reading resumes).
+#: The store's ``streams`` table: the streams and the processes that write them (a row when
+#: a writer first stores a stream, then a heartbeat); ``end_offset`` is how far the stream
+#: was then (the resume point itself is the ``events`` table's application transaction).
 STREAMS = pa.schema(
     [
         ("source_fp", pa.string()),

@@ -99,6 +99,8 @@ class Store:
                 f"the store at {self.root} is in the layout before Delta tables; convert it "
                 f"once with: toolwatch store migrate -d {self.root}"
             )
+        self._registered: set[str] = set()
+        self._streams_at = float("-inf")
         self._tables = {
             name: Table(self.location, name, sch, self.root / "_state")
             for name, sch in (*schema.DATASETS.items(), ("streams", schema.STREAMS))
@@ -109,6 +111,13 @@ class Store:
         return self._tables[name]
 
     # ------------------------------------------------------------ writer side
+    #: Seconds between a writer's ``streams`` rows for streams it registered already (its
+    #: heartbeat in ``toolwatch status``); a stream new to this writer is registered at once.
+    STREAMS_EVERY_S = 30.0
+    #: Order of a batch's commits: ``events`` last, so its application transactions are
+    #: the resume points (a stream is never resumed past rows of another table).
+    _COMMIT_ORDER = ("summaries", "quarantine", "alerts", "events")
+
     def write_batch(
         self,
         tables: dict[str, pa.Table],
@@ -121,8 +130,8 @@ class Store:
 
         Each dataset's rows are one Delta commit carrying the checkpoints as application
         transactions; rows of a checkpointed stream that a table already holds (a replay)
-        are dropped. The ``streams`` row goes last, so :meth:`checkpoints` never runs
-        ahead of any table.
+        are dropped. ``events`` commits last, with the transactions even when the batch
+        has no event: its transaction versions are where each stream resumes.
 
         Parameters
         ----------
@@ -144,36 +153,50 @@ class Store:
             Rows committed (a replay commits 0).
         """
         cps = list(checkpoints or [])
+        for name in tables:
+            if name not in DATASETS:
+                raise StoreError(f"unknown dataset {name!r}")
 
         def write(tbl: pa.Table, path: str, fs: Any) -> None:
             _write_parquet(tbl, path, row_group_rows or ROW_GROUP_ROWS, page_bytes, fs)
 
         stored = 0
         try:
-            for name, tbl in tables.items():
-                if name not in DATASETS:
-                    raise StoreError(f"unknown dataset {name!r}")
+            for name in self._COMMIT_ORDER:
+                tbl = tables.get(name)
+                sch = schema.DATASETS[name]
                 if tbl is None or tbl.num_rows == 0:
-                    continue
-                tbl = tbl.select(schema.DATASETS[name].names).cast(schema.DATASETS[name])
+                    if not (name == "events" and cps):
+                        continue
+                    tbl = pa.Table.from_batches([], schema=sch)  # the transactions alone
+                tbl = tbl.select(sch.names).cast(sch)
                 stored += self._tables[name].append(
                     tbl, cps, write, writer=self.writer, filter_replayed=name != "alerts")
             if cps:
-                rows = _streams_rows(cps, self.writer)
-                self._tables["streams"].append(rows, cps, write, writer=self.writer,
-                                               filter_replayed=True)
+                self._register(cps, write)
         except OSError as exc:
             raise StoreError(f"cannot write batch to {self.root}: {exc}") from exc
         return stored
 
+    def _register(self, cps: list[Checkpoint], write: Any) -> None:
+        """``streams`` rows for streams new to this writer, or the periodic heartbeat."""
+        now = time.monotonic()
+        new = [c for c in cps if c.source_fp not in self._registered]
+        if not new and now - self._streams_at < self.STREAMS_EVERY_S:
+            return
+        self._tables["streams"].append(_streams_rows(cps, self.writer), [], write,
+                                       writer=self.writer, filter_replayed=False)
+        self._registered.update(c.source_fp for c in cps)
+        self._streams_at = now
+
     def checkpoints(self) -> dict[str, int]:
-        """Stream fingerprint -> offset from which to resume."""
+        """Stream fingerprint -> offset from which to resume (the ``events`` table's
+        application transaction of every stream the ``streams`` table lists)."""
         tbl = self._tables["streams"].read()
         if tbl.num_rows == 0:
             return {}
-        g = tbl.group_by("source_fp").aggregate([("end_offset", "max")])
-        return dict(zip(g["source_fp"].to_pylist(), g["end_offset_max"].to_pylist(),
-                        strict=True))
+        fps = pc.unique(tbl["source_fp"]).drop_null().to_pylist()
+        return self._tables["events"].versions(fps)
 
     def writers(self) -> pa.Table:
         """Every process that committed to the store: writer, streams, rows' last commit."""

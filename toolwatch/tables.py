@@ -1,9 +1,9 @@
 """The store's Delta Lake tables: exactly-once appends keyed by stream, bounded compaction.
 
 Each dataset (``events``, ``summaries``, ``quarantine``, ``alerts``) is one Delta table in
-``<store>/<dataset>/``, plus ``streams``: one row per stream per commit, saying how far
-that stream is stored and which process stored it (``toolwatch status`` reads writers from
-it). Delta's log (``_delta_log/``) is the only thing that makes a file part of a table:
+``<store>/<dataset>/``, plus ``streams``: which streams exist and which process stores
+them (a row when a writer first stores a stream, then a heartbeat; ``toolwatch status``
+reads the writers from it). Delta's log (``_delta_log/``) is the only thing that makes a file part of a table:
 a file a crashed writer left behind, or one planted in the folder, is never read, and
 every reader that speaks Delta (delta-rs, polars, Spark, Trino, DuckDB over
 :meth:`Table.files`) sees the same committed snapshot.
@@ -14,8 +14,9 @@ Exactly once, per table, across processes and machines. A batch that stores stre
 ``fp`` (how far this table already holds that stream) and keeps only rows at or beyond it,
 so a batch replayed after a crash (re-read from an older checkpoint, maybe cut at other
 boundaries) adds nothing twice. Two writers racing on one stream collide in Delta's
-conflict check (same application id) and the loser filters again. The ``streams`` row is
-committed last: a resume point never runs ahead of any table.
+conflict check (same application id) and the loser filters again. A batch commits to
+``events`` last (with the transactions alone when it has no event), so the ``events``
+table's transaction versions are the resume points and never run ahead of another table.
 
 The Parquet files themselves are written by :func:`toolwatch.store._write_parquet` (the
 store's tuned encodings and live page sizes) and added to the table by
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 #: checkpoint; application transactions are kept in checkpoints however old.
 TABLE_CONFIG = {
     "delta.logRetentionDuration": "interval 2 days",
-    "delta.checkpointInterval": "100",
+    "delta.checkpointInterval": "10",
 }
 #: Writes one Parquet data file: (rows, path in the file system, pyarrow file system).
 WriteFile = Callable[[pa.Table, str, Any], None]
@@ -357,8 +358,10 @@ class Table:
                 actions.append(AddAction(name, size, {}, mtime, True,
                                          f'{{"numRecords":{rows.num_rows}}}'))
             try:
+                # No refresh here: the snapshot read above (which includes this handle's
+                # own last commit) is the commit's read version, and Delta's conflict
+                # check rejects a commit of the same stream by anyone since then.
                 with self._lock:
-                    dt.update_incremental()
                     dt.create_write_transaction(
                         actions, "append", self.schema,
                         commit_properties=CommitProperties(

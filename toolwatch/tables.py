@@ -3,9 +3,9 @@
 Each dataset (``events``, ``summaries``, ``quarantine``, ``alerts``) is one Delta table in
 ``<store>/<dataset>/``, plus ``streams``: which streams exist and which process stores
 them (a row when a writer first stores a stream, then a heartbeat; ``toolwatch status``
-reads the writers from it). Delta's log (``_delta_log/``) is the only thing that makes a file part of a table:
-a file a crashed writer left behind, or one planted in the folder, is never read, and
-every reader that speaks Delta (delta-rs, polars, Spark, Trino, DuckDB over
+reads the writers from it). Delta's log (``_delta_log/``) is the only thing that makes a
+file part of a table: a file a crashed writer left behind, or one planted in the folder,
+is never read, and every reader that speaks Delta (delta-rs, polars, Spark, Trino, DuckDB over
 :meth:`Table.files`) sees the same committed snapshot.
 
 Exactly once, per table, across processes and machines. A batch that stores stream
@@ -430,15 +430,26 @@ def _local(uri: str) -> str:
 
 
 def _unstored(tbl: pa.Table, done: dict[str, int | None]) -> pa.Table:
-    """Rows of ``tbl`` not yet in the table: per stream, offset >= what the table holds."""
+    """Rows of ``tbl`` not yet in the table: per stream, offset >= what the table holds.
+
+    Copies only when a row is dropped: a filter copies every column (the raw lines most
+    of all), and in the usual case (no replay) nothing is below what the table holds.
+    """
     held = {fp: v for fp, v in done.items() if v is not None}
     if not held or tbl.num_rows == 0:
         return tbl
     # A data row at offset o belongs to a batch ending after o; a streams row is the end.
-    after = (pc.greater_equal, "offset") if "offset" in tbl.column_names else (
-        pc.greater, "end_offset")
-    keep = None
+    col, keep_if = ("offset", pc.greater_equal) if "offset" in tbl.column_names else (
+        "end_offset", pc.greater)
+    low = pc.min(tbl[col]).as_py()
+    top = max(held.values())
+    if low is not None and (low > top or (low == top and col == "offset")):
+        return tbl  # every row is beyond every stream's stored offset
+    drop = None
     for fp, v in held.items():
-        cond = pc.or_(pc.not_equal(tbl["source_fp"], fp), after[0](tbl[after[1]], v))
-        keep = cond if keep is None else pc.and_(keep, cond)
-    return tbl.filter(pc.fill_null(keep, True))
+        cond = pc.and_(pc.equal(tbl["source_fp"], fp), pc.invert(keep_if(tbl[col], v)))
+        drop = cond if drop is None else pc.or_(drop, cond)
+    drop = pc.fill_null(drop, False)
+    if not pc.any(drop).as_py():
+        return tbl
+    return tbl.filter(pc.invert(drop))

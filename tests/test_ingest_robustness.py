@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -373,39 +372,24 @@ def test_reader_runs_while_writer_writes(tw, tmp_path):
     assert tw.query("SELECT count(*) AS n FROM events") == [{"n": 120_000}]
 
 
-def test_crash_mid_commit_is_recovered(tw, write_lines, tmp_path):
-    """A writer killed after staging (no COMMIT) leaves nothing; after COMMIT, it is finished."""
-    from toolwatch.store import Store
-
-    tw.ingest(write_lines(GOOD))
+def test_a_file_without_its_commit_is_never_read_and_a_replay_adds_nothing(
+    tw, write_lines, tmp_path
+):
+    """A writer killed between writing a data file and committing it leaves a file no
+    commit names: never read. One killed before its checkpoint reached ``streams`` makes
+    the next ingest read the log again: the tables' transactions drop every row."""
+    path = write_lines(GOOD)
+    tw.ingest(path)
     store_dir = tw.data_dir
-    # Fake a dead writer with one committed and one uncommitted batch in staging.
-    st = Store(store_dir)
-    src = next(store_dir.glob("events/date=*/*.parquet"))
-    (store_dir / "_staging" / "999-dead.lock").write_text("")
-    committed = store_dir / "_staging" / "999-dead_00000000000000000001000001"
-    uncommitted = store_dir / "_staging" / "999-dead_00000000000000000002000001"
-    committed.mkdir()
-    uncommitted.mkdir()
-    shutil.copy(src, committed / "f.parquet")
-    shutil.copy(src, uncommitted / "g.parquet")
-    (committed / "COMMIT.json").write_text(
-        json.dumps(
-            {
-                "batch_id": "x",
-                "files": [
-                    {"tmp": "f.parquet", "dest": "events/date=2026-11-03/part-recovered.parquet"}
-                ],
-                "checkpoints": [],
-                "replaces": [],
-            }
-        )
-    )
-    assert st.recover() == 2
-    assert not committed.exists() and not uncommitted.exists()
-    assert (store_dir / "events/date=2026-11-03/part-recovered.parquet").exists()
-    assert not any(store_dir.rglob("g.parquet"))
-    os.sync()
+    n = tw.query("SELECT count(*) AS n FROM events")[0]["n"]
+    assert n > 0
+    src = next(store_dir.glob("events/part-*.parquet"))
+    shutil.copy(src, store_dir / "events" / "part-00000000000000000001-orphan.parquet")
+    assert tw.query("SELECT count(*) AS n FROM events") == [{"n": n}]
+    shutil.rmtree(store_dir / "streams")  # the checkpoints are lost: a full replay
+    tw.ingest(path)
+    assert tw.query("SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM events") == [
+        {"n": n, "d": n}]
 
 
 @pytest.mark.slow  # ingest of generated files per example

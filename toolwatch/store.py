@@ -252,7 +252,7 @@ class Store:
             if done and deadline is not None and time.monotonic() >= deadline:
                 return done, True
             merged = pa.concat_tables([
-                _conform(pq.read_table(table.file_path(p), filesystem=table.fs), want)
+                _conform(table.read_file(table.file_path(p)), want)
                 for p, _ in group
             ])
             # Row groups of COMPACT_ROW_GROUP_ROWS: the writer then holds one such group's

@@ -220,7 +220,8 @@ class Table:
         """Write ``rows`` as a new data file; its name, size and mtime (ms)."""
         name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
         where = self.file_path(name)
-        write_file(rows, where, self.fs)
+        # A local path goes to pyarrow as a path (its own file, no file-system stream).
+        write_file(rows, where, self.fs if self.location.remote else None)
         info = self.fs.get_file_info(where)
         mtime = info.mtime_ns // 1_000_000 if info.mtime_ns else int(time.time() * 1000)
         return name, info.size, mtime

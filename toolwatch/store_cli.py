@@ -79,23 +79,14 @@ def migrate_cmd(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 
 def _table_info(store: Store, name: str) -> dict[str, Any]:
     """Version, data files, rows (from the snapshot's statistics) and bytes of a table."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
+    import pyarrow.compute as pc
 
-    table = store.table(name)
-    # Through the store's Table first: it opens the log the safe way (planted entries set
-    # aside) and says whether the table exists at all.
-    if not table.files() and not table.exists():
-        return {"table": name, "version": None, "files": 0, "rows": 0, "bytes": 0}
-    uri = getattr(table, "uri", str(table.path))
-    location = getattr(table, "location", None)
-    dt = DeltaTable(uri, storage_options=location.storage_options() if location else None)
-    # Through the Arrow stream interface: pa.table() would import pandas.
-    acts = pa.RecordBatchReader.from_stream(dt.get_add_actions(flatten=True)).read_all()
-    rows = sum(n or 0 for n in acts["num_records"].to_pylist()) if acts.num_rows else 0
-    size = sum(acts["size_bytes"].to_pylist()) if acts.num_rows else 0
-    return {"table": name, "version": dt.version(), "files": acts.num_rows, "rows": rows,
-            "bytes": size}
+    version, acts = store.table(name).actions()
+    if acts is None or acts.num_rows == 0:
+        return {"table": name, "version": version, "files": 0, "rows": 0, "bytes": 0}
+    return {"table": name, "version": version, "files": acts.num_rows,
+            "rows": pc.sum(acts["num_records"]).as_py() or 0,
+            "bytes": pc.sum(acts["size_bytes"]).as_py() or 0}
 
 
 @store_app.command("info")

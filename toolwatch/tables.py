@@ -316,14 +316,22 @@ class Table:
         with self.fs.open_input_file(path) as fh:
             return pq.ParquetFile(fh).read()
 
-    def sizes(self) -> list[tuple[str, int]]:
-        """(path relative to the table, bytes) of every current data file."""
+    def actions(self) -> tuple[int | None, pa.Table | None]:
+        """The snapshot's version and its add actions (path, size_bytes, num_records, ...);
+        ``(None, None)`` when the table does not exist yet."""
         with self._lock:
             dt = self._open(create=False)
             if dt is None:
-                return []
+                return None, None
             # Through the Arrow stream interface: pa.table() would import pandas.
             acts = pa.RecordBatchReader.from_stream(dt.get_add_actions(flatten=True)).read_all()
+            return dt.version(), acts
+
+    def sizes(self) -> list[tuple[str, int]]:
+        """(path relative to the table, bytes) of every current data file."""
+        _, acts = self.actions()
+        if acts is None:
+            return []
         return list(zip(acts["path"].to_pylist(), acts["size_bytes"].to_pylist(), strict=True))
 
     # ------------------------------------------------------------ writing

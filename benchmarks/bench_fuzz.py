@@ -166,8 +166,9 @@ def generate(path: Path, n: int, seed: int) -> None:
 def store_counts(store: Path, env: dict[str, str]) -> dict[str, int]:
     """Row counts of every view, through a separate process (as an analyst would)."""
     code = (
-        "import json,sys;from toolwatch.store import Store;s=Store(sys.argv[1]);"
-        "print(json.dumps({v: s.query(f'SELECT count(*) AS n FROM {v}').to_pylist()[0]['n'] "
+        "import json,sys;from toolwatch.store import Store;from toolwatch.query import query;"
+        "s=Store(sys.argv[1]);"
+        "print(json.dumps({v: query(s, f'SELECT count(*) AS n FROM {v}').to_pylist()[0]['n'] "
         "for v in ('events','sessions','summaries','quarantine')}))"
     )
     out = subprocess.run([PY, "-c", code, str(store)], capture_output=True, text=True, env=env)
@@ -233,8 +234,9 @@ def main() -> None:
                 print(f"    {reason:<20}{k:>10,}")
             print(f"  sessions (view)   {views['sessions']:>10,}")
             flagged = subprocess.run(
-                [PY, "-c", "import sys;from toolwatch.store import Store;s=Store(sys.argv[1]);"
-                 "print(s.query(\"SELECT count(*) FILTER (WHERE flags IS NOT NULL) AS n "
+                [PY, "-c", "import sys;from toolwatch.store import Store;"
+                 "from toolwatch.query import query;s=Store(sys.argv[1]);"
+                 "print(query(s, \"SELECT count(*) FILTER (WHERE flags IS NOT NULL) AS n "
                  "FROM events\").to_pylist()[0]['n'])", str(store)],
                 capture_output=True, text=True, env=env,
             ).stdout.strip()

@@ -600,9 +600,10 @@ def _covered(data: Path, topic: str) -> int:
 
 
 def _unique_events(data: Path) -> tuple[int, int]:
+    from toolwatch.query import query
     from toolwatch.store import Store
 
-    row = Store(data).query("SELECT count(*) AS n, count(DISTINCT event_id) AS u FROM events")
+    row = query(Store(data), "SELECT count(*) AS n, count(DISTINCT event_id) AS u FROM events")
     return int(row.column("n")[0].as_py()), int(row.column("u")[0].as_py())
 
 

@@ -1,7 +1,8 @@
 """Start-up cost of running a forensic query in a child process (toolwatch.query_child).
 
-Compares, on a small real store, the same query run in process (``Store._run_in_process``,
-the old path) and in a query child (``Store.run_query``): the first child (the fork
+Compares, on a small real store, the same query run in process
+(``toolwatch.query._run_in_process``, the old path) and in a query child
+(``toolwatch.query.run_query``): the first child (the fork
 server starts and imports DuckDB), then warm children (one fork each), and the CLI's
 wall time for ``toolwatch query``.
 
@@ -24,6 +25,7 @@ import pyarrow as pa
 
 from toolwatch import query_child, schema
 from toolwatch.config import QueryConfig
+from toolwatch.query import _run_in_process
 from toolwatch.store import DATASETS, Store
 
 SQL = "SELECT tool, count(*) AS n FROM events GROUP BY tool"
@@ -58,12 +60,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         st = _store(Path(tmp) / "store")
         t = time.perf_counter()
-        st._run_in_process(SQL)
+        _run_in_process(st, SQL)
         print(f"in process, first: {(time.perf_counter() - t) * 1000:.0f} ms")
         warm_in = []
         for _ in range(args.repeat):
             t = time.perf_counter()
-            st._run_in_process(SQL)
+            _run_in_process(st, SQL)
             warm_in.append(time.perf_counter() - t)
         print(f"in process, warm: {_ms(warm_in)}")
         files = {n: st.files(n) for n in DATASETS}

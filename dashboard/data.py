@@ -6,7 +6,7 @@ Nothing here imports Streamlit, so each function is unit-tested on its own. Rule
   parameter (``$name``); it is never formatted into SQL text. The only identifiers that
   vary are column names chosen from fixed allow-lists (:data:`TOP_COLUMNS`,
   :data:`ENTITY_COLUMNS`).
-* Queries go through :meth:`toolwatch.store.Store.query` or, for analysts' own SQL,
+* Queries go through :func:`toolwatch.query.query` or, for analysts' own SQL,
   :func:`run_forensic_sql`, both of which apply the whitelist guard
   (:mod:`toolwatch.query_guard`: one plain SELECT over the views) and run on a fresh,
   locked-down in-memory DuckDB with no file access at all (see docs/query.md).
@@ -28,6 +28,7 @@ import polars as pl
 from toolwatch.detectors.config import CATEGORIES as _CATEGORIES
 from toolwatch.detectors.config import SEVERITIES as _SEVERITIES
 
+from toolwatch import query as runner
 from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError
 from toolwatch.store import Store
@@ -54,7 +55,7 @@ def _frame(store: Store, sql: str, params: Mapping[str, Any] | None = None) -> p
     with warnings.catch_warnings():
         # duckdb 2 warns that DB-API Arrow output copies; harmless at dashboard sizes.
         warnings.simplefilter("ignore", UserWarning)
-        tbl = store.query(sql, dict(params or {}))
+        tbl = runner.query(store, sql, dict(params or {}))
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     return fix_decimals(df)
@@ -1095,7 +1096,7 @@ def run_forensic_sql(
 ) -> SqlResult:
     """Run an analyst's read-only SQL over the store's views.
 
-    Uses :meth:`toolwatch.store.Store.run_query`: the whitelist guard (one plain SELECT
+    Uses :func:`toolwatch.query.run_query`: the whitelist guard (one plain SELECT
     over the views; no EXPLAIN, COPY, table functions reading files, PRAGMA, SET, ATTACH)
     and a locked-down connection with no file access, bounded memory and threads.
     Results are cut at ``max_rows``; a query running longer than ``timeout_s`` is
@@ -1115,25 +1116,23 @@ def run_forensic_sql(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = store.run_query(sql, dict(params) if params else None, limits=bounded)
-    from toolwatch.store import as_text, beyond_python_dates
-
+        res = runner.run_query(store, sql, dict(params) if params else None, limits=bounded)
     # A date Python cannot hold (a nested 'infinity'::TIMESTAMP) makes polars panic when
     # the downloads turn rows into Python values: such results are DuckDB's text.
-    tbl = as_text(res.table) if beyond_python_dates(res.table) else res.table
+    tbl = runner.as_text(res.table) if runner.beyond_python_dates(res.table) else res.table
     df = pl.from_arrow(tbl)
     assert isinstance(df, pl.DataFrame)
     try:
         frame = fix_decimals(df)
     except pl.exceptions.InvalidOperationError:  # a HUGEINT beyond Int64: keep it as text
-        frame = pl.from_arrow(as_text(tbl))
+        frame = pl.from_arrow(runner.as_text(tbl))
         assert isinstance(frame, pl.DataFrame)
     return SqlResult(frame=frame, truncated=res.truncated, seconds=res.seconds)
 
 
 def view_columns(store: Store) -> pl.DataFrame:
     """Columns and types of the queryable views (for the Forensics page's reference)."""
-    df = pl.from_arrow(store.view_columns())
+    df = pl.from_arrow(runner.view_columns(store))
     assert isinstance(df, pl.DataFrame)
     return df
 

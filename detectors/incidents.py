@@ -13,9 +13,9 @@ further stage (category) closes part of the gap to 100; it then halves every
 ``half_life_hours`` since the last alert. **Recommended actions** are filled from each
 alert's own fields and evidence — strings for a person, never executed.
 
-The computation is columnar (polars) and pure: alerts in, incidents out. The store's
-``incidents`` view calls it at read time on the ``alerts`` view (see
-:meth:`toolwatch.store.Store.run_query`), so batch ``analyze`` and live ``tail`` stores
+The computation is columnar (polars) and pure: alerts in, incidents out. The query
+connections' ``incidents`` view calls it at read time on the ``alerts`` view (see
+:func:`toolwatch.query.query_connection`), so batch ``analyze`` and live ``tail`` stores
 give the same incidents from the same alerts. See ``docs/incidents.md``.
 """
 

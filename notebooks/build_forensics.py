@@ -26,8 +26,9 @@ This notebook walks through a typical investigation with toolwatch's forensic st
 6. **export the evidence** as CSV and JSON for the incident ticket.
 
 Everything is DuckDB SQL over the store's read-only views (`events`, `sessions`,
-`alerts`, `summaries`, `quarantine`) through `Store.query`, with values passed as bound
-parameters (`$name`), never pasted into the SQL — log strings are attacker-controlled.
+`alerts`, `summaries`, `quarantine`) through `toolwatch.query.query`, with values passed
+as bound parameters (`$name`), never pasted into the SQL — log strings are
+attacker-controlled.
 
 Environment overrides: `TOOLWATCH_NOTEBOOK_DATA_DIR` (use an existing store instead of
 analyzing the sample logs), `TOOLWATCH_NOTEBOOK_OUT` (where the evidence goes). Relative
@@ -47,6 +48,7 @@ import plotly.express as px
 import polars as pl
 
 from toolwatch.config import Config
+from toolwatch.query import query
 from toolwatch.store import Store
 
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
@@ -90,7 +92,7 @@ detector over them, writing alerts to the store. Skipped when the store already 
 
 def q(sql: str, **params) -> pl.DataFrame:
     \"\"\"One read-only query over the store's views; values bound as $name parameters.\"\"\"
-    return pl.from_arrow(store.query(sql, params))
+    return pl.from_arrow(query(store, sql, params))
 
 
 if q("SELECT count(*) AS n FROM alerts")["n"][0] == 0:

@@ -156,12 +156,13 @@ def writer(store_dir: str, n: int, seed: int, extra: bool, hooks: bool = True) -
 def reader(store_dir: str, out: str, stop: str) -> None:
     """Poll the store until ``stop`` exists; one JSON line per answer.
 
-    Every 8th poll goes through :meth:`Store.query` (the views toolwatch reads through,
+    Every 8th poll goes through :func:`toolwatch.query.query` (the views toolwatch reads through,
     ~0.2 s a poll); the others read each table's snapshot (:meth:`Store.files`, what the
     views list) with DuckDB directly, ~15 ms, so the reader sees many more snapshots.
     """
     import duckdb
 
+    from toolwatch.query import query
     from toolwatch.store import Store
 
     store = Store(store_dir)
@@ -170,7 +171,7 @@ def reader(store_dir: str, out: str, stop: str) -> None:
         while not os.path.exists(stop):
             try:
                 if polls % 8 == 0:
-                    vals = list(store.query(SQL).to_pylist()[0].values())
+                    vals = list(query(store, SQL).to_pylist()[0].values())
                     rec = {"via": "query", "events": vals[0:3], "summaries": vals[3:6],
                            "quarantine": vals[6:9]}
                 else:

@@ -18,6 +18,7 @@ from toolwatch.config import (
 )
 from toolwatch.errors import ConfigError
 from toolwatch.live import LiveConfig
+from toolwatch.query import query_connection
 from toolwatch.store import Store
 
 
@@ -40,12 +41,12 @@ def test_defaults_are_auto_and_resolve_per_machine(tmp_path, monkeypatch) -> Non
     cfg = Config()
     cfg.store.data_dir = str(tmp_path)
     assert ParserPool.from_config(cfg).workers == 1
-    con, _ = Store(tmp_path / "store")._query_connection(QueryConfig())
+    con, _ = query_connection(Store(tmp_path / "store"), QueryConfig())
     assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
     # explicit values win
     cfg.ingest.parse_workers = 3
     assert ParserPool.from_config(cfg).workers == 3
-    con, _ = Store(tmp_path / "store")._query_connection(QueryConfig(threads=2))
+    con, _ = query_connection(Store(tmp_path / "store"), QueryConfig(threads=2))
     assert con.execute("SELECT current_setting('threads')").fetchone()[0] == 2
 
 

@@ -96,6 +96,7 @@ def test_store_without_interval_columns_falls_back_to_duration(
 
     from toolwatch.dashboard import data
 
+    from toolwatch.query import query, view_columns
     from toolwatch.store import Store
 
     old = tmp_path / "old"
@@ -108,8 +109,8 @@ def test_store_without_interval_columns_falls_back_to_duration(
     try:
         # The view may list the columns (null: the store fills columns its files lack)
         # or not (older stores); either way no file holds them.
-        stored = s.query("SELECT count(start_ts) AS n FROM events") if "start_ts" in (
-            pl.from_arrow(s.view_columns()).filter(pl.col("view") == "events")["column"]
+        stored = query(s, "SELECT count(start_ts) AS n FROM events") if "start_ts" in (
+            pl.from_arrow(view_columns(s)).filter(pl.col("view") == "events")["column"]
             .to_list()) else None
         assert stored is None or stored.column("n")[0].as_py() == 0
         ev = data.session_events(s, "race")

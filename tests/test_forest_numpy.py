@@ -307,12 +307,13 @@ def _write_log(traffic: Traffic, path: Path) -> None:
 
 
 def _alerts(data_dir: Path) -> list[tuple[object, ...]]:
+    from toolwatch.query import query
     from toolwatch.store import Store
 
     st = Store(data_dir)
     if not st.files("alerts"):
         return []
-    df = pl.from_arrow(st.query(
+    df = pl.from_arrow(query(st,
         "SELECT alert_id, category, entity_id, score, reasons FROM alerts"))
     assert isinstance(df, pl.DataFrame)
     return sorted(df.rows())

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from tests.conftest import TOOLWATCH
 from toolwatch.cli import app
+from toolwatch.query import query
 from toolwatch.store import Store
 
 pytestmark = pytest.mark.slow  # starts a process
@@ -73,10 +74,10 @@ def views_query(store: Path) -> dict[str, int]:
     s = Store(store)
     out = {}
     for v in VIEWS:
-        out[v] = s.query(f"SELECT * FROM {v}").num_rows
+        out[v] = query(s, f"SELECT * FROM {v}").num_rows
     # Aggregates the detectors and dashboard lean on.
-    s.query("SELECT sum(bytes), sum(rows), avg(duration_ms), min(ts), max(ts) FROM events")
-    s.query("SELECT max(first_seen), max(last_seen), max(total_bytes) FROM sessions")
+    query(s, "SELECT sum(bytes), sum(rows), avg(duration_ms), min(ts), max(ts) FROM events")
+    query(s, "SELECT max(first_seen), max(last_seen), max(total_bytes) FROM sessions")
     return out
 
 
@@ -85,7 +86,7 @@ def line(**fields: object) -> bytes:
 
 
 def rows(store: Path, sql: str) -> list[dict]:
-    return Store(store).query(sql).to_pylist()
+    return query(Store(store), sql).to_pylist()
 
 
 # --------------------------------------------------------------------- regression classes

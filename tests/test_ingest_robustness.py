@@ -431,6 +431,7 @@ def test_arbitrary_bytes_never_crash_and_every_line_is_accounted_for(tmp_path_fa
 
 def test_reader_survives_a_file_replaced_between_listing_and_binding(tw, write_lines):
     """Compaction can delete a file a reader just listed: the reader lists again."""
+    from toolwatch.query import query
     from toolwatch.store import Store
 
     tw.ingest(write_lines(GOOD))
@@ -446,5 +447,5 @@ def test_reader_survives_a_file_replaced_between_listing_and_binding(tw, write_l
         return files
 
     st.files = stale_then_fresh  # type: ignore[method-assign]
-    assert st.query("SELECT count(*) AS n FROM events").to_pylist() == [{"n": 1}]
+    assert query(st, "SELECT count(*) AS n FROM events").to_pylist() == [{"n": 1}]
     assert calls["n"] > len(("events", "summaries", "quarantine", "alerts"))  # it re-listed

@@ -130,6 +130,7 @@ def test_three_members_one_table_one_address_alert(
     kafka_broker, s3_server: S3Server, tmp_path: Path, reader  # noqa: F811
 ) -> None:
     from toolwatch.config import Config, locate_store
+    from toolwatch.query import query
     from toolwatch.store import Store
 
     bs = kafka_broker.bootstrap
@@ -145,7 +146,7 @@ def test_three_members_one_table_one_address_alert(
 
     def counts() -> tuple[int, int]:
         try:
-            row = store().query(
+            row = query(store(),
                 "SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM events").to_pylist()
         except Exception:
             return 0, 0
@@ -181,7 +182,7 @@ def test_three_members_one_table_one_address_alert(
         _wait("every event stored", lambda: counts()[0] >= len(sent), timeout=120)
 
         def address_alerts() -> list[dict]:
-            return store().query(
+            return query(store(),
                 "SELECT * FROM alerts WHERE entity_type = 'client_ip' AND entity_id = $ip "
                 "AND category = 'credential_stuffing'", {"ip": ADDRESS}).to_pylist()
 

@@ -23,6 +23,7 @@ from toolwatch.ingest.sources.base import Item, StreamsEnded, StreamsStarted
 from toolwatch.live import LivePipeline
 from toolwatch.live.driver import Driver
 from toolwatch.live.stop import StopFlag
+from toolwatch.query import query
 from toolwatch.store import Store
 
 try:
@@ -91,7 +92,7 @@ def _run(tmp: Path, polls: list[tuple[list[Item], bool]], ahead: bool) -> dict[s
     def rows(view: str, drop: tuple[str, ...]) -> pl.DataFrame:
         if not store.files(view):
             return pl.DataFrame()
-        df = pl.from_arrow(store.query(f"SELECT * FROM {view}"))
+        df = pl.from_arrow(query(store, f"SELECT * FROM {view}"))
         assert isinstance(df, pl.DataFrame)
         return df.drop([c for c in drop if c in df.columns]).sort(
             [c for c in ("source_fp", "offset", "event_id") if c in df.columns])

@@ -70,9 +70,12 @@ def test_contracts_are_declared() -> None:
     contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
     assert {c["id"] for c in contracts} >= {"floors", "ground", "dashboard", "detectors", "engines"}
     floors = next(c for c in contracts if c["id"] == "floors")
-    # bottom to top: ground, ingest, detectors, live | dashboard, commands
-    assert floors["layers"][2] == "toolwatch.detectors"
-    assert floors["layers"][3] == "toolwatch.ingest"
+    # bottom to top: ground, ingest, detectors, query, live | dashboard, commands
+    assert floors["layers"][2] == "toolwatch.query : toolwatch.query_child"
+    assert floors["layers"][3] == "toolwatch.detectors"
+    assert floors["layers"][4] == "toolwatch.ingest"
+    # No exceptions: the store's incidents view left with the query runner (issue 29).
+    assert all(c.get("ignore_imports", []) == [] for c in contracts)
     assert "toolwatch.live | toolwatch.dashboard" in floors["layers"]
 
 
@@ -91,6 +94,8 @@ def test_the_house_keeps_its_floors(tmp_path: Path) -> None:
     [
         # ground importing a floor above it
         ("errors.py", "import toolwatch.analyze", "Ground imports nothing above it"),
+        # the store calling the query runner, even from inside a function
+        ("store.py", "def _planted():\n    import toolwatch.query", "Ground imports nothing"),
         # detectors importing the live engine
         ("detectors/alerts.py", "import toolwatch.live.config", "Detectors and ingest"),
         # the dashboard importing the live engine

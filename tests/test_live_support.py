@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from toolwatch import schema
 from toolwatch.config import Config
 from toolwatch.live import LiveConfig, StopFlag
+from toolwatch.query import query
 from toolwatch.store import Store
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
@@ -101,7 +102,7 @@ def stored_events(data_dir: Path) -> pl.DataFrame:
     st = Store(data_dir)
     if not st.files("events"):
         return pl.from_arrow(schema.EVENTS.empty_table())  # type: ignore[return-value]
-    return pl.from_arrow(st.query("SELECT * FROM events"))  # type: ignore[return-value]
+    return pl.from_arrow(query(st, "SELECT * FROM events"))  # type: ignore[return-value]
 
 
 def stored_count(data_dir: Path) -> int:
@@ -115,7 +116,7 @@ def stored_alerts(data_dir: Path, latest: bool = True) -> pl.DataFrame:
     if not st.files("alerts"):
         return pl.from_arrow(schema.ALERTS.empty_table())  # type: ignore[return-value]
     view = "alerts" if latest else "alerts_raw"
-    return pl.from_arrow(st.query(f"SELECT * FROM {view}"))  # type: ignore[return-value]
+    return pl.from_arrow(query(st, f"SELECT * FROM {view}"))  # type: ignore[return-value]
 
 
 def recording_detector(

@@ -26,6 +26,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from toolwatch.mcp_middleware import ToolwatchMiddleware
+from toolwatch.query import query
 from toolwatch.store import Store
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -61,7 +62,7 @@ def test_two_default_clients_are_two_callers(tmp_path: Path, tw_env: dict) -> No
     anyio.run(_both, data, tw_env, [None, None, "svc-nightly-export"])
     subprocess.run([TOOLWATCH, "collect", "--once", "--no-stdout", "-d", str(data)],
                    env=tw_env, check=True, timeout=120, capture_output=True)
-    rows = Store(data).query(
+    rows = query(Store(data),
         "SELECT caller_id, session_id, count(*) AS n, bool_or(caller_authenticated) AS auth "
         "FROM events GROUP BY ALL ORDER BY caller_id").to_pylist()
     assert len(rows) == 3, rows
@@ -179,7 +180,7 @@ def test_store_from_before_the_column_reads_null(tmp_path: Path, tw_env: dict) -
     for f in files:  # as an older toolwatch wrote them
         t = pq.read_table(f)
         pq.write_table(t.drop_columns(["caller_authenticated"]), f)
-    rows = Store(data).query("SELECT caller_authenticated, count(*) AS n FROM events "
+    rows = query(Store(data), "SELECT caller_authenticated, count(*) AS n FROM events "
                              "GROUP BY 1").to_pylist()
     assert rows == [{"caller_authenticated": None, "n": 5}]
     r = subprocess.run([TOOLWATCH, "analyze", "-d", str(data), str(log)], env=tw_env, timeout=300,

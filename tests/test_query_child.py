@@ -2,7 +2,7 @@
 §4, §5, §10).
 
 Every query goes through the path the dashboard's Forensics page uses
-(``dashboard.data.run_forensic_sql`` -> ``Store.run_query`` -> a query child) or the real
+(``dashboard.data.run_forensic_sql`` -> ``toolwatch.query.run_query`` -> a query child) or the real
 CLI. The runaway queries of the red-team round are refused or killed without touching the
 calling process; the catalog escapes are refused; the reported crashes are clean answers.
 Figures (elapsed seconds, the caller's RSS) are printed: run with ``-s`` to see them.
@@ -24,9 +24,10 @@ from tests.conftest import TOOLWATCH
 from toolwatch import schema
 from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError, QueryRefusedError
+from toolwatch.query import VIEWS, run_query
 from toolwatch.query_child import QueryMemoryError, QueryTimeoutError
 from toolwatch.query_guard import check_query
-from toolwatch.store import VIEWS, Store
+from toolwatch.store import Store
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 
@@ -86,7 +87,7 @@ def test_runaway_memory_costs_a_child_not_the_dashboard(store: Store, sql: str):
 def test_uninterruptible_query_is_killed_at_the_timeout(store: Store):
     started = time.monotonic()
     with pytest.raises(QueryTimeoutError, match=r"killed at the 3 s timeout"):
-        store.run_query(
+        run_query(store,
             "SELECT length(lpad('', 2000000000, 'y')) AS n",
             limits=QueryConfig(timeout_seconds=3, memory_limit_mib=4096),
         )
@@ -123,7 +124,7 @@ def test_hundred_thousand_term_or_is_a_clean_answer(store: Store):
     )
     started = time.monotonic()
     try:
-        res = store.run_query(sql, limits=QueryConfig(timeout_seconds=5))
+        res = run_query(store, sql, limits=QueryConfig(timeout_seconds=5))
     except QueryError as exc:
         outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
     else:
@@ -199,7 +200,7 @@ def test_catalog_escapes_are_refused(store: Store, sql: str):
     with pytest.raises(QueryRefusedError):
         check_query(sql, VIEWS)
     with pytest.raises(QueryError) as ei:  # and through the real path, in a child
-        store.run_query(sql)
+        run_query(store, sql)
     assert str(store.root) not in str(ei.value) and os.environ.get("HOME", "/nonexistent") \
         not in str(ei.value)
 
@@ -217,25 +218,25 @@ def test_catalog_escapes_are_refused(store: Store, sql: str):
     ],
 )
 def test_ordinary_names_still_work(store: Store, sql: str):
-    assert store.run_query(sql).table.num_rows >= 1
+    assert run_query(store, sql).table.num_rows >= 1
 
 
 # ------------------------------------------------------------------ reported crashes
 @pytest.mark.slow  # large queries in the guarded runner
 def test_reported_crashes_are_clean_answers(store: Store):
-    res = store.run_query("SELECT ts::DATE AS day, count(*) AS n FROM events GROUP BY 1")
+    res = run_query(store, "SELECT ts::DATE AS day, count(*) AS n FROM events GROUP BY 1")
     assert res.table.to_pylist() == [{"day": T0.date(), "n": 40}]
-    res = store.run_query("SELECT [['infinity'::TIMESTAMP]] AS x, {'d': '-infinity'::DATE} AS y")
+    res = run_query(store, "SELECT [['infinity'::TIMESTAMP]] AS x, {'d': '-infinity'::DATE} AS y")
     assert res.table.num_rows == 1
     wide = "SELECT " + ", ".join(f"{i} AS c{i}" for i in range(70_000))
     with pytest.raises(QueryRefusedError, match=r"70,000 columns; at most 1,000"):
-        store.run_query(wide, limits=QueryConfig(timeout_seconds=60))
+        run_query(store, wide, limits=QueryConfig(timeout_seconds=60))
     ok = "SELECT " + ", ".join(f"{i} AS c{i}" for i in range(1000))
-    assert store.run_query(ok).table.num_columns == 1000
+    assert run_query(store, ok).table.num_columns == 1000
 
 
 def test_result_bytes_are_capped(store: Store):
-    res = store.run_query(
+    res = run_query(store,
         "SELECT repeat('x', 100000) AS big FROM range(100)",
         limits=QueryConfig(max_result_mib=1),
     )

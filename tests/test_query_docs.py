@@ -18,7 +18,8 @@ import pytest
 
 from tests.conftest import TOOLWATCH
 from toolwatch.errors import QueryError
-from toolwatch.store import VIEWS, Store
+from toolwatch.query import VIEWS, run_query
+from toolwatch.store import Store
 
 pytestmark = pytest.mark.slow  # starts a process
 
@@ -117,13 +118,13 @@ def test_docs_examples_run_and_reach_summary_only_sessions(store_dir: Path):
     assert len(examples) >= 5
     reached: set[str] = set()
     for sql in examples:
-        res = store.run_query(sql)  # raises with the SQL's problem if an example is broken
+        res = run_query(store, sql)  # raises with the SQL's problem if an example is broken
         for col in ("session_id", "caller_id"):
             if col in res.table.column_names:
                 reached |= {v for v in res.table[col].to_pylist() if v}
     # The summary-only sessions (and their callers) show up in what the docs suggest.
     assert {"s-sum-1", "s-sum-2"} <= reached, reached
-    sessions = store.run_query(
+    sessions = run_query(store,
         "SELECT session_id, basis, calls, total_bytes FROM sessions ORDER BY session_id"
     ).table.to_pylist()
     assert {r["session_id"]: r["basis"] for r in sessions} == {
@@ -134,14 +135,14 @@ def test_docs_examples_run_and_reach_summary_only_sessions(store_dir: Path):
 def test_errors_keep_duckdbs_hints(store_dir: Path):
     store = Store(store_dir)
     with pytest.raises(QueryError) as ei:
-        store.run_query("SELECT caler_id FROM sessions")
+        run_query(store, "SELECT caler_id FROM sessions")
     msg = str(ei.value)
     assert "Candidate bindings" in msg and '"caller_id"' in msg
     with pytest.raises(QueryError) as ei:
-        store.run_query("SELECT * FROM sesions")
+        run_query(store, "SELECT * FROM sesions")
     assert "sessions" in str(ei.value)  # the guard names the views
     with pytest.raises(QueryError, match=r"(?s)not a built-in.*Did you mean .*count\(\)"):
-        store.run_query("SELECT cont(*) FROM sessions")
+        run_query(store, "SELECT cont(*) FROM sessions")
     p = subprocess.run(
         [TOOLWATCH, "query", "-d", str(store_dir), "SELECT caler_id FROM sessions"],
         capture_output=True, text=True, env=_env(), timeout=120,

@@ -27,8 +27,9 @@ from tests.conftest import TOOLWATCH
 from toolwatch import schema
 from toolwatch.config import QueryConfig
 from toolwatch.errors import QueryError, QueryRefusedError
+from toolwatch.query import VIEWS, query, query_connection, run_query
 from toolwatch.query_guard import check_query
-from toolwatch.store import VIEWS, Store
+from toolwatch.store import Store
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
 
@@ -78,7 +79,7 @@ def snapshot(*roots: Path) -> dict[str, tuple[int, str]]:
 
 
 def n_events(st_: Store) -> int:
-    return st_.query("SELECT count(*) AS n FROM events").to_pylist()[0]["n"]
+    return query(st_, "SELECT count(*) AS n FROM events").to_pylist()[0]["n"]
 
 
 # ------------------------------------------------------------------ attacks by name
@@ -91,7 +92,7 @@ def test_explain_analyze_copy_is_refused_and_writes_nothing(store: Store, tmp_pa
         "EXPLAIN SELECT * FROM events",
     ):
         with pytest.raises(QueryRefusedError, match="EXPLAIN"):
-            store.run_query(sql)
+            run_query(store, sql)
     assert snapshot(store.root) == before and not target.exists()
     assert not (tmp_path / "x.csv").exists()
 
@@ -110,7 +111,7 @@ def test_explain_analyze_copy_is_refused_and_writes_nothing(store: Store, tmp_pa
 def test_copy_in_any_position_is_refused(store: Store, tmp_path: Path, sql: str):
     out = tmp_path / "out.csv"
     with pytest.raises(QueryRefusedError):
-        store.run_query(sql.format(out=out))
+        run_query(store, sql.format(out=out))
     assert not out.exists()
 
 
@@ -121,7 +122,7 @@ def test_writing_suppressions_json_is_refused(store: Store):
         f"EXPLAIN ANALYZE COPY (SELECT 1) TO '{sup}' (FORMAT json)",
     ):
         with pytest.raises(QueryRefusedError):
-            store.run_query(sql)
+            run_query(store, sql)
     assert sup.read_text() == "[]"
 
 
@@ -156,7 +157,7 @@ def test_writing_suppressions_json_is_refused(store: Store):
 )
 def test_file_access_and_catalog_reads_are_refused(store: Store, sql: str):
     with pytest.raises(QueryRefusedError, match="refused"):
-        store.run_query(sql.format(events=store.root / "events"))
+        run_query(store, sql.format(events=store.root / "events"))
 
 
 @pytest.mark.parametrize(
@@ -192,7 +193,7 @@ def test_file_access_and_catalog_reads_are_refused(store: Store, sql: str):
 )
 def test_non_select_statements_are_refused(store: Store, tmp_path: Path, sql: str):
     with pytest.raises(QueryRefusedError):
-        store.run_query(sql.format(tmp=tmp_path))
+        run_query(store, sql.format(tmp=tmp_path))
     assert list(tmp_path.glob("x*")) == [] and not (tmp_path / "exp").exists()
 
 
@@ -219,12 +220,12 @@ def test_non_select_statements_are_refused(store: Store, tmp_path: Path, sql: st
     ],
 )
 def test_plain_selects_run(store: Store, sql: str):
-    res = store.run_query(sql)
+    res = run_query(store, sql)
     assert isinstance(res.table, pa.Table) and not res.truncated
 
 
 def test_params_are_bound(store: Store):
-    res = store.run_query("SELECT count(*) AS n FROM events WHERE tool = $t", {"t": "read"})
+    res = run_query(store, "SELECT count(*) AS n FROM events WHERE tool = $t", {"t": "read"})
     assert res.table.to_pylist() == [{"n": 34}]
 
 
@@ -275,7 +276,7 @@ def test_the_legacy_call_flag_must_be_a_bool(monkeypatch):
 
 # ------------------------------------------------------------------ the connection itself
 def test_query_connection_has_no_file_access_even_without_the_guard(store: Store, tmp_path):
-    con, files = store._query_connection(QueryConfig())
+    con, files = query_connection(store, QueryConfig())
     try:
         settings_ = dict(
             con.execute(
@@ -314,22 +315,22 @@ def test_query_connection_has_no_file_access_even_without_the_guard(store: Store
 # ------------------------------------------------------------------ bounds
 def test_timeout_interrupts_a_runaway_query(store: Store):
     with pytest.raises(QueryError, match=r"killed at the 0\.5 s timeout"):
-        store.run_query(
+        run_query(store,
             "SELECT count(*) FROM range(1000000000000) a, range(1000) b",
             limits=QueryConfig(timeout_seconds=0.5),
         )
 
 
 def test_row_limit_cuts_and_says_so(store: Store):
-    res = store.run_query("SELECT * FROM events", limits=QueryConfig(max_rows=7))
+    res = run_query(store, "SELECT * FROM events", limits=QueryConfig(max_rows=7))
     assert res.table.num_rows == 7 and res.truncated
-    res = store.run_query("SELECT * FROM events", limits=QueryConfig(max_rows=100))
+    res = run_query(store, "SELECT * FROM events", limits=QueryConfig(max_rows=100))
     assert res.table.num_rows == 100 and not res.truncated
 
 
 def test_memory_limit_gives_a_clean_error(store: Store):
     with pytest.raises(QueryError, match=r"(?i)out of memory") as ei:
-        store.run_query(
+        run_query(store,
             "SELECT list(repeat('x', 1000) || r::VARCHAR) FROM range(2000000) t(r)",
             limits=QueryConfig(memory_limit_mb=32),
         )
@@ -605,5 +606,5 @@ def test_generated_sql_is_refused_or_changes_nothing(
     before = snapshot(store.root, canary)
     # Refused, failed while running (a type error) or ran: in every case nothing changed.
     with contextlib.suppress(QueryError):
-        store.run_query(sql, limits=QueryConfig(timeout_seconds=20))
+        run_query(store, sql, limits=QueryConfig(timeout_seconds=20))
     assert snapshot(store.root, canary) == before

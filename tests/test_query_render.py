@@ -19,6 +19,7 @@ from toolwatch.dashboard import data
 from toolwatch import schema
 from toolwatch.cli import _write_query_rows
 from toolwatch.output import write_rows
+from toolwatch.query import run_query
 from toolwatch.store import Store
 
 TYPES = {
@@ -80,7 +81,7 @@ def _sql(expr: str) -> str:
 
 @pytest.fixture(scope="module")
 def results(store: Store) -> dict[str, pa.Table]:
-    return {name: store.run_query(_sql(expr)).table for name, expr in TYPES.items()}
+    return {name: run_query(store, _sql(expr)).table for name, expr in TYPES.items()}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from toolwatch.ingest.sources.file import GzipStream
 
 from tests.conftest import TOOLWATCH
+from toolwatch.query import query
 from toolwatch.store import Store
 
 N = 3000
@@ -91,7 +92,7 @@ def test_truncated_gz_keeps_its_lines_and_the_intact_copy_completes_it(tmp_path:
     rc, summary = _ingest(tmp_path, whole)
     assert rc == 0, summary
     assert summary["events_stored"] == N - stored
-    rows = Store(tmp_path / "st").query(
+    rows = query(Store(tmp_path / "st"),
         "SELECT count(*) AS n, count(DISTINCT tool) AS d FROM events").to_pylist()
     assert rows == [{"n": N, "d": N}]
 

@@ -139,6 +139,7 @@ def _store_bytes_digest(store: Path) -> dict[str, str]:
 def test_hostile_lines_through_cli_views_and_dashboard(tmp_path_factory, items) -> None:
     from toolwatch.dashboard import data
 
+    from toolwatch.query import query
     from toolwatch.store import Store
 
     tmp = tmp_path_factory.mktemp("hostile-path")
@@ -164,10 +165,10 @@ def test_hostile_lines_through_cli_views_and_dashboard(tmp_path_factory, items) 
     shown: list[object] = [data.quarantine_by_reason(st_), data.list_alerts(st_),
                            data.alert_filter_options(st_),
                            data.top_values(st_, "tool") if hasattr(data, "top_values") else None]
-    for sid in st_.query("SELECT DISTINCT session_id FROM events").column(0).to_pylist()[:5]:
+    for sid in query(st_, "SELECT DISTINCT session_id FROM events").column(0).to_pylist()[:5]:
         if sid is not None:
             shown += [data.session_events(st_, sid), data.session_summary(st_, sid)]
-    for eid in st_.query("SELECT event_id FROM events LIMIT 20").column(0).to_pylist():
+    for eid in query(st_, "SELECT event_id FROM events LIMIT 20").column(0).to_pylist():
         shown.append(data.event_raw(st_, eid))
     blobs = [*outputs, *(str(x).encode() for x in shown)]
     blobs += [p.read_bytes() for p in store.rglob("*") if p.is_file()]

@@ -17,6 +17,7 @@ import pytest
 from toolwatch.ingest.sources.base import display_name
 
 from tests.conftest import TOOLWATCH
+from toolwatch.query import query
 from toolwatch.store import Store
 
 LINES = (
@@ -40,8 +41,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _check(store: Path) -> None:
     st_ = Store(store)
-    assert st_.query("SELECT count(*) AS n FROM events").to_pylist() == [{"n": 2}]
-    q = st_.query("SELECT source, reason FROM quarantine").to_pylist()
+    assert query(st_, "SELECT count(*) AS n FROM events").to_pylist() == [{"n": 2}]
+    q = query(st_, "SELECT source, reason FROM quarantine").to_pylist()
     assert len(q) == 1 and q[0]["reason"] == "bad_timestamp", q
     assert "\\udcff\\udcfe" in q[0]["source"] and "\\udc80" in q[0]["source"], q
 

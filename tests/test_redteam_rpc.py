@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import TOOLWATCH
+from toolwatch.query import query
 from toolwatch.store import Store
 
 pytestmark = pytest.mark.slow  # starts a process
@@ -33,7 +34,7 @@ def _run(tmp_path: Path, lines: list[dict]) -> list[dict]:
     res = subprocess.run([TOOLWATCH, "ingest", str(src), "-d", str(store), "--no-progress"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    return Store(store).query(
+    return query(Store(store),
         "SELECT tool, status, duration_ms FROM events ORDER BY tool"
     ).to_pylist()
 

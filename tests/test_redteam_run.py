@@ -24,6 +24,7 @@ from toolwatch.ingest.records import RawBatch
 from toolwatch.ingest.sources.process import split_server_text
 
 from tests.conftest import TOOLWATCH
+from toolwatch.query import query
 from toolwatch.store import Store
 
 BOM = b"\xef\xbb\xbf"
@@ -78,9 +79,9 @@ def test_a_record_behind_a_bom_is_detected_on_in_run(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stderr[-2000:]
     st_ = Store(store)
-    tools = sorted(r["tool"] for r in st_.query("SELECT tool FROM events").to_pylist())
+    tools = sorted(r["tool"] for r in query(st_, "SELECT tool FROM events").to_pylist())
     assert tools == ["hidden", "t", "t"], tools
-    reasons = sorted(r["reason"] for r in st_.query("SELECT reason FROM quarantine").to_pylist())
+    reasons = sorted(r["reason"] for r in query(st_, "SELECT reason FROM quarantine").to_pylist())
     assert reasons == ["bad_timestamp", "server_text"], reasons
-    flags = st_.query("SELECT flags FROM events WHERE flags IS NOT NULL").to_pylist()
+    flags = query(st_, "SELECT flags FROM events WHERE flags IS NOT NULL").to_pylist()
     assert flags == [{"flags": "out_of_range:bytes"}], json.dumps(flags)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from toolwatch.ingest.secrets import SecretHasher
 
 from tests.conftest import TOOLWATCH
+from toolwatch.query import query
 from toolwatch.store import Store
 
 KEY = "ab" * 32
@@ -139,7 +140,7 @@ def ingest_and_check_absent(tmp_path: Path, lines: list[str], secret: str) -> tu
     assert summary["events_stored"] + summary["quarantined_total"] == len(lines)
     st_ = Store(store)
     for view in ("events", "quarantine", "sessions"):
-        for row in st_.query(f"SELECT * FROM {view}").to_pylist():
+        for row in query(st_, f"SELECT * FROM {view}").to_pylist():
             dumped = json.dumps(row, default=str)
             assert secret not in dumped, (view, dumped[:600])
     for p in store.rglob("*"):
@@ -203,7 +204,7 @@ def test_pem_body_over_several_lines_is_hashed_by_ingest(tmp_path: Path) -> None
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    raws = [r["raw"] for r in Store(tmp_path / "st").query(
+    raws = [r["raw"] for r in query(Store(tmp_path / "st"),
         "SELECT raw FROM quarantine ORDER BY line_no").to_pylist()]
     assert len(raws) == len(_pem_lines())
     assert not any(b[:30] in r for b in PEM_BODY for r in raws), raws
@@ -221,7 +222,7 @@ def test_pem_body_on_a_wrapped_servers_stderr_is_hashed(tmp_path: Path) -> None:
         env=env, capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    raws = [r["raw"] for r in Store(tmp_path / "st").query(
+    raws = [r["raw"] for r in query(Store(tmp_path / "st"),
         "SELECT raw FROM quarantine").to_pylist()]
     assert len(raws) == len(_pem_lines())
     assert not any(b[:30] in r for b in PEM_BODY for r in raws), raws
@@ -265,7 +266,7 @@ def test_duplicate_keys_through_ingest(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert res.returncode == 0, res.stderr[-2000:]
-    rows = Store(tmp_path / "st").query("SELECT args, raw FROM events").to_pylist()
+    rows = query(Store(tmp_path / "st"), "SELECT args, raw FROM events").to_pylist()
     assert len(rows) == 2
     for r in rows:
         assert s not in r["args"] and s not in r["raw"], r

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from toolwatch.ingest.secrets import SecretHasher
 
 from tests.test_redteam_secrets import ingest_and_check_absent
+from toolwatch.query import query
 
 KEY = "ab" * 32
 TS = "2026-11-02T10:00:00Z"
@@ -176,7 +177,7 @@ def test_new_shapes_never_reach_the_store(tmp_path: Path) -> None:
     text += [f"server: connect root:{s}@10.0.0.9 failed", f"error: invalid token {s}"]
     summary, st_ = ingest_and_check_absent(tmp_path, text, s)
     assert summary["events_stored"] == len(lines)
-    ips = st_.query("SELECT client_ip FROM events WHERE client_ip IS NOT NULL").to_pylist()
+    ips = query(st_, "SELECT client_ip FROM events WHERE client_ip IS NOT NULL").to_pylist()
     assert {r["client_ip"].split("@")[-1] for r in ips} == {"10.0.0.1", "db.local:5432"}
 
 

@@ -29,6 +29,7 @@ from toolwatch.ingest.sources.file import StreamReader
 from toolwatch.ingest.sources.file_tail import LineAssembler
 
 from tests.conftest import TOOLWATCH
+from toolwatch.query import query
 from toolwatch.store import Store
 
 TS = "2026-11-02T10:00:00Z"
@@ -139,11 +140,11 @@ def test_a_cut_piece_that_is_a_json_object_is_never_stored(tmp_path: Path) -> No
             p.kill()
     assert p.returncode == 0, err.decode()[-2000:]
     s = Store(tmp_path / "st")
-    tools = sorted(r["tool"] for r in s.query("SELECT tool FROM events").to_pylist())
+    tools = sorted(r["tool"] for r in query(s, "SELECT tool FROM events").to_pylist())
     assert tools == ["t0", "t1"]
-    q = s.query("SELECT reason, line_no FROM quarantine").to_pylist()
+    q = query(s, "SELECT reason, line_no FROM quarantine").to_pylist()
     assert q == [{"reason": "line_too_long", "line_no": 2}]
-    ln = s.query("SELECT line_no FROM events WHERE tool = 't1'").to_pylist()
+    ln = query(s, "SELECT line_no FROM events WHERE tool = 't1'").to_pylist()
     assert ln == [{"line_no": 3}]
 
 

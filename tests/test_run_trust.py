@@ -39,6 +39,7 @@ from toolwatch.ingest.sources.process import (
 from toolwatch.ingest.sources.wrapper import RECORD_KEY_ENV as SPOOL_KEY_ENV
 
 from toolwatch.mcp_middleware import RECORD_KEY_ENV, tag_line
+from toolwatch.query import query
 from toolwatch.store import Store
 
 pytestmark = [pytest.mark.timeout(300)]
@@ -85,7 +86,7 @@ def _query(data: Path, sql: str) -> list[tuple]:
     st_ = Store(data)
     if not st_.files("events") and "events" in sql:
         return []
-    return [tuple(r.values()) for r in st_.query(sql).to_pylist()]
+    return [tuple(r.values()) for r in query(st_, sql).to_pylist()]
 
 
 def _collect(data: Path, env: dict) -> None:

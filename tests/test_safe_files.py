@@ -17,6 +17,7 @@ import pytest
 from toolwatch.ingest.sources.file_tail import TailSource
 from toolwatch.ingest.sources.wrapper import spool_dir
 
+from toolwatch.query import query
 from toolwatch.safe_open import UnsafeFile, looks_binary, open_regular, read_regular
 from toolwatch.store import Store
 
@@ -106,7 +107,7 @@ def test_a_fifo_in_the_spool_hangs_nothing_and_is_set_aside(
         r = tw(data, tw_env, *args)
         assert r.returncode == 0, (args, r.stderr)
         assert not (d / "z.log").exists()
-    assert Store(data).query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 5
+    assert query(Store(data), "SELECT count(*) AS n FROM events").column("n")[0].as_py() == 5
 
 
 @pytest.mark.slow  # starts a process
@@ -147,7 +148,7 @@ def test_planted_fifos_in_the_store_state_hang_no_writer(
     r = tw(data, tw_env, "ingest", str(log))
     assert r.returncode == 0, r.stderr
     st = Store(data)
-    assert st.query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 7
+    assert query(st, "SELECT count(*) AS n FROM events").column("n")[0].as_py() == 7
     assert list(st.checkpoints().values()) == [len(log.read_bytes())]
 
 
@@ -260,4 +261,4 @@ def test_ingest_of_a_glob_skips_a_fifo_it_matches(tmp_path: Path, tw_env: dict) 
     data = tmp_path / "store"
     r = tw(data, tw_env, "ingest", str(logs / "*"))
     assert r.returncode == 0, r.stderr
-    assert Store(data).query("SELECT count(*) AS n FROM events").column("n")[0].as_py() == 4
+    assert query(Store(data), "SELECT count(*) AS n FROM events").column("n")[0].as_py() == 4

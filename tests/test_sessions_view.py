@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from toolwatch import schema
+from toolwatch.query import query
 from toolwatch.store import Store
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -49,7 +50,7 @@ def test_byteless_sessions_rank_below_a_real_exfiltration(tmp_path: Path) -> Non
     st = Store(tmp_path / "store")
     st.write_batch({"events": pa.Table.from_pylist(rows, schema=schema.EVENTS)})
     st.close()
-    got = st.query(
+    got = query(st,
         "SELECT session_id, total_bytes, total_rows FROM sessions "
         "ORDER BY total_bytes DESC NULLS LAST, session_id"
     ).to_pylist()
@@ -60,5 +61,5 @@ def test_byteless_sessions_rank_below_a_real_exfiltration(tmp_path: Path) -> Non
     for r in quiet:  # no bytes: 0 (or NULL), never the saturation value
         assert r["total_bytes"] in (0, None)
         assert r["total_rows"] is None
-    top = st.query("SELECT max(total_bytes) AS m FROM sessions").to_pylist()
+    top = query(st, "SELECT max(total_bytes) AS m FROM sessions").to_pylist()
     assert top == [{"m": EXFIL}]

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import pytest
 
+from toolwatch.query import query
 from toolwatch.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # starts processes, ~1 min
@@ -229,13 +230,13 @@ def _trials(zygote: subprocess.Popen[str], rng: random.Random, tmp_path: Path) -
                 previous[name] = rec[name][0]
 
         s = Store(store)
-        got = s.query(
+        got = query(s,
             'SELECT count(*) AS n, count(DISTINCT event_id) AS d, min("offset") AS lo, '
             'max("offset") AS hi FROM events').to_pylist()[0]
         assert got == {"n": N, "d": N, "lo": 0, "hi": N - 1}, (trial, got, plans[-KILLS:])
         for name in ("summaries", "quarantine"):
             want = len(range(0, N, EVERY[name])) if extra else 0
-            n, d = s.query(f"SELECT count(*), count(DISTINCT event_id) FROM {name}").to_pylist(
+            n, d = query(s, f"SELECT count(*), count(DISTINCT event_id) FROM {name}").to_pylist(
             )[0].values()
             assert (n, d) == (want, want), (trial, name, n, d, plans[-KILLS:])
         assert s.checkpoints() == {"fp": N}

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolwatch import schema
+from toolwatch.query import query
 from toolwatch.store import LIVE_PAGE_BYTES, LIVE_ROW_GROUP_ROWS, Store
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -58,7 +59,7 @@ def test_live_files_read_back_whole_and_keep_their_statistics(tmp_path: Path) ->
     ts = schema.EVENTS.get_field_index("ts")
     for i in range(meta.num_row_groups):  # time-range pruning still has its min/max
         assert meta.row_group(i).column(ts).statistics.has_min_max
-    got = st_.query("SELECT count(*) AS n, count(DISTINCT event_id) AS d, "
+    got = query(st_, "SELECT count(*) AS n, count(DISTINCT event_id) AS d, "
                     "sum(length(raw)) AS raw_len FROM events").to_pylist()[0]
     want = pa.concat_tables([_events(n), _events(500, start=n)])
     assert got == {"n": n + 500, "d": n + 500,

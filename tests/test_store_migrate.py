@@ -17,7 +17,9 @@ import pytest
 
 from tests.conftest import CLI, TOOLWATCH
 from toolwatch import schema
-from toolwatch.store import Store, legacy_layout
+from toolwatch.query import query
+from toolwatch.store import Store
+from toolwatch.store_migrate import legacy_layout
 
 #: (date folder, file name, first offset, rows, without caller_authenticated)
 OLD_FILES = [
@@ -107,7 +109,7 @@ def test_migrate_keeps_rows_checkpoints_and_is_idempotent(
 
     store = Store(root)
     assert store.checkpoints() == {fp: v["end_offset"] for fp, v in CHECKPOINTS.items()}
-    got = store.query(
+    got = query(store,
         "SELECT count(*) AS n, count(caller_authenticated) AS auth, "
         "count(*) FILTER (WHERE caller_authenticated IS NULL) AS nulls, "
         "count(DISTINCT event_id) AS ids, max(\"offset\") AS last FROM events"
@@ -116,7 +118,7 @@ def test_migrate_keeps_rows_checkpoints_and_is_idempotent(
     # did not exist yet.
     assert got == {"n": OLD_ROWS, "auth": OLD_ROWS - 3, "nulls": 3, "ids": OLD_ROWS,
                    "last": OLD_ROWS - 1}
-    assert store.query("SELECT alert_id FROM alerts").to_pylist() == [{"alert_id": "al-1"}]
+    assert query(store, "SELECT alert_id FROM alerts").to_pylist() == [{"alert_id": "al-1"}]
     # The tables hold the old checkpoints as application transactions: a replay of an
     # old batch adds nothing.
     assert store.table("events").versions(["fp-a", "fp-b"]) == {"fp-a": 1234, "fp-b": 56}
@@ -174,7 +176,7 @@ def test_migrate_refuses_what_is_no_store(tmp_path: Path, tw_env: dict[str, str]
 def test_interrupted_migration_finishes_on_the_next_run(old_store: Path) -> None:
     """A run that died after converting the datasets (before ``streams``) still counts
     as unconverted; the next run adds the checkpoints without adopting a file twice."""
-    from toolwatch.store import migrate
+    from toolwatch.store_migrate import migrate
 
     with pytest.MonkeyPatch.context() as mp:
         import deltalake.transaction as dtx
@@ -195,7 +197,7 @@ def test_interrupted_migration_finishes_on_the_next_run(old_store: Path) -> None
     assert migrate(old_store) == {"streams": 2}
     store = Store(old_store)
     assert store.checkpoints() == {fp: v["end_offset"] for fp, v in CHECKPOINTS.items()}
-    assert store.query("SELECT count(*) AS n FROM events").to_pylist() == [{"n": OLD_ROWS}]
+    assert query(store, "SELECT count(*) AS n FROM events").to_pylist() == [{"n": OLD_ROWS}]
     assert migrate(old_store) == {}
 
 
@@ -203,7 +205,7 @@ def test_unsafe_checkpoints_stop_the_migration(old_store: Path, tmp_path: Path) 
     """Checkpoints that are a link are not read (nor silently dropped: every stream would
     be stored twice); nothing is converted."""
     from toolwatch.errors import StoreError
-    from toolwatch.store import migrate
+    from toolwatch.store_migrate import migrate
 
     cp = old_store / "_state" / "checkpoints.json"
     target = tmp_path / "elsewhere.json"

@@ -18,6 +18,7 @@ import pytest
 
 from tests.s3_server import S3Server, s3_server  # noqa: F401
 from toolwatch import schema
+from toolwatch.query import query
 from toolwatch.store import Checkpoint, Store
 
 pytestmark = pytest.mark.slow  # a server process
@@ -64,14 +65,14 @@ def test_replays_compaction_and_vacuum_on_object_storage(s3_env: S3Server, tmp_p
     st.write_batch({"events": _events(5, 30)}, [Checkpoint("fp", "f", 35)])
     again = _remote_store(tmp_path, "s3://unit/a/store")
     assert again.checkpoints() == {"fp": 40}
-    n, distinct = again.query(
+    n, distinct = query(again,
         "SELECT count(*) AS n, count(DISTINCT event_id) AS d FROM events").to_pylist()[0].values()
     assert n == distinct == 40
     files = again.files("events")
     assert len(files) == 4 and all(f.startswith("s3://unit/a/store/events/") for f in files)
     assert again.compact("events") == 1 and len(again.files("events")) == 1
     assert again.vacuum("events", 0) == 4
-    assert again.query("SELECT count(*) AS n FROM events").to_pylist() == [{"n": 40}]
+    assert query(again, "SELECT count(*) AS n FROM events").to_pylist() == [{"n": 40}]
 
     from deltalake import DeltaTable  # an outside reader: delta-rs alone
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from toolwatch import schema
+from toolwatch.query import query
 from toolwatch.store import Store
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)
@@ -43,7 +44,7 @@ def test_session_sums_beyond_int64_saturate_instead_of_failing_the_view(tmp_path
     st = Store(tmp_path / "store")
     st.write_batch({"events": _fat_events(2048)})
     st.close()
-    got = st.query("SELECT session_id, total_bytes, total_rows, calls FROM sessions").to_pylist()
+    got = query(st, "SELECT session_id, total_bytes, total_rows, calls FROM sessions").to_pylist()
     assert got == [
         {
             "session_id": "fat",

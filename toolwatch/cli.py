@@ -167,6 +167,7 @@ def query(
     """
     import dataclasses
 
+    from toolwatch import query as runner
     from toolwatch.errors import QueryRefusedError
     from toolwatch.output import write_rows
     from toolwatch.query_child import QueryCrashedError, QueryMemoryError, QueryTimeoutError
@@ -183,7 +184,7 @@ def query(
             **({"timeout_seconds": timeout} if timeout is not None else {}),
         )
         # A plain fork of this single-threaded process runs the query (no fork server).
-        res = _existing_store(cfg.data_dir).run_query(sql, limits=limits)
+        res = runner.run_query(_existing_store(cfg.data_dir), sql, limits=limits)
     except QueryRefusedError as exc:
         raise fail(exc, 2) from None
     except QueryTimeoutError as exc:
@@ -223,12 +224,13 @@ def schema_cmd(
     Example: toolwatch schema -d .toolwatch/demo/store -f csv
     """
     from toolwatch.output import write_rows
+    from toolwatch.query import schema_listing
 
     if fmt not in ("table", "csv", "json"):
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     try:
         cfg = config_for(config, data_dir)
-        tbl = _existing_store(cfg.data_dir).schema_listing(cfg.query)
+        tbl = schema_listing(_existing_store(cfg.data_dir), cfg.query)
     except ToolwatchError as exc:
         raise fail(exc) from None
     try:
@@ -260,7 +262,7 @@ def _write_query_rows(tbl: object, fmt: str, write_rows: object) -> None:
     error line — never a traceback (polars panics derive from BaseException)."""
     import io
 
-    from toolwatch.store import as_text, beyond_python_dates
+    from toolwatch.query import as_text, beyond_python_dates
 
     # A date Python cannot hold makes polars panic (and print a Rust backtrace): go
     # straight to text for those.
@@ -489,11 +491,12 @@ def alerts(
         raise fail(ValueError(f"unknown format {fmt!r}: use table, csv or json"), 2)
     import polars as pl
 
+    from toolwatch import query as runner
     from toolwatch.detectors.filters import filter_alerts
 
     try:
         cfg = config_for(config, data_dir)
-        stored = pl.from_arrow(_existing_store(cfg.data_dir).query("SELECT * FROM alerts"))
+        stored = pl.from_arrow(runner.query(_existing_store(cfg.data_dir), "SELECT * FROM alerts"))
         assert isinstance(stored, pl.DataFrame)
         picked = filter_alerts(
             stored,
@@ -588,6 +591,7 @@ def incidents(
     """
     import polars as pl
 
+    from toolwatch import query as runner
     from toolwatch.detectors.config import DetectorsConfig
     from toolwatch.triage_store import STATUSES
 
@@ -602,7 +606,7 @@ def incidents(
         cfg = config_for(config, data_dir)
         store = _existing_store(cfg.data_dir)
         store.incident_config = DetectorsConfig.from_dict(cfg.detectors).incidents
-        inc = pl.from_arrow(store.query("SELECT * FROM incidents"))
+        inc = pl.from_arrow(runner.query(store, "SELECT * FROM incidents"))
         assert isinstance(inc, pl.DataFrame)
     except ToolwatchError as exc:
         raise fail(exc) from None

@@ -9,7 +9,7 @@ process of its own:
 
 * started from a ``forkserver`` whose server has already imported DuckDB, pyarrow and
   the store (one fork per query, not an interpreter start-up; see :func:`warm`);
-* the child builds the locked-down connection (:meth:`toolwatch.store.Store._query_connection`),
+* the child builds the locked-down connection (:func:`toolwatch.query.query_connection`),
   notes its address-space size, then sets ``RLIMIT_AS`` to that size plus
   ``query.memory_limit_mib``: an allocation past the cap fails inside the child (DuckDB
   reports ``bad allocation``), or at worst the child dies;
@@ -47,7 +47,8 @@ from toolwatch.errors import QueryError, QueryRefusedError
 
 # Imported here, not in the child's function: the fork server preloads this module, so
 # every child starts with DuckDB, pyarrow and the store already imported.
-from toolwatch.store import VIEWS, Store, _renderable
+from toolwatch.query import VIEWS, _renderable, query_connection
+from toolwatch.store import Store
 
 #: Bytes per pipe message of the result (the parent reads whole messages).
 _CHUNK = 1 << 20
@@ -402,7 +403,7 @@ def _child_work(spec: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         max_rows=limits.max_rows,
     )
     wants_incidents = schema_mode or "incidents" in sql.lower()
-    con, _ = store._query_connection(lim, incidents=wants_incidents)
+    con, _ = query_connection(store, lim, incidents=wants_incidents)
     _cap_memory(limits.memory_limit_mib)
     if schema_mode:
         return {"ok": True, "cut": ""}, _ipc(_schema_table(con, VIEWS))

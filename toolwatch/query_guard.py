@@ -29,7 +29,7 @@ not serialize and is refused) and walks the whole tree:
   macro whose body has a subquery or a catalog reference).
 
 The guard is the first wall. The second is the connection the query runs on
-(:meth:`toolwatch.store.Store._query_connection`): no file system access at all, no
+(:func:`toolwatch.query.query_connection`): no file system access at all, no
 writable directory, configuration locked. The third is the process: the guard and the
 query run in a child with an OS memory cap, killed at the timeout
 (:mod:`toolwatch.query_child`).

@@ -1,5 +1,10 @@
 """The forensic store: Delta Lake tables of Parquet files, read through DuckDB views.
 
+:class:`Store` writes, checkpoints, compacts and vacuums the tables and defines views over
+their validated files (:meth:`Store.connect`). Guarded, bounded SQL over the views is
+:mod:`toolwatch.query`; converting a store of the layout before Delta tables,
+:mod:`toolwatch.store_migrate`.
+
 Layout under ``data_dir``::
 
     events/        Delta table: normalized tool calls
@@ -25,10 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +40,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolwatch import schema
-from toolwatch.config import QueryConfig, auto_count
-from toolwatch.errors import QueryError, StoreError
-from toolwatch.query_guard import check_query
-from toolwatch.tables import Checkpoint, Location, Table, writer_name
+from toolwatch.errors import StoreError
+from toolwatch.tables import Checkpoint, Location, Table, _first_line, writer_name
 
-__all__ = ["Checkpoint", "QueryResult", "Store"]
+__all__ = ["Checkpoint", "Store"]
 
 log = logging.getLogger(__name__)
 
 DATASETS = ("events", "summaries", "quarantine", "alerts")
-#: Views every reader connection defines; the only names a forensic query may read.
-VIEWS = ("events", "summaries", "quarantine", "alerts", "alerts_raw", "sessions", "incidents")
 #: (path, size, mtime, inode) -> whether the file is a readable data file of its dataset.
 #: Committed files are immutable (compaction writes new names), so one footer read each.
 _VALID_CACHE: dict[tuple[str, int, int, int], bool] = {}
@@ -79,8 +77,8 @@ class Store:
     #: Rows per row group of a compaction's output (a merge of COMPACT_MAX_BYTES holds
     #: ~100k events): the Parquet writer buffers one row group encoded at a time.
     COMPACT_ROW_GROUP_ROWS = 32_768
-    #: ``[detectors.incidents]`` settings of the ``incidents`` view (None: the defaults).
-    #: A command that loaded a config sets it on its store.
+    #: ``[detectors.incidents]`` settings of the query connections' ``incidents`` view
+    #: (:mod:`toolwatch.query`; None: the defaults). A command that loaded a config sets it.
     incident_config: Any = None
 
     def __init__(self, data_dir: str | Path, *, compact_min_files: int = 16,
@@ -94,6 +92,8 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot create store at {self.root}: {exc}") from exc
         self.location = _location(self.root)
+        from toolwatch.store_migrate import legacy_layout  # it imports this module
+
         if not self.location.remote and legacy_layout(self.root):
             raise StoreError(
                 f"the store at {self.root} is in the layout before Delta tables; convert it "
@@ -320,7 +320,7 @@ class Store:
         dashboard rerun: views list the files that exist when the connection is made.
 
         This connection reads files itself and is not locked down: it is for toolwatch's
-        own SQL (analyze, live). Analysts' SQL goes through :meth:`run_query`.
+        own SQL (analyze, live). Analysts' SQL goes through :mod:`toolwatch.query`.
         """
         # Creating a view binds its file list; a compaction can delete a listed file
         # between listing and binding. Listing again is enough: the merged file is in place.
@@ -328,7 +328,7 @@ class Store:
             con = duckdb.connect(config={"threads": 2})
             try:
                 con.execute("SET TimeZone = 'UTC'")
-                self._create_views(con)
+                self.create_views(con)
                 return con
             except duckdb.IOException:
                 con.close()
@@ -337,8 +337,8 @@ class Store:
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _create_views(self, con: duckdb.DuckDBPyConnection) -> list[str]:
-        """Create every view on ``con``; returns the data files the views read."""
+    def create_views(self, con: duckdb.DuckDBPyConnection) -> list[str]:
+        """Create every view of :meth:`connect` on ``con``; returns the data files they read."""
         read: list[str] = []
         for name in DATASETS:
             files = self.files(name)
@@ -373,234 +373,6 @@ class Store:
             _create_view(con, name, src)
         _create_derived_views(con)
         return read
-
-    def _query_connection(
-        self, limits: QueryConfig, *, incidents: bool = True
-    ) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
-        """A locked-down connection for analysts' SQL, and the files its views read.
-
-        ``incidents=False`` leaves the ``incidents`` view out (it is computed from every
-        alert; :meth:`run_query` asks for it only when the SQL names it).
-
-        DuckDB may open exactly the data files the views name (``allowed_paths``) and
-        nothing else: ``enable_external_access`` is off with no allowed directory,
-        ``temp_directory`` is empty (no spilling, so no writable directory either),
-        extensions cannot be installed or autoloaded, Python replacement scans are off,
-        and the configuration is locked before any analyst SQL is seen. Writing to one of
-        those files would need a COPY, which the guard never lets through.
-
-        (Views over Arrow datasets registered from Python would need no file access at
-        all, but measured 5-15x slower on selective queries over 1M events — no late
-        materialization, no early stop on LIMIT — so DuckDB's own reader is kept.)
-        """
-        con = duckdb.connect(
-            config={
-                "threads": auto_count(limits.threads),
-                "memory_limit": f"{max(16, limits.memory_limit_mb)}MiB",
-                "temp_directory": "",
-                "autoload_known_extensions": False,
-                "autoinstall_known_extensions": False,
-                "allow_community_extensions": False,
-            }
-        )
-        snapshot: list[str] = []
-        try:
-            con.execute("SET TimeZone = 'UTC'")
-            con.execute("SET python_enable_replacements = false")
-            snapshot.extend(self._create_views(con))
-            if incidents:
-                self._create_incidents_view(con)
-            con.execute(f"SET allowed_paths = {_sql_list(snapshot)}")
-            con.execute("SET allowed_directories = []")
-            con.execute("SET enable_external_access = false")
-            con.execute("SET lock_configuration = true")
-        except Exception:
-            con.close()
-            raise
-        return con, snapshot
-
-    def _create_incidents_view(self, con: duckdb.DuckDBPyConnection) -> None:
-        """The ``incidents`` view: :func:`toolwatch.detectors.incidents.build_incidents`
-        over this connection's ``alerts`` view, with the triage statuses.
-
-        Computed at read time rather than stored: an incident is a function of the latest
-        alert versions (a new alert can merge two activity windows into one, an update can
-        raise a risk), so reading it from the ``alerts`` view is right for batch
-        ``analyze`` and live ``tail`` stores alike with no state to keep in step. Rolling
-        up a few thousand alerts takes milliseconds.
-        """
-        import sqlite3
-
-        import polars as pl
-
-        from toolwatch.detectors.incidents import build_incidents
-        from toolwatch.triage_store import alert_statuses, incident_statuses
-
-        alerts = pl.from_arrow(con.sql("SELECT * FROM alerts").to_arrow_table())
-        assert isinstance(alerts, pl.DataFrame)
-        try:
-            by_alert, by_incident = alert_statuses(self.root), incident_statuses(self.root)
-        except sqlite3.Error as exc:  # a damaged triage file must not hide the incidents
-            _warn_once(str(self.root / "_triage"), f"triage statuses unreadable ({exc})")
-            by_alert, by_incident = {}, {}
-        inc = build_incidents(
-            alerts, config=self.incident_config, alert_status=by_alert,
-            incident_status=by_incident,
-        )
-        # Copied into an in-memory DuckDB table, so the analyst's query (on the worker
-        # thread of _run_bounded) scans DuckDB's own data, not a Python object.
-        con.register("_incidents_arrow", inc.to_arrow())
-        con.execute("CREATE TEMP TABLE _incidents AS SELECT * FROM _incidents_arrow")
-        con.unregister("_incidents_arrow")
-        con.execute("CREATE VIEW incidents AS SELECT * FROM _incidents")
-
-    def view_columns(self) -> pa.Table:
-        """Columns and types of the views analysts may query (view, column, type)."""
-        con, _ = self._query_connection(QueryConfig())
-        try:
-            return con.sql(
-                "SELECT table_name AS view, column_name AS column, data_type AS type "
-                "FROM information_schema.columns WHERE table_name IN "
-                f"({', '.join(repr(v) for v in VIEWS)}) ORDER BY table_name, ordinal_position"
-            ).to_arrow_table()
-        finally:
-            con.close()
-
-    def run_query(
-        self,
-        sql: str,
-        params: dict[str, Any] | list[Any] | None = None,
-        *,
-        limits: QueryConfig | None = None,
-    ) -> QueryResult:
-        """Run an analyst's SQL: one plain SELECT over the views, in a sacrificial child.
-
-        The SQL must pass :func:`toolwatch.query_guard.check_query` (checked by the
-        parser of the very connection that then runs it). Both run in a child process
-        (:mod:`toolwatch.query_child`) on the connection of :meth:`_query_connection`,
-        with an OS memory cap (``query.memory_limit_mib``), a SIGKILL at
-        ``query.timeout_seconds``, and caps on rows, result bytes and columns (the result
-        says when it cut). A Ctrl-C (``KeyboardInterrupt``) in the caller kills the child
-        and is re-raised.
-
-        Raises
-        ------
-        QueryRefusedError
-            If the SQL is not a plain SELECT over the views, or has too many columns.
-        QueryError
-            If it fails, runs out of memory or time (:class:`~toolwatch.query_child.
-            QueryTimeoutError`, :class:`~toolwatch.query_child.QueryMemoryError`,
-            :class:`~toolwatch.query_child.QueryCrashedError`).
-        """
-        from toolwatch import query_child
-
-        limits = limits or QueryConfig()
-        started = time.monotonic()
-        for attempt in range(_RETRIES):
-            try:
-                files = {name: self.files(name) for name in DATASETS}
-            except OSError as exc:
-                raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
-            try:
-                res = query_child.run(
-                    self.root, files, sql, params, limits, incident_config=self.incident_config
-                )
-            except QueryError as exc:
-                # A compaction replaced a listed file before the child read it: list again.
-                if getattr(exc, "missing_files", False) and attempt < _RETRIES - 1:
-                    time.sleep(0.05 * (attempt + 1))
-                    continue
-                raise
-            return QueryResult(res.table, bool(res.cut), time.monotonic() - started, res.cut)
-        raise QueryError("unreachable")  # pragma: no cover
-
-    def schema_listing(self, limits: QueryConfig | None = None) -> pa.Table:
-        """Every view a query may read, with its columns and DuckDB types (view, column,
-        type), listed in a query child through the guard (``SELECT * FROM view`` per view):
-        what is listed is exactly what an analyst's query can reach."""
-        from toolwatch import query_child
-
-        limits = limits or QueryConfig()
-        files = {name: self.files(name) for name in DATASETS}
-        return query_child.run(
-            self.root, files, "", None, limits, incident_config=self.incident_config,
-            mode="schema",
-        ).table
-
-    def _run_in_process(
-        self,
-        sql: str,
-        params: dict[str, Any] | list[Any] | None = None,
-        *,
-        limits: QueryConfig | None = None,
-    ) -> QueryResult:
-        """toolwatch's own SQL (dashboard pages, ``alerts``): guarded and bounded as
-        :meth:`run_query`, but on a thread of this process, without a child's start-up.
-        Analysts' SQL goes through :meth:`run_query`."""
-        limits = limits or QueryConfig()
-        started = time.monotonic()
-        for attempt in range(_RETRIES):
-            try:
-                con, snapshot = self._query_connection(
-                    limits, incidents="incidents" in sql.lower()
-                )
-            except duckdb.IOException as exc:
-                # A compaction deleted a listed file before the view bound it: list again.
-                if attempt < _RETRIES - 1:
-                    time.sleep(0.05 * (attempt + 1))
-                    continue
-                raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
-            except (duckdb.Error, pa.ArrowException, OSError) as exc:
-                raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
-            try:
-                check_query(sql, VIEWS, con=con)
-                tbl, truncated = _run_bounded(con, sql, params, limits)
-            except QueryError:
-                raise
-            except Exception as exc:  # every failure is one clear message
-                # A compaction replaced a file between listing and reading: list again.
-                if attempt < _RETRIES - 1 and any(not os.path.exists(f) for f in snapshot):
-                    continue
-                raise QueryError(_query_failure(exc, limits)) from exc
-            finally:
-                con.close()
-            return QueryResult(tbl, truncated, time.monotonic() - started)
-        raise QueryError("unreachable")  # pragma: no cover
-
-    def query(
-        self,
-        sql: str,
-        params: dict[str, Any] | list[Any] | None = None,
-        *,
-        limits: QueryConfig | None = None,
-    ) -> pa.Table:
-        """Run a read-only query over the views and return an Arrow table.
-
-        For toolwatch's own SQL: the guard and bounds of :meth:`run_query`, in this
-        process (no child start-up), without a row cap unless ``limits`` sets one.
-
-        Raises
-        ------
-        QueryError
-            If ``sql`` is not a single plain SELECT over the views, or fails.
-        """
-        if limits is None:
-            limits = QueryConfig(max_rows=0)
-        return self._run_in_process(sql, params, limits=limits).table
-
-
-@dataclass
-class QueryResult:
-    """Outcome of :meth:`Store.run_query`."""
-
-    #: The rows (at most ``max_rows``).
-    table: pa.Table
-    #: True when the query had more rows than ``max_rows`` and was cut.
-    truncated: bool
-    #: Wall-clock seconds, connection setup included.
-    seconds: float
-    #: Why it was cut: ``""``, ``"rows"`` (``max_rows``) or ``"bytes"`` (``max_result_mib``).
-    cut: str = ""
 
 
 def _create_view(con: duckdb.DuckDBPyConnection, name: str, src: str) -> None:
@@ -659,187 +431,6 @@ def _warn_once(path: str, why: str) -> None:
         _WARNED.add(path)
         log.warning("store: skipping %s: %s", path, why)
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def _query_failure(exc: BaseException, limits: QueryConfig) -> str:
-    """One line saying why a query failed (no traceback, limits named)."""
-    if isinstance(exc, duckdb.OutOfMemoryException):
-        return (
-            f"query ran out of memory (query.memory_limit_mb = {limits.memory_limit_mb}): "
-            f"{_first_line(exc)}"
-        )
-    if isinstance(exc, MemoryError):
-        return "query ran out of memory while collecting its result (lower query.max_rows)"
-    return _first_line(exc)
-
-
-def _run_bounded(
-    con: duckdb.DuckDBPyConnection,
-    sql: str,
-    params: dict[str, Any] | list[Any] | None,
-    limits: QueryConfig,
-) -> tuple[pa.Table, bool]:
-    """Execute on a worker thread; interrupt it on timeout or Ctrl-C; cap the rows.
-
-    The calling thread only waits, in short slices: that is what lets a SIGINT reach
-    Python (a thread blocked inside DuckDB never runs signal handlers) and what makes the
-    timeout fire on time. ``con.interrupt()`` is repeated until DuckDB gives up, since
-    an interrupt sent before execution started is not kept.
-    """
-    max_rows = limits.max_rows if limits.max_rows > 0 else None
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def work() -> None:
-        try:
-            rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
-            rel = _renderable(rel)
-            batch = 65_536 if max_rows is None else max(1, min(max_rows + 1, 65_536))
-            reader = rel.to_arrow_reader(batch)
-            batches: list[pa.RecordBatch] = []
-            n = 0
-            for b in reader:
-                batches.append(b)
-                n += b.num_rows
-                if max_rows is not None and n > max_rows:
-                    break
-            tbl = pa.Table.from_batches(batches, schema=reader.schema)
-            box["result"] = (
-                (tbl.slice(0, max_rows), True)
-                if max_rows is not None and tbl.num_rows > max_rows
-                else (tbl, False)
-            )
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-        finally:
-            done.set()
-
-    worker = threading.Thread(target=work, name="toolwatch-query", daemon=True)
-    deadline = time.monotonic() + limits.timeout_seconds
-    worker.start()
-    why = ""
-    try:
-        while not done.wait(max(0.0, min(0.1, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                why = "timeout"
-                _stop(con, done)
-                break
-    except KeyboardInterrupt:
-        _stop(con, done)
-        raise
-    if done.is_set():
-        # The worker sets ``done`` before its locals go: the DuckDB reader of a result cut
-        # at max_rows is torn down after that. Closing the connection or exiting while it
-        # was aborted the process now and then ("terminate called without an active
-        # exception", seen on cut `incidents` queries).
-        worker.join(timeout=5.0)
-    if why == "timeout":
-        raise QueryError(
-            f"query interrupted: it ran longer than {limits.timeout_seconds:g} s "
-            "(query.timeout_seconds)"
-        )
-    if "error" in box:
-        exc = box["error"]
-        if isinstance(exc, duckdb.InterruptException):
-            raise QueryError("query interrupted") from exc
-        raise exc
-    return box["result"]
-
-
-#: DuckDB types that Arrow/polars/Python cannot carry faithfully, shown as DuckDB's text:
-#: INTERVAL has no polars type, UHUGEINT comes out of DECIMAL(38) wrong (HUGEINT, the type
-#: of every sum(), is kept), UNION/UUID/BIT/TIMETZ/VARIANT have no polars or JSON form.
-_TEXT_TYPES = re.compile(r"\b(INTERVAL|UHUGEINT|UUID|BIT|UNION|VARIANT|TIME WITH TIME ZONE)\b")
-
-
-def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    """``rel`` with columns of :data:`_TEXT_TYPES` cast to VARCHAR (by expression objects:
-    column names are the analyst's, never pasted into SQL)."""
-    types = [str(t) for t in rel.dtypes]
-    if not any(_TEXT_TYPES.search(t) for t in types):
-        return rel
-    try:
-        exprs = [
-            duckdb.ColumnExpression(c).cast(duckdb.sqltype("VARCHAR")).alias(c)
-            if _TEXT_TYPES.search(t)
-            else duckdb.ColumnExpression(c)
-            for c, t in zip(rel.columns, types, strict=True)
-        ]
-        return rel.select(*exprs)
-    except duckdb.Error:
-        return rel  # e.g. duplicate column names: leave the types as they are
-
-
-def beyond_python_dates(tbl: pa.Table) -> bool:
-    """Whether a date/timestamp value, at any nesting depth (lists, structs, maps), lies
-    outside years 1-9999: Python cannot hold it, and polars panics (printing a Rust
-    backtrace) instead of raising when it is turned into one."""
-    return any(_beyond_dates(col) for col in tbl.columns)
-
-
-def _beyond_dates(arr: pa.ChunkedArray | pa.Array) -> bool:
-    lo_days, hi_days = -719_162, 2_932_896  # 0001-01-01 and 9999-12-31 from 1970-01-01
-    per_day = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
-    t = arr.type
-    if pa.types.is_dictionary(t):
-        chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
-        return any(_beyond_dates(c.dictionary) for c in chunks)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _beyond_dates(pc.list_flatten(arr))
-    if pa.types.is_map(t):
-        chunks = arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]
-        return any(_beyond_dates(c.keys) or _beyond_dates(c.items) for c in chunks)
-    if pa.types.is_struct(t):
-        return any(
-            _beyond_dates(pc.struct_field(arr, [i])) for i in range(t.num_fields)
-        )
-    if pa.types.is_timestamp(t):
-        scale, as_int = per_day[t.unit], pa.int64()
-    elif pa.types.is_date32(t):
-        scale, as_int = 1, pa.int32()
-    elif pa.types.is_date64(t):
-        scale, as_int = per_day["ms"], pa.int64()
-    else:
-        return False
-    if arr.null_count == len(arr):
-        return False
-    mm = pc.min_max(arr.cast(as_int))
-    return mm["min"].as_py() < lo_days * scale or mm["max"].as_py() > hi_days * scale
-
-
-def as_text(tbl: pa.Table) -> pa.Table:
-    """``tbl`` with every column that is not a plain number, boolean or string as DuckDB's
-    text for it: the fallback when a value has no Python/polars form (a timestamp in the
-    year 294247, a blob in CSV)."""
-    con = duckdb.connect(config={"enable_external_access": False})
-    try:
-        rel = con.from_arrow(tbl)
-        keep = re.compile(
-            r"^(BOOLEAN|TINYINT|SMALLINT|INTEGER|BIGINT|U?TINYINT|USMALLINT|"
-            r"UINTEGER|UBIGINT|FLOAT|DOUBLE|VARCHAR)$"
-        )
-        exprs = [
-            duckdb.ColumnExpression(c)
-            if keep.match(str(t))
-            else duckdb.ColumnExpression(c).cast(duckdb.sqltype("VARCHAR")).alias(c)
-            for c, t in zip(rel.columns, rel.dtypes, strict=True)
-        ]
-        return rel.select(*exprs).to_arrow_table()
-    finally:
-        con.close()
-
-
-def _stop(con: duckdb.DuckDBPyConnection, done: threading.Event) -> None:
-    """Interrupt the running query until its worker has finished (bounded wait)."""
-    for _ in range(200):  # ~20 s: DuckDB checks for interrupts between vectors
-        con.interrupt()
-        if done.wait(0.1):
-            return
-    log.error("query did not stop after interrupt; abandoning its thread")
 
 
 _SESSIONS_VIEW = """
@@ -992,262 +583,3 @@ def _is_regular(mode: int) -> bool:
     import stat
 
     return stat.S_ISREG(mode)
-
-
-#: Names the layout before Delta tables used (the old reader read exactly these):
-#: ``<dataset>/date=<day>/part-<batch>-<n>.parquet``.
-_OLD_PARTITION_DIR = re.compile(r"date=[0-9A-Za-z+-]+")
-_OLD_DATA_FILE = re.compile(r"part-[A-Za-z0-9_-]+\.parquet")
-
-
-def legacy_layout(root: str | Path) -> bool:
-    """Whether ``root`` holds a store in the layout before Delta tables, or one whose
-    :func:`migrate` did not finish.
-
-    That is: a dataset folder with ``date=`` folders and no ``_delta_log``, or ``date=``
-    folders and the old ``_state/checkpoints.json`` while the ``streams`` table (which
-    :func:`migrate` creates last) does not exist yet.
-    """
-    root = Path(root)
-    old_dirs = False
-    for name in DATASETS:
-        d = root / name
-        try:
-            with os.scandir(d) as it:
-                has_dates = any(_OLD_PARTITION_DIR.fullmatch(e.name) for e in it)
-        except OSError:
-            continue
-        if has_dates and not (d / "_delta_log").exists():
-            return True
-        old_dirs = old_dirs or has_dates
-    # Every table converted but not ``streams``: an interrupted migration (the old
-    # checkpoints are renamed only at its end). A FIFO or link planted under the old name
-    # in a store that never had the old layout (no ``date=`` folders) counts for nothing.
-    try:
-        cp_regular = _is_regular(os.lstat(root / "_state" / "checkpoints.json").st_mode)
-    except OSError:
-        cp_regular = False
-    return old_dirs and cp_regular and not (root / "streams" / "_delta_log").exists()
-
-
-def migrate(root: str | Path, progress: Any = None, warn: Any = None) -> dict[str, int]:
-    """Convert a store of the layout before Delta tables in place.
-
-    Each dataset's Parquet files become version 0 of its Delta table, in one commit that
-    also holds the old checkpoints as application transactions (the files stay where they
-    are: no copy). Then the ``streams`` table gets one row per old checkpoint, so
-    :meth:`Store.checkpoints` resumes where the old store did. ``streams`` is created
-    last: until it exists the store still counts as unconverted
-    (:func:`legacy_layout`), and running again finishes an interrupted migration —
-    each table's creation is atomic, so no file is ever adopted twice.
-
-    Only what the old reader read is adopted: ``date=*/part-*.parquet`` plain files whose
-    footer reads as the dataset's Parquet. Nothing is followed: a symlink in a data
-    folder (a file or a ``date=`` folder) is moved to ``_state/rejected`` (a Delta
-    vacuum that lists the folder must never reach through it), other files are left in
-    place, never read. Old staging batches that committed but were never applied are
-    kept under ``_state/rejected`` (their streams resume from the old checkpoint, so
-    reading the sources again stores them); other staging leftovers are deleted.
-
-    Parameters
-    ----------
-    root
-        The store's directory (local only: the old layout never was on object storage).
-    progress
-        Called as ``progress(table, n)`` after each table: files adopted (``streams``:
-        checkpoints carried over).
-    warn
-        Called with one line per thing left out or set aside (default: logged).
-
-    Returns
-    -------
-    dict[str, int]
-        Table -> files adopted (``streams``: checkpoints carried over), for the tables
-        this call created; empty when the store was already converted.
-
-    Raises
-    ------
-    StoreError
-        When the old checkpoints cannot be read safely (a link, a FIFO, not the old
-        format): nothing is converted then, since without them every stream would be
-        stored again from its start.
-    """
-    from deltalake import CommitProperties, Schema, Transaction
-    from deltalake.transaction import AddAction, create_table_with_add_actions
-
-    from toolwatch.tables import TABLE_CONFIG
-
-    root = Path(root)
-    if not legacy_layout(root):
-        return {}
-
-    def note(msg: str) -> None:
-        if warn is not None:
-            warn(msg)
-        else:
-            log.warning("store %s: %s", root, msg)
-
-    rejected = root / "_state" / "rejected"
-    cps = _old_checkpoints(root)
-    txns = [Transaction(fp, end) for fp, (_src, end) in cps.items()] or None
-
-    def create(name: str, sch: pa.Schema, adds: list[Any]) -> bool:
-        d = root / name
-        d.mkdir(parents=True, exist_ok=True)
-        try:
-            create_table_with_add_actions(
-                str(d), Schema.from_arrow(sch), adds, mode="error",
-                configuration=TABLE_CONFIG,
-                commit_properties=CommitProperties(
-                    app_transactions=txns, custom_metadata={"toolwatch": "migrate"}),
-            )
-        except Exception as exc:
-            if (d / "_delta_log").is_dir():  # a concurrent migrate created it first
-                return False
-            raise StoreError(f"cannot create table {d}: {_first_line(exc)}") from exc
-        return True
-
-    out: dict[str, int] = {}
-    for name in DATASETS:
-        d = root / name
-        if (d / "_delta_log").exists():
-            continue  # created by an earlier run: its one commit holds every file
-        sch = schema.DATASETS[name]
-        adds = []
-        for part, f in _old_data_files(d, rejected, note):
-            try:
-                st = os.stat(f, follow_symlinks=False)
-                if not _is_regular(st.st_mode) or not _readable_as(f, sch):
-                    raise ValueError("not this dataset's Parquet")
-                rows = pq.read_metadata(f).num_rows
-            except (OSError, ValueError, pa.ArrowException) as exc:
-                note(f"{name}: left out {part}/{os.path.basename(f)} ({_first_line(exc)})")
-                continue
-            adds.append(AddAction(f"{part}/{os.path.basename(f)}", st.st_size, {},
-                                  st.st_mtime_ns // 1_000_000, True,
-                                  f'{{"numRecords":{rows}}}'))
-        if create(name, sch, adds):
-            out[name] = len(adds)
-            if progress:
-                progress(name, len(adds))
-
-    d = root / "streams"
-    if not (d / "_delta_log").exists():
-        adds = []
-        if cps:
-            d.mkdir(parents=True, exist_ok=True)
-            now_ms = int(time.time() * 1000)
-            rows = pa.table({
-                "source_fp": pa.array(list(cps), pa.string()),
-                "source": pa.array([src for src, _ in cps.values()], pa.string()),
-                "end_offset": pa.array([end for _, end in cps.values()], pa.int64()),
-                "committed_at": pa.array([now_ms * 1000] * len(cps), schema.TS),
-                "writer": pa.array(["migrate"] * len(cps), pa.string()),
-            }, schema=schema.STREAMS)
-            f = d / "part-migrated-checkpoints.parquet"
-            _write_parquet(rows, f)
-            adds.append(AddAction(f.name, f.stat().st_size, {}, now_ms, True,
-                                  f'{{"numRecords":{rows.num_rows}}}'))
-        if create("streams", schema.STREAMS, adds):
-            out["streams"] = len(cps)
-            if progress:
-                progress("streams", len(cps))
-
-    _retire_staging(root, rejected, note)
-    cp_path = root / "_state" / "checkpoints.json"
-    if cp_path.exists() and not cp_path.is_symlink():
-        os.replace(cp_path, cp_path.with_name("checkpoints.json.migrated"))
-    return out
-
-
-def _old_checkpoints(root: Path) -> dict[str, tuple[str, int]]:
-    """The old ``_state/checkpoints.json``: source_fp -> (source, end_offset)."""
-    import orjson
-
-    from toolwatch.safe_open import read_regular, store_owners
-
-    path = root / "_state" / "checkpoints.json"
-    if not path.exists() and not path.is_symlink():
-        return {}
-    hint = ("move it away to convert without checkpoints (every stream is then stored "
-            "again from its start)")
-    try:
-        data = orjson.loads(read_regular(path, 1 << 30, owners=store_owners(root)))
-    except (OSError, orjson.JSONDecodeError) as exc:  # UnsafeFile is an OSError
-        raise StoreError(f"cannot read {path}: {_first_line(exc)}; {hint}") from exc
-    if not isinstance(data, dict):
-        raise StoreError(f"{path} is not the old checkpoints format; {hint}")
-    out: dict[str, tuple[str, int]] = {}
-    for fp, v in data.items():
-        end = v.get("end_offset") if isinstance(v, dict) else None
-        src = v.get("source", "") if isinstance(v, dict) else None
-        if type(end) is not int or end < 0 or not isinstance(src, str):
-            raise StoreError(f"{path}: malformed entry for stream {fp!r}; {hint}")
-        out[fp] = (src, end)
-    return out
-
-
-def _old_data_files(d: Path, rejected: Path, note: Any) -> list[tuple[str, str]]:
-    """(``date=`` folder name, file path) of every old data file name under ``d``, links
-    never followed: a link found is moved to ``rejected`` instead."""
-    out: list[tuple[str, str]] = []
-
-    def entries(where: Path | str) -> list[os.DirEntry[str]]:
-        try:
-            with os.scandir(where) as it:
-                return sorted(it, key=lambda e: e.name)
-        except OSError:
-            return []
-
-    for part in entries(d):
-        if part.is_symlink():
-            dest = _set_aside_link(part.path, rejected)
-            note(f"{d.name}: moved the link {part.name} to {dest} (links are never followed)")
-            continue
-        if not (_OLD_PARTITION_DIR.fullmatch(part.name) and part.is_dir(follow_symlinks=False)):
-            continue
-        for e in entries(part.path):
-            if e.is_symlink():
-                dest = _set_aside_link(e.path, rejected)
-                note(f"{d.name}: moved the link {part.name}/{e.name} to {dest} "
-                     "(links are never followed)")
-            elif _OLD_DATA_FILE.fullmatch(e.name):
-                out.append((part.name, e.path))
-            elif not e.name.startswith("."):
-                note(f"{d.name}: left out {part.name}/{e.name} (not a data file name)")
-    return out
-
-
-def _set_aside_link(path: str, rejected: Path) -> str:
-    """Move the link ``path`` itself (never its target) into ``rejected``."""
-    from toolwatch.safe_open import set_aside
-
-    dest = set_aside(path, rejected)
-    if dest is None:  # cannot move it: at least it must not stay in a table's folder
-        os.unlink(path)
-        return "(deleted)"
-    return dest
-
-
-def _retire_staging(root: Path, rejected: Path, note: Any) -> None:
-    """Remove the old ``_staging`` folder; keep it (in ``rejected``) if it holds batches
-    that committed but were never applied."""
-    import shutil
-
-    staging = root / "_staging"
-    if staging.is_symlink():
-        os.unlink(staging)
-        return
-    if not staging.is_dir():
-        return
-    committed = [b.name for b in staging.iterdir()
-                 if b.is_dir() and not b.is_symlink() and (b / "COMMIT.json").is_file()]
-    if committed:
-        rejected.mkdir(parents=True, exist_ok=True)
-        dest = rejected / f"_staging.{time.time_ns()}"
-        os.replace(staging, dest)
-        note(f"kept {len(committed)} old staged batch(es) that were never applied in {dest}; "
-             "their streams resume from the old checkpoints, so reading the sources again "
-             "stores them")
-    else:
-        shutil.rmtree(staging)

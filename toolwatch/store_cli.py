@@ -50,7 +50,7 @@ def migrate_cmd(config: ConfigOpt = None, data_dir: DataDirOpt = None) -> None:
 
     Example: toolwatch store migrate -d .toolwatch/data
     """
-    from toolwatch.store import legacy_layout, migrate
+    from toolwatch.store_migrate import legacy_layout, migrate
 
     try:
         cfg = config_for(config, data_dir)

@@ -30,6 +30,7 @@ import polars as pl
 
 from toolwatch import schema
 from toolwatch.config import Config
+from toolwatch.query import query
 from toolwatch.store import Store
 
 log = logging.getLogger("toolwatch.live")
@@ -93,8 +94,7 @@ class EntityPass:
         emits only what changed since the last one)."""
         self._seeded = True
         try:
-            stored = self.store.query(
-                "SELECT * FROM alerts WHERE entity_type = 'client_ip'")
+            stored = query(self.store, "SELECT * FROM alerts WHERE entity_type = 'client_ip'")
             self.tracker.remember(stored.to_pylist())
         except Exception as exc:
             log.warning("entity pass: cannot read stored alerts: %s", exc)

@@ -458,6 +458,11 @@ def _value_text() -> st.SearchStrategy[str]:
     )
 
 
+#: Built once: a recursive strategy rebuilt for every draw was re-validated each time,
+#: which cost more than the ingests it fed.
+VALUE_TEXT = _value_text()
+
+
 @st.composite
 def hostile_line(draw: st.DrawFn) -> bytes:
     """One hostile line: a mostly-valid call with hostile values, or hostile bytes."""
@@ -472,12 +477,12 @@ def hostile_line(draw: st.DrawFn) -> bytes:
         )
     pairs: list[tuple[str, str]] = [("ts", json.dumps(TS)), ("session_id", '"s"'), ("tool", '"t"')]
     for _ in range(draw(st.integers(0, 5))):
-        pairs.append((draw(st.sampled_from(_KNOWN)), draw(_value_text())))
+        pairs.append((draw(st.sampled_from(_KNOWN)), draw(VALUE_TEXT)))
     if draw(st.booleans()):  # duplicate keys
         k, _v = draw(st.sampled_from(pairs))
-        pairs.append((k, draw(_value_text())))
+        pairs.append((k, draw(VALUE_TEXT)))
     if kind == 1:  # JSON-RPC shapes with hostile ids
-        rid = draw(_value_text())
+        rid = draw(VALUE_TEXT)
         msg = draw(st.sampled_from([
             '{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"t","arguments":{}}}',
             '{"jsonrpc":"2.0","id":%s,"result":{"content":[],"isError":false}}',

@@ -12,6 +12,9 @@ DEMO_DIR ?= .toolwatch/demo
 # The demo's log files (labels.ndjson and manifest.json beside them are not logs).
 DEMO_LOGS := $(wildcard sample_logs/demo/*.jsonl*)
 PORT   ?= 8501
+# make test's xdist workers. Three on two cores: many tests wait on processes they start,
+# so two workers left the cores ~30% idle.
+TEST_WORKERS ?= 3
 
 .PHONY: setup setup-dev browser demo analyze-demo dashboard test test-fast lint bench clean
 
@@ -54,14 +57,14 @@ demo: analyze-demo
 	@echo "alerts written to $(DEMO_DIR)/alerts.jsonl"
 	$(BIN)/toolwatch dashboard -d $(DEMO_DIR)/store --port $(PORT)
 
-# Two phases. Everything but the Kafka tests on two pytest-xdist workers, one file at a
-# time (a module's fixture is built once); then the Kafka tests alone: their consumer
-# groups rebalance within deadlines that another worker's load can overrun. Both phases
+# Two phases. Everything on pytest-xdist workers, one file at a time (a module's fixture
+# is built once), but the tests marked `alone` (Kafka consumer groups that rebalance within
+# deadlines another worker's load can overrun); then those, one at a time. Both phases
 # always run; the target fails if either fails (pytest's 5, "no tests", is a failure).
 test: setup-dev browser
 	@rc=0; \
-	$(BIN)/python -m pytest -m "not kafka" -n 2 --dist loadfile || rc=$$?; \
-	$(BIN)/python -m pytest -m kafka || rc=$$?; \
+	$(BIN)/python -m pytest -m "not alone" -n $(TEST_WORKERS) --dist loadfile || rc=$$?; \
+	$(BIN)/python -m pytest -m alone || rc=$$?; \
 	exit $$rc
 
 # The tier to run while editing: no process-starting, browser, broker or long tests

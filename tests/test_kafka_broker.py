@@ -33,7 +33,7 @@ try:
 except ImportError:  # run with tests/ (not the repo root) on sys.path
     from kafka_broker import KafkaBroker, create_topic, kafka_broker  # noqa: F401
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.kafka, pytest.mark.alone, pytest.mark.timeout(60)]
 
 PARTITIONS = 4
 N_MESSAGES = 1000

@@ -43,7 +43,7 @@ except ImportError:  # tests/ itself on sys.path
         wait_for,
     )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.kafka, pytest.mark.alone, pytest.mark.timeout(90)]
 
 GROUP_OPTS = {
     "session_timeout_ms": 3000,

@@ -32,7 +32,7 @@ except ImportError:  # tests/ itself on sys.path
         stored_events,
     )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.kafka, pytest.mark.alone, pytest.mark.slow, pytest.mark.timeout(150)]
 
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
 N = 12_000

@@ -29,7 +29,7 @@ from tests.kafka_broker import create_topic, kafka_broker  # noqa: F401
 from tests.s3_server import S3Server, s3_server  # noqa: F401
 from tests.test_live_support import T0, call_line
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.kafka, pytest.mark.alone, pytest.mark.slow, pytest.mark.timeout(600)]
 
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
 ADDRESS = "203.0.113.66"

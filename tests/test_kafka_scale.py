@@ -32,7 +32,7 @@ except ImportError:  # tests/ itself on sys.path
         wait_for,
     )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.kafka, pytest.mark.alone, pytest.mark.slow, pytest.mark.timeout(240)]
 
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
 N = 9_000

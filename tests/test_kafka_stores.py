@@ -33,7 +33,7 @@ except ImportError:  # tests/ itself on sys.path
         stored_events,
     )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.kafka, pytest.mark.alone, pytest.mark.timeout(120)]
 
 # fetch_min_bytes 1 / fetch_max_wait_ms 10: a fetch answers at once, so the poll that
 # completes the join returns records (deterministically the case that exposed the bug).

@@ -79,7 +79,7 @@ def install_hooks() -> None:
 
     real_commit = DeltaTable.create_write_transaction
     real_create = DeltaTable.create.__func__  # type: ignore[attr-defined]
-    real_write = store_mod._write_parquet
+    real_write = store_mod.write_parquet
 
     def commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         table = Path(self.table_uri.removeprefix("file://")).name
@@ -102,7 +102,7 @@ def install_hooks() -> None:
 
     DeltaTable.create_write_transaction = commit  # type: ignore[method-assign]
     DeltaTable.create = classmethod(create)  # type: ignore[method-assign, assignment]
-    store_mod._write_parquet = write
+    store_mod.write_parquet = write
 
 
 def rows(dataset: str, offsets: list[int]) -> pa.Table:

@@ -59,3 +59,9 @@ class QueryRefusedError(QueryError):
 
 class ModelError(ToolwatchError):
     """A persisted detector model is missing, untrusted or incompatible."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (its type's name when empty): library errors
+    carry multi-line context that would bury the one line a user-facing message needs."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from toolwatch.config import QueryConfig, auto_count
-from toolwatch.errors import QueryError
+from toolwatch.errors import QueryError, first_line
 from toolwatch.query_guard import check_query
-from toolwatch.store import _RETRIES, DATASETS, Store, _first_line, _sql_list, _warn_once, log
+from toolwatch.store import DATASETS, READ_RETRIES, Store, log, sql_list, warn_once
 
 __all__ = ["VIEWS", "QueryResult", "as_text", "beyond_python_dates", "query",
            "query_connection", "run_query", "schema_listing", "view_columns"]
@@ -78,18 +78,18 @@ def run_query(
 
     limits = limits or QueryConfig()
     started = time.monotonic()
-    for attempt in range(_RETRIES):
+    for attempt in range(READ_RETRIES):
         try:
             files = {name: store.files(name) for name in DATASETS}
         except OSError as exc:
-            raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
+            raise QueryError(f"cannot open the store: {first_line(exc)}") from exc
         try:
             res = query_child.run(
                 store.root, files, sql, params, limits, incident_config=store.incident_config
             )
         except QueryError as exc:
             # A compaction replaced a listed file before the child read it: list again.
-            if getattr(exc, "missing_files", False) and attempt < _RETRIES - 1:
+            if getattr(exc, "missing_files", False) and attempt < READ_RETRIES - 1:
                 time.sleep(0.05 * (attempt + 1))
                 continue
             raise
@@ -158,17 +158,17 @@ def _run_in_process(
     Analysts' SQL goes through :func:`run_query`."""
     limits = limits or QueryConfig()
     started = time.monotonic()
-    for attempt in range(_RETRIES):
+    for attempt in range(READ_RETRIES):
         try:
             con, snapshot = query_connection(store, limits, incidents="incidents" in sql.lower())
         except duckdb.IOException as exc:
             # A compaction deleted a listed file before the view bound it: list again.
-            if attempt < _RETRIES - 1:
+            if attempt < READ_RETRIES - 1:
                 time.sleep(0.05 * (attempt + 1))
                 continue
-            raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
+            raise QueryError(f"cannot open the store: {first_line(exc)}") from exc
         except (duckdb.Error, pa.ArrowException, OSError) as exc:
-            raise QueryError(f"cannot open the store: {_first_line(exc)}") from exc
+            raise QueryError(f"cannot open the store: {first_line(exc)}") from exc
         try:
             check_query(sql, VIEWS, con=con)
             tbl, truncated = _run_bounded(con, sql, params, limits)
@@ -176,7 +176,7 @@ def _run_in_process(
             raise
         except Exception as exc:  # every failure is one clear message
             # A compaction replaced a file between listing and reading: list again.
-            if attempt < _RETRIES - 1 and any(not os.path.exists(f) for f in snapshot):
+            if attempt < READ_RETRIES - 1 and any(not os.path.exists(f) for f in snapshot):
                 continue
             raise QueryError(_query_failure(exc, limits)) from exc
         finally:
@@ -221,7 +221,7 @@ def query_connection(
         snapshot.extend(store.create_views(con))
         if incidents:
             _create_incidents_view(store, con)
-        con.execute(f"SET allowed_paths = {_sql_list(snapshot)}")
+        con.execute(f"SET allowed_paths = {sql_list(snapshot)}")
         con.execute("SET allowed_directories = []")
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
@@ -253,7 +253,7 @@ def _create_incidents_view(store: Store, con: duckdb.DuckDBPyConnection) -> None
     try:
         by_alert, by_incident = alert_statuses(store.root), incident_statuses(store.root)
     except sqlite3.Error as exc:  # a damaged triage file must not hide the incidents
-        _warn_once(str(store.root / "_triage"), f"triage statuses unreadable ({exc})")
+        warn_once(str(store.root / "_triage"), f"triage statuses unreadable ({exc})")
         by_alert, by_incident = {}, {}
     inc = build_incidents(
         alerts, config=store.incident_config, alert_status=by_alert,
@@ -272,11 +272,11 @@ def _query_failure(exc: BaseException, limits: QueryConfig) -> str:
     if isinstance(exc, duckdb.OutOfMemoryException):
         return (
             f"query ran out of memory (query.memory_limit_mb = {limits.memory_limit_mb}): "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         )
     if isinstance(exc, MemoryError):
         return "query ran out of memory while collecting its result (lower query.max_rows)"
-    return _first_line(exc)
+    return first_line(exc)
 
 
 def _run_bounded(

@@ -47,7 +47,7 @@ from typing import Any
 import duckdb
 import orjson
 
-from toolwatch.errors import QueryRefusedError
+from toolwatch.errors import QueryRefusedError, first_line
 
 #: Table functions a query may call: pure generators that touch nothing outside the query.
 #: Everything else (read_*, glob, query/query_table, duckdb_*(), parquet_*, arrow_scan,
@@ -450,11 +450,6 @@ def _all_lines(exc: BaseException, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
 def check_query(
     sql: str, views: Iterable[str], *, con: duckdb.DuckDBPyConnection | None = None
 ) -> dict[str, Any]:
@@ -485,7 +480,7 @@ def check_query(
     try:
         n = len(duckdb.extract_statements(sql))
     except duckdb.Error as exc:
-        raise QueryRefusedError(f"cannot parse SQL: {_first_line(exc)}") from exc
+        raise QueryRefusedError(f"cannot parse SQL: {first_line(exc)}") from exc
     if n != 1:
         raise QueryRefusedError(f"query refused: exactly one statement expected, got {n}")
     _walk(tree, frozenset(fold(v) for v in views), allowed_functions())

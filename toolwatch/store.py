@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from toolwatch import schema
-from toolwatch.errors import StoreError
-from toolwatch.tables import Checkpoint, Location, Table, _first_line, writer_name
+from toolwatch.errors import StoreError, first_line
+from toolwatch.tables import Checkpoint, Location, Table, writer_name
 
 __all__ = ["Checkpoint", "Store"]
 
@@ -52,7 +52,7 @@ DATASETS = ("events", "summaries", "quarantine", "alerts")
 #: Committed files are immutable (compaction writes new names), so one footer read each.
 _VALID_CACHE: dict[tuple[str, int, int, int], bool] = {}
 #: Attempts a reader makes when a file it listed was removed by a compaction's vacuum.
-_RETRIES = 5
+READ_RETRIES = 5
 
 
 class Store:
@@ -158,7 +158,7 @@ class Store:
                 raise StoreError(f"unknown dataset {name!r}")
 
         def write(tbl: pa.Table, path: str, fs: Any) -> None:
-            _write_parquet(tbl, path, row_group_rows or ROW_GROUP_ROWS, page_bytes, fs)
+            write_parquet(tbl, path, row_group_rows or ROW_GROUP_ROWS, page_bytes, fs)
 
         stored = 0
         try:
@@ -257,7 +257,7 @@ class Store:
             ])
             # Row groups of COMPACT_ROW_GROUP_ROWS: the writer then holds one such group's
             # encoded columns at a time beside the merged rows, not the whole merge's.
-            if not table.replace(group, merged, lambda t, path, fs: _write_parquet(
+            if not table.replace(group, merged, lambda t, path, fs: write_parquet(
                     t, path, self.COMPACT_ROW_GROUP_ROWS, None, fs), writer=self.writer):
                 return done, False  # another process is compacting this table
             done += 1
@@ -291,19 +291,19 @@ class Store:
         for path in table.files():
             if os.path.dirname(os.path.realpath(path)) != base and not os.path.realpath(
                     path).startswith(base + os.sep):
-                _warn_once(path, "outside the table's folder")
+                warn_once(path, "outside the table's folder")
                 continue
             try:
                 st = os.lstat(path)
             except OSError:
                 continue  # vacuumed meanwhile
-            if not _is_regular(st.st_mode):
-                _warn_once(path, "not a plain file")
+            if not is_regular(st.st_mode):
+                warn_once(path, "not a plain file")
                 continue
             key = (path, st.st_size, st.st_mtime_ns, st.st_ino)
             ok = _VALID_CACHE.get(key)
             if ok is None:
-                ok = _readable_as(path, schema.DATASETS[dataset])
+                ok = readable_as(path, schema.DATASETS[dataset])
                 if len(_VALID_CACHE) > 200_000:
                     _VALID_CACHE.clear()
                 _VALID_CACHE[key] = ok
@@ -324,7 +324,7 @@ class Store:
         """
         # Creating a view binds its file list; a compaction can delete a listed file
         # between listing and binding. Listing again is enough: the merged file is in place.
-        for attempt in range(_RETRIES):
+        for attempt in range(READ_RETRIES):
             con = duckdb.connect(config={"threads": 2})
             try:
                 con.execute("SET TimeZone = 'UTC'")
@@ -332,7 +332,7 @@ class Store:
                 return con
             except duckdb.IOException:
                 con.close()
-                if attempt == _RETRIES - 1:
+                if attempt == READ_RETRIES - 1:
                     raise
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -355,7 +355,7 @@ class Store:
                 src = f"SELECT * FROM _ds_{name}"
             elif files:
                 src = (
-                    f"SELECT * FROM read_parquet({_sql_list(files)}, "
+                    f"SELECT * FROM read_parquet({sql_list(files)}, "
                     "hive_partitioning=false, union_by_name=true)"
                 )
                 if not _has_columns(files[-1], schema.DATASETS[name]):
@@ -397,7 +397,7 @@ def _has_columns(path: str, want: pa.Schema) -> bool:
     return all(n in got for n in want.names)
 
 
-def _readable_as(path: str, want: pa.Schema) -> bool:
+def readable_as(path: str, want: pa.Schema) -> bool:
     """Whether ``path`` is Parquet whose shared columns cast to the dataset's types."""
     try:
         got = pq.read_schema(path)
@@ -409,7 +409,7 @@ def _readable_as(path: str, want: pa.Schema) -> bool:
             if src != dst and not _same_family(src, dst):
                 raise ValueError(f"column {n} is {src}, not {dst}")
     except Exception as exc:  # whatever is wrong, the file is not data
-        _warn_once(path, f"not readable as this dataset's Parquet ({_first_line(exc)})")
+        warn_once(path, f"not readable as this dataset's Parquet ({first_line(exc)})")
         return False
     return True
 
@@ -426,7 +426,9 @@ def _same_family(a: pa.DataType, b: pa.DataType) -> bool:
 _WARNED: set[str] = set()
 
 
-def _warn_once(path: str, why: str) -> None:
+def warn_once(path: str, why: str) -> None:
+    """Log once per path that it is skipped (a planted file would otherwise warn on
+    every read)."""
     if path not in _WARNED and len(_WARNED) < 10_000:
         _WARNED.add(path)
         log.warning("store: skipping %s: %s", path, why)
@@ -496,7 +498,7 @@ FROM e FULL OUTER JOIN s ON e.session_id = s.session_id
 """
 
 
-def _sql_list(items: list[str]) -> str:
+def sql_list(items: list[str]) -> str:
     """SQL list literal of store-owned file paths (quotes escaped; never log data)."""
     return "[" + ", ".join("'" + i.replace("'", "''") + "'" for i in items) + "]"
 
@@ -517,7 +519,7 @@ LIVE_ROW_GROUP_ROWS = 16_384
 LIVE_PAGE_BYTES = 256 * 1024
 
 
-def _write_parquet(tbl: pa.Table, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS,
+def write_parquet(tbl: pa.Table, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS,
                    page_bytes: int | None = None, filesystem: Any = None) -> None:
     """One data file: zstd; dictionaries on repeating strings; no statistics on free text.
 
@@ -579,7 +581,8 @@ def _conform(tbl: pa.Table, want: pa.Schema) -> pa.Table:
     return tbl.select(want.names).cast(want)
 
 
-def _is_regular(mode: int) -> bool:
+def is_regular(mode: int) -> bool:
+    """Whether an ``lstat`` mode is a plain file (not a link, FIFO or device)."""
     import stat
 
     return stat.S_ISREG(mode)

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from toolwatch import schema
-from toolwatch.errors import StoreError
-from toolwatch.store import DATASETS, _first_line, _is_regular, _readable_as, _write_parquet, log
+from toolwatch.errors import StoreError, first_line
+from toolwatch.store import DATASETS, is_regular, log, readable_as, write_parquet
 
 __all__ = ["legacy_layout", "migrate"]
 
@@ -50,7 +50,7 @@ def legacy_layout(root: str | Path) -> bool:
     # checkpoints are renamed only at its end). A FIFO or link planted under the old name
     # in a store that never had the old layout (no ``date=`` folders) counts for nothing.
     try:
-        cp_regular = _is_regular(os.lstat(root / "_state" / "checkpoints.json").st_mode)
+        cp_regular = is_regular(os.lstat(root / "_state" / "checkpoints.json").st_mode)
     except OSError:
         cp_regular = False
     return old_dirs and cp_regular and not (root / "streams" / "_delta_log").exists()
@@ -130,7 +130,7 @@ def migrate(root: str | Path, progress: Any = None, warn: Any = None) -> dict[st
         except Exception as exc:
             if (d / "_delta_log").is_dir():  # a concurrent migrate created it first
                 return False
-            raise StoreError(f"cannot create table {d}: {_first_line(exc)}") from exc
+            raise StoreError(f"cannot create table {d}: {first_line(exc)}") from exc
         return True
 
     out: dict[str, int] = {}
@@ -143,11 +143,11 @@ def migrate(root: str | Path, progress: Any = None, warn: Any = None) -> dict[st
         for part, f in _old_data_files(d, rejected, note):
             try:
                 st = os.stat(f, follow_symlinks=False)
-                if not _is_regular(st.st_mode) or not _readable_as(f, sch):
+                if not is_regular(st.st_mode) or not readable_as(f, sch):
                     raise ValueError("not this dataset's Parquet")
                 rows = pq.read_metadata(f).num_rows
             except (OSError, ValueError, pa.ArrowException) as exc:
-                note(f"{name}: left out {part}/{os.path.basename(f)} ({_first_line(exc)})")
+                note(f"{name}: left out {part}/{os.path.basename(f)} ({first_line(exc)})")
                 continue
             adds.append(AddAction(f"{part}/{os.path.basename(f)}", st.st_size, {},
                                   st.st_mtime_ns // 1_000_000, True,
@@ -171,7 +171,7 @@ def migrate(root: str | Path, progress: Any = None, warn: Any = None) -> dict[st
                 "writer": pa.array(["migrate"] * len(cps), pa.string()),
             }, schema=schema.STREAMS)
             f = d / "part-migrated-checkpoints.parquet"
-            _write_parquet(rows, f)
+            write_parquet(rows, f)
             adds.append(AddAction(f.name, f.stat().st_size, {}, now_ms, True,
                                   f'{{"numRecords":{rows.num_rows}}}'))
         if create("streams", schema.STREAMS, adds):
@@ -200,7 +200,7 @@ def _old_checkpoints(root: Path) -> dict[str, tuple[str, int]]:
     try:
         data = orjson.loads(read_regular(path, 1 << 30, owners=store_owners(root)))
     except (OSError, orjson.JSONDecodeError) as exc:  # UnsafeFile is an OSError
-        raise StoreError(f"cannot read {path}: {_first_line(exc)}; {hint}") from exc
+        raise StoreError(f"cannot read {path}: {first_line(exc)}; {hint}") from exc
     if not isinstance(data, dict):
         raise StoreError(f"{path} is not the old checkpoints format; {hint}")
     out: dict[str, tuple[str, int]] = {}

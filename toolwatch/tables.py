@@ -18,7 +18,7 @@ conflict check (same application id) and the loser filters again. A batch commit
 ``events`` last (with the transactions alone when it has no event), so the ``events``
 table's transaction versions are the resume points and never run ahead of another table.
 
-The Parquet files themselves are written by :func:`toolwatch.store._write_parquet` (the
+The Parquet files themselves are written by :func:`toolwatch.store.write_parquet` (the
 store's tuned encodings and live page sizes) and added to the table by
 ``create_write_transaction``; compaction merges small files in bounded groups and commits
 the merged file and the removals in one transaction (``optimize`` has no per-step memory
@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from toolwatch.errors import StoreError
+from toolwatch.errors import StoreError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -174,13 +174,13 @@ class Table:
             # A log entry no writer makes (a link, a FIFO, a file that is not JSON
             # lines) breaks every reader of the table: set such entries aside, once.
             if not self._set_aside_planted():
-                raise StoreError(f"cannot read table {self.uri}: {_first_line(exc)}") from exc
+                raise StoreError(f"cannot read table {self.uri}: {first_line(exc)}") from exc
             self._dt = None
             try:
                 return self._open_once(create)
             except Exception as exc2:
                 raise StoreError(
-                    f"cannot read table {self.uri}: {_first_line(exc2)}") from exc2
+                    f"cannot read table {self.uri}: {first_line(exc2)}") from exc2
 
     def _open_once(self, create: bool) -> Any:
         from deltalake import DeltaTable
@@ -435,10 +435,6 @@ class Table:
             gone = dt.vacuum(retention_hours=max(0, math.ceil(retention_hours)), dry_run=False,
                              enforce_retention_duration=False)
         return len(gone)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _local(uri: str) -> str:

@@ -299,7 +299,7 @@ def _run_bounded(
     def work() -> None:
         try:
             rel = con.sql(sql, params=params) if params is not None else con.sql(sql)
-            rel = _renderable(rel)
+            rel = renderable(rel)
             batch = 65_536 if max_rows is None else max(1, min(max_rows + 1, 65_536))
             reader = rel.to_arrow_reader(batch)
             batches: list[pa.RecordBatch] = []
@@ -358,7 +358,7 @@ def _run_bounded(
 _TEXT_TYPES = re.compile(r"\b(INTERVAL|UHUGEINT|UUID|BIT|UNION|VARIANT|TIME WITH TIME ZONE)\b")
 
 
-def _renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+def renderable(rel: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     """``rel`` with columns of :data:`_TEXT_TYPES` cast to VARCHAR (by expression objects:
     column names are the analyst's, never pasted into SQL)."""
     types = [str(t) for t in rel.dtypes]

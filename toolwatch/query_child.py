@@ -47,7 +47,7 @@ from toolwatch.errors import QueryError, QueryRefusedError
 
 # Imported here, not in the child's function: the fork server preloads this module, so
 # every child starts with DuckDB, pyarrow and the store already imported.
-from toolwatch.query import VIEWS, _renderable, query_connection
+from toolwatch.query import VIEWS, query_connection, renderable
 from toolwatch.store import Store
 
 #: Bytes per pipe message of the result (the parent reads whole messages).
@@ -416,7 +416,7 @@ def _child_work(spec: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
             f"query refused: it returns {ncols:,} columns; at most {limits.max_columns:,} "
             "are allowed (query.max_columns)"
         )
-    rel = _renderable(rel)
+    rel = renderable(rel)
     max_rows = limits.max_rows if limits.max_rows > 0 else None
     batch = 65_536 if max_rows is None else max(1, min(max_rows + 1, 65_536))
     reader = rel.to_arrow_reader(batch)

@@ -328,3 +328,43 @@ def test_generated_forged_lines_through_the_real_sdk_store_nothing_forged(
         assert sorted(rows) == [("real-g", "getDocument")] * len(args), rows
         assert _query(data, "SELECT count(*) FROM summaries WHERE session_id <> 'real-g'") \
             == [(0,)]
+
+
+def test_the_record_key_cannot_be_read_back_from_proc_environ() -> None:
+    """A tool that can only read files must not find the key in /proc/<pid>/environ
+    (unsetenv alone leaves the bytes there: red team, round 3)."""
+    key = "8f" * 16
+    code = (
+        "import os, toolwatch.mcp_middleware as m;"
+        "raw = open('/proc/self/environ', 'rb').read();"
+        f"print(m._RECORD_KEY.hex(), b'{key}' in raw, os.environ.get('{RECORD_KEY_ENV}'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env={RECORD_KEY_ENV: key},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [key, "False", "None"]
+
+
+@pytest.mark.parametrize("noise_bytes", [0, 70_000, 3_000_000])
+def test_a_resuming_collector_finds_the_hello_after_any_amount_of_start_up_text(
+    tmp_path: Path, noise_bytes: int
+) -> None:
+    """The hello may follow megabytes of start-up output: a collector resuming the spool
+    past it must still know the stream is tagged (else untagged lines become records)."""
+    import os
+
+    from toolwatch.ingest.sources.spool import _trust_of
+
+    key = bytes(range(16))
+    hello = tag_line(key, json.dumps({"event": "TOOLWATCH_HELLO", "ts": "2026-01-01T00:00:00Z"}))
+    noise = b"".join(b"starting worker %d: " % i + b"x" * 200 + b"\n"
+                     for i in range(noise_bytes // 220 + 1)) if noise_bytes else b""
+    for with_hello in (True, False):
+        spool = tmp_path / f"s{with_hello}.log"
+        spool.write_bytes(noise + (hello.encode() + b"\n" if with_hello else b"")
+                          + b'{"tool": "x"}\n')
+        fd = os.open(spool, os.O_RDONLY)
+        try:
+            trust = _trust_of({"record_key": key.hex()}, fd)
+        finally:
+            os.close(fd)
+        assert trust.authenticated is with_hello

@@ -87,8 +87,34 @@ TAG_FIELD = "tw_tag"
 HELLO_EVENT = "TOOLWATCH_HELLO"
 
 
+def _scrub_initial_environment(name: str) -> None:
+    """Overwrite ``name``'s value in the process's initial environment block.
+
+    Removing a variable (``unsetenv``) only drops its pointer: the bytes stay in the block
+    the kernel serves as ``/proc/<pid>/environ``, so any tool that can read a file (no
+    code execution needed) could read the record key there and tag forged lines. The
+    value is overwritten in place with ``0`` characters, which the kernel then serves.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):  # no libc via ctypes: nothing to scrub with
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_void_p
+        libc.getenv.argtypes = [ctypes.c_char_p]
+        libc.strlen.restype = ctypes.c_size_t
+        libc.strlen.argtypes = [ctypes.c_void_p]
+        ptr = libc.getenv(name.encode())
+        if ptr:
+            ctypes.memset(ptr, ord("0"), libc.strlen(ptr))
+
+
 def _take_record_key() -> bytes | None:
-    """The per-run record key from the environment (removed from it), or ``None``."""
+    """The per-run record key from the environment (removed from it, and overwritten
+    where ``/proc/<pid>/environ`` would show it), or ``None``."""
+    # Scrub first: after unsetenv, getenv no longer finds the bytes to overwrite.
+    _scrub_initial_environment(RECORD_KEY_ENV)
     text = os.environ.pop(RECORD_KEY_ENV, None)
     if not text:
         return None

@@ -181,7 +181,8 @@ UNTAGGED_REASON = "untagged_record"
 _TAG_MARK = b',"tw_tag":"'
 _TAG_HEX = 32
 _TAG_SUFFIX_LEN = len(_TAG_MARK) + _TAG_HEX + 2  # ... ,"tw_tag":"<32 hex>"}
-_HELLO_MARK = b'"TOOLWATCH_HELLO"'
+#: The middleware's hello event name as it appears in its (tagged) line.
+HELLO_MARK = b'"TOOLWATCH_HELLO"'
 #: A line that ends with a tag field (as the middleware writes it, before the newline).
 _TAG_PATTERN = r',"tw_tag":"[0-9a-f]{32}"\}\r?\n?$'
 
@@ -227,7 +228,7 @@ class StreamTrust:
         a spool past its start); sets and returns :attr:`authenticated`."""
         if self.key is not None and not self.authenticated:
             for ln in head.split(b"\n")[:-1]:
-                if _HELLO_MARK in ln and self.verify(ln):
+                if HELLO_MARK in ln and self.verify(ln):
                     self.authenticated = True
                     break
         return self.authenticated
@@ -323,7 +324,7 @@ def split_stream(batch: RawBatch, trust: StreamTrust | None, *,
                              strict=True):
                 if trust.verify(ln):
                     ok[i] = True
-                    if _HELLO_MARK in ln:
+                    if HELLO_MARK in ln:
                         hello[i] = True
         # authenticated from the first verified hello on (or already)
         auth = np.zeros(n, bool)

@@ -23,8 +23,9 @@ from toolwatch.ingest.sources.base import (
     ServerText,
     StreamsEnded,
 )
-from toolwatch.ingest.sources.process import split_stream
+from toolwatch.ingest.sources.process import HELLO_MARK, split_stream
 from toolwatch.ingest.sources.wrapper import (
+    HELLO_CARRY_BYTES,
     HELLO_PROBE_BYTES,
     META_MAX_BYTES,
     REJECTED_DIR,
@@ -132,8 +133,30 @@ def _trust_of(meta: dict[str, Any], fd: int) -> Any:
     trust = StreamTrust(key or None)
     if trust.key is not None:
         with contextlib.suppress(OSError):
-            trust.probe(os.pread(fd, HELLO_PROBE_BYTES, 0))
+            _probe_hello(trust, fd)
     return trust
+
+
+def _probe_hello(trust: Any, fd: int) -> None:
+    """Search the whole spool for the middleware's verified hello.
+
+    Not only its first bytes: a server may print far more than that before the
+    middleware says hello, and a collector resuming past the hello that did not find it
+    would read the agent-controlled untagged lines as records. The scan is a C-level
+    search per chunk; only a chunk holding the marker is split into lines.
+    """
+    pos, carry = 0, b""
+    while not trust.authenticated:
+        chunk = os.pread(fd, HELLO_PROBE_BYTES, pos)
+        if not chunk:
+            return
+        pos += len(chunk)
+        buf = carry + chunk
+        cut = buf.rfind(b"\n") + 1
+        if HELLO_MARK in buf[:cut]:
+            trust.probe(buf[:cut])
+        # A line longer than a record can be is nobody's hello: keep a bounded tail.
+        carry = buf[cut:][-HELLO_CARRY_BYTES:]
 
 
 class SpoolSource:

@@ -69,9 +69,11 @@ COLLECTOR_LOCK = "collector.lock"
 #: The wrapped server's environment variable holding the run's record key (hex); the
 #: same name as toolwatch.mcp_middleware.RECORD_KEY_ENV (kept equal by a test).
 RECORD_KEY_ENV = "TOOLWATCH_RECORD_KEY"
-#: Bytes of a spool's start searched for the middleware's hello when a collector resumes
-#: a spool past it.
-HELLO_PROBE_BYTES = 1 << 16
+#: Bytes read at a time when a collector resuming a spool searches it for the
+#: middleware's hello (the whole spool is searched).
+HELLO_PROBE_BYTES = 1 << 20
+#: Longest unfinished line kept between two chunks of that search (a hello is < 1 KiB).
+HELLO_CARRY_BYTES = 1 << 16
 #: Where files of the spool directory that are not toolwatch's (a FIFO, a symlink, a
 #: device, a hard link, another user's file) are moved, never read (docs/security.md).
 REJECTED_DIR = "rejected"

@@ -76,6 +76,13 @@ def _sub(m: re.Match[str]) -> str:
     return _escape_char(m.group())
 
 
+#: :func:`safe_text`'s escapes of the Latin-1 range, as ``str.translate`` tables.
+_LATIN1 = {cp: _escape_char(chr(cp)) for cp in range(0x100) if _escape_char(chr(cp)) != chr(cp)}
+_LATIN1_KEEP_NL = {cp: e for cp, e in _LATIN1.items() if cp != 0x0A}
+#: Characters beyond Latin-1 (candidates for the per-character check).
+_WIDE = re.compile(r"[^\x00-\xff]")
+
+
 def safe_text(value: object, *, keep_newlines: bool = False) -> str:
     """A log-derived value as terminal-safe text.
 
@@ -97,7 +104,13 @@ def safe_text(value: object, *, keep_newlines: bool = False) -> str:
         return ""
     s = value if isinstance(value, str) else str(value)
     pat = _CANDIDATE_KEEP_NL if keep_newlines else _CANDIDATE
-    return pat.sub(_sub, s)
+    if pat.search(s) is None:
+        return s
+    # Latin-1 escapes by one C-level translate; only what is left beyond U+00FF goes
+    # through the per-match callback (a callback per control character of a 30 MB value
+    # took minutes and GBs).
+    s = s.translate(_LATIN1_KEEP_NL if keep_newlines else _LATIN1)
+    return s if _WIDE.search(s) is None else _WIDE.sub(_sub, s)
 
 
 def unescape_text(text: str) -> str:
@@ -294,6 +307,12 @@ def _fmt(v: object) -> str:
         return ""
     if isinstance(v, datetime):
         return _fmt_datetime(v)
-    # Nested values as JSON (escaped by json_dumps) rather than Python's repr.
+    # Nested values as JSON (escaped by json_dumps) rather than Python's repr. Cut before
+    # escaping too: escaping a 30 MB cell to show 300 characters of it cost minutes and GBs.
+    if isinstance(v, list | tuple) and len(v) > 300:
+        v = list(v[:300])
+    elif not isinstance(v, list | dict | tuple):
+        v = v if isinstance(v, str) else str(v)
+        v = v[:300]
     s = json_dumps(v) if isinstance(v, list | dict | tuple) else safe_text(v)
     return s if len(s) <= 300 else s[:299] + "…"

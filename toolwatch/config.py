@@ -260,7 +260,7 @@ class QueryConfig:
         "cut and reported as truncated. The result is printed (escaped) by the command or "
         "dashboard itself, outside the query child's memory cap, where text can take ~6x "
         "its Arrow size: keep it small.",
-        64,
+        16,
     )
     max_columns: int = doc("A query returning more columns than this is refused.", 1000)
     max_rows: int = doc(

@@ -152,6 +152,78 @@ def test_planted_fifos_in_the_store_state_hang_no_writer(
     assert list(st.checkpoints().values()) == [len(log.read_bytes())]
 
 
+@pytest.mark.slow  # starts processes
+def test_a_planted_last_checkpoint_hangs_no_command(tmp_path: Path, tw_env: dict) -> None:
+    """A FIFO (or a link) as a table's ``_last_checkpoint``, which delta-rs opens on every
+    load: query, ingest, analyze and collect finish, and the rows are all there (red
+    team round 3: every command hung, collect and tail ignoring SIGTERM)."""
+    data = tmp_path / "store"
+    log = tmp_path / "calls.jsonl"
+    log.write_bytes(b"".join(call_line(i) for i in range(4)))
+    assert tw(data, tw_env, "ingest", str(log)).returncode == 0
+    last = data / "events" / "_delta_log" / "_last_checkpoint"
+    more = tmp_path / "more.jsonl"
+    for i, args in enumerate((("query", "SELECT count(*) FROM events"), ("ingest", str(more)),
+                              ("analyze", str(more)), ("collect", "--once", "--no-stdout"))):
+        last.unlink(missing_ok=True)
+        if i % 2:
+            last.symlink_to("/dev/zero")
+        else:
+            os.mkfifo(last)
+        more.write_bytes(call_line(100 + i))
+        r = tw(data, tw_env, *args)  # a hang fails here (timeout) rather than blocking CI
+        assert r.returncode == 0, (args, r.stderr)
+        assert not last.is_fifo() and not last.is_symlink(), args
+    # 4 + one line by ingest and one by analyze (collect has no spool to read)
+    assert query(Store(data), "SELECT count(*) AS n FROM events").column("n")[0].as_py() == 6
+
+
+@pytest.mark.slow  # starts a process
+def test_a_stop_signal_ends_the_final_pass_over_a_huge_planted_spool(
+    tmp_path: Path, tw_env: dict
+) -> None:
+    """A 1 TB sparse file planted as a dead wrapper's spool: ``collect --once`` reads it
+    as the final pass, and SIGTERM still ends the process (within live.signal_drain_s);
+    the spool is left for the next collector."""
+    import contextlib
+    import json
+    import signal
+    import time
+
+    data = tmp_path / "store"
+    Store(data)
+    d = spool_dir(data)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "444-dddddddd.meta").write_text(json.dumps({
+        "wid": "444-dddddddd", "argv": ["x"], "name": "x", "wrapper_pid": 999_999,
+        "child_pid": 999_998, "started_ns": 1}))
+    with open(d / "444-dddddddd.log", "wb") as fh:
+        fh.truncate(1 << 40)
+    cfg = tmp_path / "toolwatch.toml"
+    cfg.write_text("[live]\nsignal_drain_s = 1.0\n")
+    proc = subprocess.Popen([TOOLWATCH, "collect", "--once", "--no-stdout", "-d", str(data),
+                             "-c", str(cfg)], env=tw_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    spool = str(d / "444-dddddddd.log")
+    try:
+        # Signal once it reads the spool (its handlers are installed by then).
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            fds = Path(f"/proc/{proc.pid}/fd")
+            with contextlib.suppress(OSError):
+                if any(os.readlink(f) == spool for f in fds.iterdir()):
+                    break
+            time.sleep(0.1)
+        time.sleep(1)  # well into the final pass
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)  # a stop that hangs fails here
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
+    assert (d / "444-dddddddd.log").exists()
+
+
 # ----------------------------------------------------------------------- tail
 def _read_all(src: TailSource) -> list[bytes]:
     out: list[bytes] = []

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -185,6 +186,7 @@ class Table:
     def _open_once(self, create: bool) -> Any:
         from deltalake import DeltaTable
 
+        self._guard_checkpoint()
         if self._dt is not None:
             self._dt.update_incremental()
             return self._dt
@@ -231,6 +233,40 @@ class Table:
 
         with contextlib.suppress(OSError):
             self.fs.delete_file(self.file_path(name))
+
+    def _guard_checkpoint(self) -> None:
+        """Set aside a ``_last_checkpoint`` (and the checkpoint file it names) that is not
+        a regular file, before delta-rs opens it.
+
+        delta-rs opens ``_last_checkpoint`` on every load without checking its type: a FIFO
+        planted there blocks the open forever, in a runtime thread no signal interrupts
+        (every command on the store hung, collect and tail ignoring SIGTERM). Two
+        ``lstat`` calls per open; version files are checked when an open fails
+        (:meth:`_set_aside_planted`), since listings skip what is not a regular file.
+        """
+        if self.location.remote:
+            return
+        import orjson
+
+        from toolwatch.safe_open import UnsafeFile, read_regular, set_aside
+
+        log_dir = self.path / "_delta_log"
+        last = log_dir / "_last_checkpoint"
+        names = [last]
+        try:
+            info = orjson.loads(read_regular(last, 1 << 16))
+            if isinstance(info, dict) and isinstance(info.get("version"), int):
+                names.append(log_dir / f"{info['version']:020d}.checkpoint.parquet")
+        except (OSError, UnsafeFile, orjson.JSONDecodeError):
+            pass
+        for path in names:
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                log.error("store: setting aside %s: not a file a Delta writer makes", path)
+                set_aside(path, self.state_dir / "rejected")
 
     def _set_aside_planted(self, parse: bool = True) -> int:
         """Move log entries that no Delta writer makes to ``_state/rejected``; how many.

@@ -109,6 +109,13 @@ class LiveConfig:
         "point a log name at any readable file).",
         False,
     )
+    signal_drain_s: float = doc(
+        "run/collect: after SIGTERM/SIGINT, how long the final pass over spools may keep "
+        "reading before the process ends (a flood or a planted huge file must not make a "
+        "stop hang); what is left is resumed by the next collector from its checkpoint. "
+        "A second signal ends the pass at once.",
+        10.0,
+    )
     writer_grace_s: float = doc(
         "run/collect: after a wrapped server exits, a final pass keeps reading its spool "
         "this long while a child it forked still writes there; the rest is left to the "

@@ -190,6 +190,7 @@ class Driver:
         """
         src, lp, stop = self.source, self.lp, self.stop
         started = last_data = time.monotonic()
+        drain_from: float | None = None
         ok = False
         try:
             while True:
@@ -233,9 +234,16 @@ class Driver:
                     last_data = now
                 if final:
                     # A draining source's final pass is every poll until it has read what
-                    # was there (a wrapper's whole spool, not one 64 MiB step).
+                    # was there (a wrapper's whole spool, not one 64 MiB step)...
                     draining = getattr(src, "draining", None)
                     if not (src.drain_on_stop and draining is not None and draining()):
+                        break
+                    # ...but a signal is obeyed: within signal_drain_s, at once on a
+                    # second one. The rest stays for the next collector (checkpointed).
+                    drain_from = drain_from if drain_from is not None else now
+                    if stop.signals >= 2 or (
+                        stop.signals and now - drain_from >= lp.live.signal_drain_s
+                    ):
                         break
                     if not got:
                         time.sleep(src.idle_wait_s)  # the stop flag is set: no wait there

@@ -14,10 +14,14 @@ class StopFlag:
     def __init__(self) -> None:
         self.event = threading.Event()
         self.signum: int | None = None
+        #: How many signals asked for the stop (a second one ends a final pass at once).
+        self.signals = 0
 
     def set(self, signum: int | None = None) -> None:
-        """Request a stop."""
+        """Request a stop (``signum``: by that signal)."""
         self.signum = signum
+        if signum is not None:
+            self.signals += 1
         self.event.set()
 
     def __bool__(self) -> bool:

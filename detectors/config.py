@@ -528,9 +528,10 @@ class ToolLoopConfig:
     probe_quiet: bool = doc(
         "A read repeated on a fixed timer is a scheduled probe (a CI health check, a "
         "monitor), not a loop: one read call whose gaps are at least probe_min_gap_s and "
-        "vary by at most probe_max_cv (coefficient of variation), below streak_hi repeats. "
-        "An agent stuck in a loop is paced by its own inference, which varies; a loop of "
-        "writes or of several calls, or a timer that runs past streak_hi, still counts.",
+        "vary by at most probe_max_cv (coefficient of variation), at any length (a health "
+        "bot polls all day; its schedule bounds its rate). An agent stuck in a loop is paced "
+        "by its own inference, which varies; a loop of writes or of several calls still "
+        "counts.",
         True,
     )
     probe_min_gap_s: float = doc("Median seconds between a probe's calls, at least.", 5.0)
@@ -541,9 +542,10 @@ class ToolLoopConfig:
         "files they are working on (a review loop over one's own documents), not a stuck "
         "agent: when the median gap between its repeats is at least reread_gap_s and at "
         "least reread_new_share of its repeats return a result (size or outcome) that call "
-        "never returned before in the session, the streak does not count. A loop at model "
-        "pace, or one whose responses stay the same at any pace, still does. False "
-        "restores the plain rule.",
+        "never returned before in the session, and the streak uses one tool, it does not "
+        "count. A loop at model pace, one whose responses stay the same at any pace, or a "
+        "cycle through different tools (search -> summarize -> search: seed 003's circular "
+        "chain) still does. False restores the plain rule.",
         True,
     )
     reread_gap_s: float = doc(
@@ -719,9 +721,21 @@ class DuplicateExecutionConfig:
     enabled: bool = doc("Run this detector.", True)
     threshold: float = doc("Score from which an alert is raised.", 0.5)
     window_minutes: int = doc(
-        "Successful irreversible calls of one tool for one business key by one caller within "
-        "this time are compared.",
-        1440,
+        "A duplicate is a replay of one operation: an agent retrying on ambiguity, or the "
+        "same call replayed from a reconnected session, comes back within minutes. Each "
+        "execution counts when it follows the previous one of the same operation (same "
+        "caller, tool and business arguments) within this time; the same order, expense or "
+        "item acted on again hours later is a separate intent (a second purchase, a "
+        "re-approval), not a duplicate.",
+        60,
+    )
+    metered_min_ops: int = doc(
+        "A call whose arguments name no business object (no order, payment, expense, "
+        "recipient: no business key) is only a quantity and a label ('spend 5 credits for "
+        "ocr'). When one caller runs at least this many different such operations of a tool "
+        "(a metered workload), its equal ones recur by chance and are not duplicates. 0 "
+        "turns this off.",
+        3,
     )
     executions_hi: int = doc("Distinct executions that make the alert critical.", 4)
     ignore_args: list[str] = doc(

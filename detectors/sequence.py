@@ -46,7 +46,13 @@ from toolwatch.detectors.config import _FREEZING, DetectorsConfig, WorkflowRule
 from toolwatch.detectors.features import SEED, US_PER_DAY
 from toolwatch.detectors.scoring import all_of, any_of, band
 from toolwatch.detectors.text import clean, num, size
-from toolwatch.detectors.tools import _extract, _words, annotated, first_words
+from toolwatch.detectors.tools import (
+    IRREVERSIBLE_NOUNS,
+    _extract,
+    _words,
+    annotated,
+    first_words,
+)
 
 log = logging.getLogger("toolwatch.detectors")
 
@@ -59,6 +65,9 @@ _CHAIN = pl.List(_CHAIN_STRUCT)
 
 #: Outcomes of a call the server refused (an attempt that did not take effect).
 REFUSED = ("error", "denied")
+
+#: Nouns of a tool name that make an outbound call move money (duplicate_execution).
+_MONEY_NOUNS = tuple(n for n in IRREVERSIBLE_NOUNS if n != "coupon")
 
 #: File name of the learned workflow model, beside the forest in the models directory.
 WORKFLOWS_FILE = "workflows.json"
@@ -261,7 +270,8 @@ class ToolLoopDetector(_SequenceDetector):
                 _chain_expr(6),
                 *(self._change_point() if poll else []),
                 *([pl.col("_new").mean().alias("_new_share"),
-                   (pl.col("t").diff().median() / 1e6).alias("_gap_s")] if reread else []),
+                   (pl.col("t").diff().median() / 1e6).alias("_gap_s"),
+                   pl.col("tool").n_unique().alias("_tools")] if reread else []),
                 *(self._schedule() if s.probe_quiet else []),
             )
             .collect(engine="in-memory")
@@ -275,19 +285,24 @@ class ToolLoopDetector(_SequenceDetector):
         if s.probe_quiet:
             # A read on a fixed timer (a health check, a monitor) is a scheduled probe: a
             # machine's clock paces it, where an agent stuck in a loop is paced by its own
-            # inference and tool latency, which vary.
+            # inference and tool latency, which vary. A timer runs all day by design (no
+            # end, hundreds of repeats) at a rate its schedule bounds, so its length is no
+            # evidence: a probe is quiet at any length.
             probe = ((pl.col("cycle") == 1) & pl.col("_p_read")
-                     & (pl.col("streak") < s.streak_hi)
                      & (pl.col("_p_med_s") >= s.probe_min_gap_s)
                      & (pl.col("_p_cv") <= s.probe_max_cv)).fill_null(False)
             streaks = streaks.filter(~probe).drop("_p_read", "_p_med_s", "_p_cv")
         if poll:
             streaks = self._drop_finished_polls(streaks, ev)
         if reread:
-            # Re-reading one's own changing files at human pace is review, not a loop.
+            # Re-reading one's own changing files at human pace is review, not a loop. The
+            # review re-reads with one tool; a cycle through different tools (search ->
+            # summarize -> search, each feeding the next: seed 003's circular chain) is a
+            # chain coming round, a loop at any pace whatever its responses.
             quiet = ((pl.col("_gap_s") >= s.reread_gap_s)
-                     & (pl.col("_new_share") >= s.reread_new_share)).fill_null(False)
-            streaks = streaks.filter(~quiet).drop("_new_share", "_gap_s")
+                     & (pl.col("_new_share") >= s.reread_new_share)
+                     & (pl.col("_tools") <= 1)).fill_null(False)
+            streaks = streaks.filter(~quiet).drop("_new_share", "_gap_s", "_tools")
         # The longest streak of each session (ties: the earliest run; _run is unique), in
         # one in-memory query.
         streaks = (
@@ -1063,7 +1078,12 @@ class DuplicateExecutionDetector(_SequenceDetector):
         schema = {"dup_tool": pl.String, "dup_key": pl.String, "executions": pl.Int64,
                   "idem_keys": pl.Int64, "key_reuse": pl.Boolean, "retried_after": pl.Int64,
                   "chain": _CHAIN}
-        ev = _seq(features).filter(pl.col("irreversible"))
+        # A call that moves money is irreversible whatever its verb: "sendPayout",
+        # "sendPayment" are outbound by their verb, but executing one twice pays twice
+        # (the money nouns of detectors/tools.py; seed 000's charge / debit / send tools).
+        money = pl.col("tool").str.to_lowercase().str.contains(
+            "|".join(re.escape(n) for n in _MONEY_NOUNS)).fill_null(False)
+        ev = _seq(features).filter(pl.col("irreversible") | (pl.col("outbound") & money))
         if ev.height < 2 or not ev["ok"].any():
             return _empty_found(schema)
         # The argument text of these few rows (``_seq`` drops args: long strings).
@@ -1076,6 +1096,16 @@ class DuplicateExecutionDetector(_SequenceDetector):
         ).otherwise(op)
         ev = ev.with_columns(op.alias("_op")).filter(pl.col("_op").is_not_null())
         ev = ev.with_columns(pl.col("_op").hash(SEED).alias("oph")).drop("args", "_op")
+        if s.metered_min_ops:
+            # Equal arguments name one operation only when they name the object acted on
+            # (an order, payment, expense, recipient: the business key). A call naming none
+            # ("spend 5 credits for ocr") is a quantity and a label; a caller running several
+            # different ones of a tool is a metered workload, whose equal amounts and labels
+            # recur by chance: separate intents, not a replay (its concurrent double spend is
+            # race_condition's).
+            kl = pl.col("bk").is_null() & pl.col("ok")
+            ev = ev.filter(~(pl.col("bk").is_null() & (
+                pl.col("oph").filter(kl).n_unique().over("ck", "tool") >= s.metered_min_ops)))
         if ev.height < 2:
             return _empty_found(schema)
         g = ["ck", "tool", "oph"]
@@ -1168,8 +1198,8 @@ class DuplicateExecutionDetector(_SequenceDetector):
                     "reused on only some calls")
             reasons = [
                 f"{row.get('dup_tool')} executed successfully {num(row.get('executions'))} "
-                f"times with the same business arguments{key} by one caller within "
-                f"{self.settings.window_minutes // 60} h, with {idem}.",
+                f"times with the same business arguments{key} by one caller, each within "
+                f"{num(self.settings.window_minutes)} min of the one before, with {idem}.",
             ]
         return reasons, self._evidence(row, {
             "tool": row.get("dup_tool"), "business_key": row.get("dup_key"),

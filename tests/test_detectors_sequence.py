@@ -229,10 +229,11 @@ def test_annotate_survives_hostile_tools_and_args(rows: list[tuple[str, str]]) -
     assert out["tool"].to_list() == ev["tool"].to_list()
 
 
-def test_habitual_probe_loop_is_quiet_but_not_a_far_longer_one() -> None:
+def test_probe_loop_is_quiet_at_any_length() -> None:
     """A scheduled health probe repeating one call on a timer is monitoring (the probe
-    rule); the same caller's timer running ten times longer than it ever does, past
-    streak_hi, is still a tool loop."""
+    rule), however long the timer runs: the same caller's probe running all day (900
+    calls at 60 s) is a timer's schedule, not an agent stuck. Without the probe rule it is
+    a loop far beyond the caller's own usual streak."""
     tr = base()
     for d in range(3):
         tr.ci_bot(f"probe-{d}", T0 + timedelta(days=d, hours=6), calls=60 + d)
@@ -240,7 +241,8 @@ def test_habitual_probe_loop_is_quiet_but_not_a_far_longer_one() -> None:
     res = run(tr)
     for d in range(3):
         assert "tool_loop" not in cats(res, f"probe-{d}")
-    a = cats(res, "probe-stuck")["tool_loop"]
+    assert "tool_loop" not in cats(res, "probe-stuck")
+    a = cats(run(tr, tool_loop={"probe_quiet": False}), "probe-stuck")["tool_loop"]
     assert a["severity"] in ("high", "critical"), a
 
 
@@ -496,3 +498,69 @@ def test_checkout_whose_order_is_fulfilled_unpaid_from_another_session_is_named(
     assert evidence(origin)["skipped_step"] == "fulfillOrder"
     assert "step_skip" not in cats(res, "ck-b")
     assert "step_skip" not in cats(run(tr, step_skip={"origin_minutes": 0}), "ck-a")
+
+
+# ------------------------------------------ duplicate_execution: a replay, not a repeat
+def test_payout_sent_twice_is_a_duplicate_but_a_payroll_is_not() -> None:
+    """A tool that moves money is irreversible whatever its verb: "sendPayout" is outbound
+    by its verb, but the same payout (recipient, amount) sent twice pays twice. A payroll
+    paying each recipient once is the job."""
+    tr = base()
+    for k in range(2):
+        tr.call("payout-dup", T + timedelta(seconds=25 * k), "sendPayout", caller="agent-p",
+                server="payments", resource_key="recipientId", resource_id="acct-7",
+                args={"recipientId": "acct-7", "amountCents": 4_999})
+    for k in range(8):
+        tr.call("payroll", T + timedelta(seconds=3 * k), "sendPayout", caller="svc-payroll",
+                server="payments", resource_key="recipientId", resource_id=f"emp-{k}",
+                args={"recipientId": f"emp-{k}", "amountCents": 300_000 + k,
+                      "idempotencyKey": f"run-1-emp-{k}"})
+    res = run(tr)
+    dup = cats(res, "payout-dup")["duplicate_execution"]
+    assert evidence(dup)["executions"] == 2 and evidence(dup)["tool"] == "sendPayout"
+    assert "duplicate_execution" not in cats(res, "payroll")
+
+
+def test_same_operation_hours_later_is_a_new_intent_but_a_quick_replay_is_not() -> None:
+    """A replay follows within minutes (a retry on ambiguity, a reconnection); approving the
+    same expense again half a day later, after reading it afresh in a new session, is
+    another step, not one approval executed twice."""
+    tr = base()
+    for k, at in enumerate((T, T + timedelta(hours=12))):
+        sid = f"manager-{k}"
+        tr.call(sid, at, "getExpense", caller="mgr", server="expenses",
+                resource_key="expenseId", resource_id="exp-5", args={"expenseId": "exp-5"})
+        tr.call(sid, at + timedelta(minutes=2), "approveExpense", caller="mgr",
+                server="expenses", resource_key="expenseId", resource_id="exp-5",
+                args={"expenseId": "exp-5"})
+    for k in range(2):
+        tr.call("approve-twice", T + timedelta(seconds=8 * k), "approveExpense",
+                caller="agent-a", server="expenses", resource_key="expenseId",
+                resource_id="exp-6", args={"expenseId": "exp-6"})
+    res = run(tr)
+    for k in range(2):
+        assert "duplicate_execution" not in cats(res, f"manager-{k}")
+    assert evidence(cats(res, "approve-twice")["duplicate_execution"])["executions"] == 2
+
+
+def test_metered_spends_naming_no_object_are_not_duplicates() -> None:
+    """spend_credits(amount, reason) names no order, payment or recipient: a caller running
+    several different spends meters its work, and equal spends recur by chance (here two
+    in a row, seconds apart). One spend that is all a caller does, repeated at once, is
+    still a replay."""
+    tr = base()
+    menu = [(1, "render"), (5, "ocr"), (1, "render"), (1, "render"), (10, "translate"),
+            (2, "ocr"), (5, "ocr"), (1, "render"), (2, "ocr")]
+    at = T
+    for amount, reason in menu:
+        tr.call("metered", at, "spend_credits", caller="rosa", server="billing",
+                args={"userId": "rosa", "amount": amount, "reason": reason})
+        at += timedelta(seconds=4 if reason == "render" else 140)
+    for k in range(3):
+        tr.call("respend", T + timedelta(seconds=12 * k), "spend_credits", caller="agent-s",
+                server="billing", args={"userId": "agent-s", "amount": 50, "reason": "gpu"})
+    res = run(tr)
+    assert "duplicate_execution" not in cats(res, "metered")
+    assert evidence(cats(res, "respend")["duplicate_execution"])["executions"] == 3
+    off = run(tr, duplicate_execution={"metered_min_ops": 0})
+    assert "duplicate_execution" in cats(off, "metered")

@@ -241,3 +241,43 @@ def test_model_paced_loops_alert_whatever_their_responses(reps: int, gap: float,
     paced = [gap * f for f in (0.6, 1.3, 0.9, 1.5, 0.7)]
     _cycle(tr, "loop", reps=reps, gap_s=paced, sizes=sizes, caller="x", n_files=n_files)
     assert _loops(tr) == {"loop"}
+
+
+# ------------------------------------- a cycle through tools; a probe on a timer all day
+def test_search_summarize_cycle_at_human_pace_is_a_loop() -> None:
+    """Seed 003's circular chain (search_tickets -> summarize_ticket -> search_tickets ...)
+    with responses of varying size, a minute or more apart: a chain coming round, not a
+    person re-reading their files with one tool (the re-read rule keeps that quiet)."""
+    tr = Traffic(seed=21)
+    tr.background(days=2, users=20, per_day=2)
+    gaps = [70.0, 95.0, 62.0, 140.0, 81.0, 118.0, 66.0]
+    at = T
+    for k in range(60):
+        tool, args = (("search_tickets", {"query": "renewal"}) if k % 2 == 0
+                      else ("summarize_ticket", {"id": "TCK-1"}))
+        tr.call("slow-cycle", at, tool, caller="agent-t", server="helpdesk", args=args,
+                nbytes=900 + 613 * k % 2_000)
+        at += timedelta(seconds=gaps[k % len(gaps)])
+    _cycle(tr, "review", reps=13, gap_s=[78, 153, 1, 1330, 875, 300, 45, 600, 90, 240],
+           sizes="changing", caller="nora")
+    assert _loops(tr) == {"slow-cycle"}
+
+
+def test_probe_on_a_timer_all_day_is_quiet_but_a_machine_paced_loop_is_not() -> None:
+    """A health check polls one status on a fixed timer all day: hundreds of repeats, no
+    end, at a rate its schedule bounds. Its length is no evidence; the same call repeated
+    at a stuck agent's varying pace still is a loop."""
+    tr = Traffic(seed=23)
+    tr.background(days=2, users=20, per_day=2)
+    at = T
+    for _ in range(700):
+        tr.call("probe-day", at, "getStatus", caller="ci-bot", server="ci",
+                args={"target": "api"}, nbytes=120)
+        at += timedelta(seconds=30.0 + (0.2 if _ % 2 else -0.2))
+    at = T
+    for k in range(120):
+        tr.call("stuck", at, "getStatus", caller="agent-z", server="ci",
+                args={"target": "api"}, nbytes=120)
+        at += timedelta(seconds=AGENT_GAPS[k % len(AGENT_GAPS)])
+    assert _loops(tr) == {"stuck"}
+    assert _loops(tr, NO_PROBE) == {"probe-day", "stuck"}

@@ -606,3 +606,20 @@ def test_refused_burst_is_reported_as_a_lower_severity_attempt(background: Traff
     assert ev["refused_calls"] == 30 and ev["served_peak"] == 0
     assert "refused" in " ".join(reasons)
 
+
+def test_lost_update_burst_is_both_a_race_and_a_concurrency_finding(
+        background: Traffic) -> None:
+    """Seed 004 §2: a session firing 16 increment_usage({amount: 1}) at once races on its
+    own usage counter (race_condition) *and* keeps 16 writes in flight (concurrency_abuse,
+    where the seed files it): the race's higher score must not fold the other away."""
+    from toolwatch import detectors
+
+    tr = _with(background)
+    at = T0 + timedelta(hours=2)
+    for _ in range(16):
+        dur = tr.rng.uniform(400, 800)
+        tr.call("usage-race", at + timedelta(milliseconds=tr.rng.uniform(0, 60) + dur),
+                "increment_usage", caller="counter", args={"amount": 1}, duration_ms=dur)
+    res = detectors.detect(tr.events(), None, DetectorsConfig())
+    cats = set(res.alerts.filter(pl.col("session_id") == "usage-race")["category"].to_list())
+    assert {"race_condition", "concurrency_abuse"} <= cats

@@ -13,7 +13,11 @@ Every call with a known duration was in flight from ``start_ts`` to ``end_ts`` (
   once the caller's baseline is established — far above the caller's own usual peak (a
   batch job that always runs 20 calls at once stays quiet). Sessions whose lines carry no
   durations are point calls: each counts as in flight for ``burst_window_ms`` after it
-  started, i.e. the peak becomes a burst rate, and the evidence says so.
+  started, i.e. the peak becomes a burst rate, and the evidence says so. Calls refused
+  for a limit (``rate_limited``) are attempts: counted as point calls too, the peak with
+  them scores at most ``attempt_score``. A session that rises past seed 004's cap
+  (``caller_cap``, 10) in ``waves_lo`` separate waves, on new arguments, counts from
+  ``caller_cap + 1`` in flight, reads included.
 * **race_condition** (``race_rules``) — two or more *mutating* calls (tool roles from
   :mod:`toolwatch.detectors.tools`) on the same resource / business key, from one actor (the caller,
   else the client address, else the session), whose intervals overlap: sorted by start
@@ -48,6 +52,13 @@ from toolwatch.detectors.tools import annotate, tool_table
 from toolwatch.ingest.intervals import MAX_DURATION_MS
 
 _CACHE = "_concurrency_cache"
+#: Columns only session rows fill (attempts and waves over the cap).
+_SESSION_COLS: dict[str, pl.DataType] = {
+    "served_peak": pl.Int64(),
+    "refused": pl.UInt32(),
+    "waves": pl.Int64(),
+    "sustained": pl.Boolean(),
+}
 #: Columns only caller-wide rows fill.
 _CALLER_COLS: dict[str, pl.DataType] = {
     "session_ids": pl.List(pl.String()),
@@ -85,7 +96,8 @@ def event_intervals(ev: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0) -> pl.DataFrame:
+def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0,
+                cap: int = 0) -> pl.DataFrame:
     """Peak calls in flight per group, by a +1/−1 sweep (columnar).
 
     Most groups never have two calls in flight (a client waits for each answer): a group
@@ -107,6 +119,11 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0) -> pl.Data
         call still in flight then, whenever it started), in an extra column ``w`` (the
         bucket's start, µs).
 
+    cap
+        When > 0 (and no buckets), an extra column ``waves``: how many times the count
+        rose past ``cap`` (a start taking it from ``cap`` to ``cap + 1``), i.e. separate
+        episodes over the cap.
+
     Returns
     -------
     polars.DataFrame
@@ -116,6 +133,9 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0) -> pl.Data
     schema = {key: iv.schema[key], "peak": pl.Int64, "peak_t": pl.Int64}
     if bucket_us > 0:
         schema = {key: iv.schema[key], "w": pl.Int64, "peak": pl.Int64, "peak_t": pl.Int64}
+    waves = cap > 0 and bucket_us <= 0
+    if waves:
+        schema["waves"] = pl.Int64
     if iv.height == 0:
         return pl.DataFrame(schema=schema)
     iv = iv.select(key, "s", "e")
@@ -141,7 +161,8 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0) -> pl.Data
         ).agg(pl.lit(1, pl.Int64).alias("peak"), pl.col("s").min().alias("peak_t"))
     else:
         quiet = cert.filter(~pl.col("_busy")).select(
-            key, pl.lit(1, pl.Int64).alias("peak"), "peak_t"
+            key, pl.lit(1, pl.Int64).alias("peak"), "peak_t",
+            *([pl.lit(0, pl.Int64).alias("waves")] if waves else []),
         )
     quiet = quiet.select(list(schema))
     if busy.height == 0:
@@ -168,6 +189,8 @@ def sweep_peaks(iv: pl.DataFrame, key: str = "g", bucket_us: int = 0) -> pl.Data
     swept = pts.group_by(key).agg(
         pl.col("f").max().alias("peak"),
         pl.col("x").get(pl.col("f").arg_max()).alias("peak_t"),
+        *([((pl.col("d") > 0) & (pl.col("f") == cap + 1)).sum().cast(pl.Int64)
+           .alias("waves")] if waves else []),
     )
     return pl.concat([quiet, swept.select(list(schema))])
 
@@ -184,18 +207,19 @@ def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     if cand.height == 0 or ev.height == 0:
         out = (
             pl.DataFrame(schema={"sh": pl.UInt64, "peak": pl.Int64, "peak_t": pl.Int64,
-                                 "basis_iv": pl.Boolean}),
+                                 "waves": pl.Int64, "served_peak": pl.Int64,
+                                 "refused": pl.UInt32, "basis_iv": pl.Boolean}),
             pl.DataFrame(schema={"sh": pl.UInt64, "s": pl.Int64, "e": pl.Int64,
-                                 "tlh": pl.UInt64}),
+                                 "tlh": pl.UInt64, "refused": pl.Boolean}),
         )
         setattr(features, _CACHE, out)
         return out
     # Narrow first: filtering the full prepared frame (~40 columns) cost more than the sweep.
-    sub = ev.select("sh", "t", "tlh", "duration_ms", "start_ts", "end_ts").filter(
+    sub = ev.select("sh", "t", "tlh", "status", "duration_ms", "start_ts", "end_ts").filter(
         pl.col("sh").is_in(cand["sh"].implode())
     )
     sub = pl.concat(
-        [sub.select("sh", "t", "tlh"), event_intervals(sub)], how="horizontal"
+        [sub.select("sh", "t", "tlh", "status"), event_intervals(sub)], how="horizontal"
     )
     w = int(c.burst_window_ms * 1000)
     n_iv = int(sub["has_iv"].sum())
@@ -209,13 +233,34 @@ def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
             (pl.col("has_iv").mean() >= c.interval_share_lo).alias("basis_iv")
         )
         sub = sub.join(basis, on="sh", how="left")
+    # Attempts count (seed 004's semaphore answers "Concurrency limit reached" at once): a
+    # call the server refused for a limit was one more call the client wanted in flight,
+    # but its logged interval is the refusal's few milliseconds. It is counted as a point
+    # call (in flight for burst_window_ms from its start, as lines without durations are),
+    # and the peak without it (``served_peak``) says whether the alert rests on attempts.
+    refused = pl.col("status").fill_null("") == "rate_limited"
     swept = sub.filter(pl.col("has_iv") | ~pl.col("basis_iv")).select(
         "sh",
         pl.when(pl.col("basis_iv")).then(pl.col("s")).otherwise(pl.col("t")).alias("s"),
         pl.when(pl.col("basis_iv")).then(pl.col("e")).otherwise(pl.col("t") + w).alias("e"),
-        "tlh",
+        "tlh", refused.alias("refused"),
+    ).with_columns(
+        pl.when(pl.col("refused")).then(pl.max_horizontal("e", pl.col("s") + w))
+        .otherwise(pl.col("e")).alias("e")
     )
-    peaks = sweep_peaks(swept, "sh")
+    peaks = sweep_peaks(swept, "sh", cap=c.caller_cap if c.waves_lo > 0 else 0)
+    if "waves" not in peaks.columns:
+        peaks = peaks.with_columns(pl.lit(0, pl.Int64).alias("waves"))
+    tried = swept.filter(pl.col("refused").any().over("sh"))
+    served = sweep_peaks(tried.filter(~pl.col("refused")), "sh").select(
+        "sh", pl.col("peak").alias("served_peak"))
+    n_ref = tried.group_by("sh").agg(pl.col("refused").sum().cast(pl.UInt32))
+    peaks = peaks.join(n_ref, on="sh", how="left").join(served, on="sh", how="left").with_columns(
+        pl.col("refused").fill_null(0),
+        # A session of refusals only served nothing at once.
+        pl.when(pl.col("refused") > 0).then(pl.col("served_peak").fill_null(0))
+        .otherwise(pl.col("peak")).alias("served_peak"),
+    )
     if basis is None:
         peaks = peaks.with_columns(pl.lit(all_iv).alias("basis_iv"))
     else:
@@ -413,24 +458,42 @@ class ConcurrencyAbuseDetector(Detector):
             s = s.with_columns(pl.lit(None, pl.Float64).alias("usual_peak"),
                                pl.lit(None, pl.UInt32).alias("own_sessions"))
         pop = getattr(self, "pop_peak_", None)
-        s = self._read_only(s, features)
-        peak = pl.col("peak").fill_null(0)
-        # A fan-out of reads (a dashboard loading its panels) counts from read_peak_lo:
-        # the peak is scaled so that band() gives 0.5 there.
-        eff = pl.when(pl.col("_read_only")).then(
-            peak * (c.peak_lo / max(c.read_peak_lo, c.peak_lo))).otherwise(peak)
-        terms = [band(eff, c.peak_lo, c.peak_hi)]
-        if pop is not None:
-            terms.append(gate(peak / max(pop, 1.0), c.pop_ratio_lo))
-        terms.append(
-            pl.when(pl.col("usual_peak").is_not_null())
-            .then(gate(peak / pl.col("usual_peak").clip(lower_bound=1.0), c.self_ratio_lo))
-            .otherwise(1.0)
+        s = self._fresh(self._read_only(s, features), features)
+        # Over the cap again and again, each time asking for new things: counts from
+        # caller_cap + 1 in flight, reads included (seed 004's per-caller limit).
+        sustained = (pl.col("waves").fill_null(0) >= max(c.waves_lo, 1)) & (c.waves_lo > 0) \
+            & (pl.col("_fresh").fill_null(0.0) >= c.fresh_share_lo)
+
+        def peak_score(peak: pl.Expr) -> pl.Expr:
+            # A fan-out of reads (a dashboard loading its panels) counts from read_peak_lo:
+            # the peak is scaled so that band() gives 0.5 there.
+            eff = pl.when(pl.col("_read_only")).then(
+                peak * (c.peak_lo / max(c.read_peak_lo, c.peak_lo))).otherwise(peak)
+            eff = pl.when(sustained).then(
+                pl.max_horizontal(eff, peak * (c.peak_lo / (c.caller_cap + 1)))).otherwise(eff)
+            terms = [band(eff, c.peak_lo, c.peak_hi)]
+            if pop is not None:
+                terms.append(gate(peak / max(pop, 1.0), c.pop_ratio_lo))
+            terms.append(
+                pl.when(pl.col("usual_peak").is_not_null())
+                .then(gate(peak / pl.col("usual_peak").clip(lower_bound=1.0),
+                           c.self_ratio_lo))
+                .otherwise(1.0)
+            )
+            return all_of(*terms)
+
+        # Attempts count, below what was served: the peak with the refused calls scores at
+        # most attempt_score; the served peak alone scores as ever.
+        score = pl.max_horizontal(
+            peak_score(pl.col("served_peak").fill_null(pl.col("peak")).fill_null(0)),
+            pl.min_horizontal(peak_score(pl.col("peak").fill_null(0)), c.attempt_score),
         )
-        s = s.with_columns(pl.lit(pop, pl.Float64).alias("pop_peak"))
+        s = s.with_columns(pl.lit(pop, pl.Float64).alias("pop_peak"),
+                           sustained.alias("sustained"))
         out = session_frame(
-            s, all_of(*terms),
-            ["calls", "peak", "peak_t", "basis_iv", "usual_peak", "own_sessions", "pop_peak"],
+            s, score,
+            ["calls", "peak", "peak_t", "basis_iv", "usual_peak", "own_sessions", "pop_peak",
+             "served_peak", "refused", "waves", "sustained"],
         )
         out = self._evidence(out, swept, features).with_columns(
             pl.lit("session").alias("scope"),
@@ -443,10 +506,24 @@ class ConcurrencyAbuseDetector(Detector):
             return out
         return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
 
+    def _fresh(self, s: pl.DataFrame, features: FeatureSet) -> pl.DataFrame:
+        """``_fresh``: share of the session's calls that are the first of their (tool,
+        arguments), for sessions over the cap in ``waves_lo`` waves or more."""
+        c = self.settings
+        hot = s.filter(pl.col("waves").fill_null(0) >= max(c.waves_lo, 1)).select("sh")
+        if hot.height == 0 or c.waves_lo <= 0:
+            return s.with_columns(pl.lit(None, pl.Float64).alias("_fresh"))
+        ev = features.events.select("sh", "tlh", pl.col("args").fill_null("")).join(
+            hot, on="sh", how="semi")
+        fr = ev.group_by("sh").agg(
+            (pl.struct("tlh", "args").n_unique() / pl.len()).alias("_fresh"))
+        return s.join(fr, on="sh", how="left")
+
     def _read_only(self, s: pl.DataFrame, features: FeatureSet) -> pl.DataFrame:
         """``_read_only``: the session's calls all read (for sessions reaching peak_lo)."""
         c = self.settings
-        hot = s.filter(pl.col("peak").fill_null(0) >= c.peak_lo).select("sh")
+        hot = s.filter(pl.col("peak").fill_null(0) > min(c.peak_lo - 1, c.caller_cap)
+                       ).select("sh")
         if hot.height == 0 or c.read_peak_lo <= c.peak_lo:
             return s.with_columns(pl.lit(False).alias("_read_only"))
         ev = features.events.select("sh", "server", "tool").join(hot, on="sh", how="semi")
@@ -554,6 +631,7 @@ class ConcurrencyAbuseDetector(Detector):
             "calls", "peak", "peak_t", "basis_iv", "usual_peak", "own_sessions", "pop_peak",
             "win_start", "win_end", "peak_tools", pl.lit("caller").alias("scope"),
             *list(_CALLER_COLS),
+            *[pl.lit(None, dt).alias(k) for k, dt in _SESSION_COLS.items()],
         )
 
     def _evidence(
@@ -626,6 +704,19 @@ class ConcurrencyAbuseDetector(Detector):
                 "The log lines carry no durations, so this is the call rate in short "
                 "windows, not calls in flight."
             ]
+        refused = row.get("refused") or 0
+        if refused and not caller:
+            reasons.append(
+                f"{refused} of the session's calls were refused by the server for a limit "
+                f"(rate_limited / concurrency limit reached); counted as attempts, the calls "
+                f"actually served peaked at {row.get('served_peak') or 0} in flight."
+            )
+        if row.get("sustained") and not caller:
+            reasons.append(
+                f"The session went over {self.settings.caller_cap} calls in flight "
+                f"{row.get('waves')} separate times, each time on new arguments "
+                "(seed 004's per-caller limit)."
+            )
         pop = row.get("pop_peak")
         usual = row.get("usual_peak")
         parts = []
@@ -645,6 +736,9 @@ class ConcurrencyAbuseDetector(Detector):
                 "peak_basis": "intervals" if iv else "call_rate",
                 "burst_window_ms": None if iv else self.settings.burst_window_ms,
                 "peak_at": _iso_ms(row.get("peak_t")),
+                "refused_calls": (row.get("refused") or None) if not caller else None,
+                "served_peak": row.get("served_peak") if row.get("refused") else None,
+                "waves_over_cap": row.get("waves") if row.get("sustained") else None,
                 # Not window_start/end: the alert schema keeps those for an entity alert's
                 # window (and then requires session_ids / n_sessions beside them).
                 "in_flight_from": _iso_ms(row.get("win_start")),

@@ -30,6 +30,32 @@ class ConcurrencyAbuseConfig:
         "caller thresholds).",
         16,
     )
+    caller_cap: int = doc(
+        "Seed 004's per-caller concurrency limit (MAX_CONCURRENT_PER_CALLER = 10): calls "
+        "in flight above it are over the cap. Going over it once is a page or a dashboard "
+        "loading its panels; see waves_lo.",
+        10,
+    )
+    waves_lo: int = doc(
+        "Separate episodes over caller_cap (the in-flight count rising past it again after "
+        "falling back) from which a session counts from caller_cap + 1 in flight, reads "
+        "included, when its calls ask for new things (fresh_share_lo): a client that goes "
+        "over the cap again and again works through the limit (seed 004), a page load and "
+        "a reload are two. 0 turns the rule off.",
+        3,
+    )
+    fresh_share_lo: float = doc(
+        "Share of the session's calls that are the first of their (tool, arguments) from "
+        "which its waves over the cap are new work: a dashboard refreshing the same panels "
+        "re-asks the same queries and stays under it.",
+        0.8,
+    )
+    attempt_score: float = doc(
+        "Score cap of a session whose peak reaches the thresholds only when the calls the "
+        "server refused for a limit (status rate_limited) are counted (a 'low' alert by "
+        "default): the attempt is reported, below a burst that was served.",
+        0.55,
+    )
     pop_ratio_lo: float = doc(
         "The peak must also be at least this many times the population's typical peak "
         "(median peak of the sessions with min_calls or more calls; caller-wide peaks are "

@@ -4,7 +4,7 @@ against brute force, hostile durations at ingest, and live micro-batches."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -549,3 +549,77 @@ def test_a_read_fan_out_over_sessions_counts_from_the_read_threshold(
     assert scores["getDocument"] >= th  # still reported: the shape of a spread read burst
     assert scores["getDocument"] < DetectorsConfig().severity_medium
     assert scores["updateDocument"] > scores["getDocument"]
+
+
+# ------------------------------------------- attempts, waves over the cap (issue 26)
+def _wave_reads(tr: Traffic, sid: str, start: datetime, *, waves: int, width: int,
+                fresh: bool, caller: str = "reader-w") -> None:
+    """``waves`` rounds of ``width`` parallel reads (1-2 s each), a minute apart; with
+    ``fresh`` every call asks for a new order id, else each round re-runs the same panels."""
+    for w in range(waves):
+        t = start + timedelta(minutes=w)
+        for k in range(width):
+            what = f"order-{w * width + k}" if fresh else f"panel-{k}"
+            dur = tr.rng.uniform(1000, 2000)
+            tr.call(sid, t + timedelta(milliseconds=tr.rng.uniform(0, 200) + dur), "runQuery",
+                    caller=caller, args={"sql": f"SELECT * FROM {what}"}, duration_ms=dur)
+
+
+def test_waves_over_the_seed_cap_on_new_arguments_are_flagged(background: Traffic) -> None:
+    """Seed 004's cap is 10 in flight per caller: a client going over it again and again,
+    each wave on new ids, is flagged although it reads and never reaches peak_lo; a
+    dashboard re-running the same 12 panels as often, or one load of 12, stays quiet."""
+    tr = _with(background)
+    at = T0 + timedelta(hours=3)
+    _wave_reads(tr, "waves-new", at, waves=4, width=11, fresh=True)
+    _wave_reads(tr, "dash-refresh", at + timedelta(hours=1), waves=4, width=12, fresh=False,
+                caller="dash")
+    _wave_reads(tr, "dash-once", at + timedelta(hours=2), waves=1, width=13, fresh=True,
+                caller="dash2")
+    assert _flagged(tr, ConcurrencyAbuseDetector) == {"waves-new"}
+    det = ConcurrencyAbuseDetector(DetectorsConfig())
+    fs = FeatureSet.build(tr.events(), None, DetectorsConfig())
+    hot = det.fit(fs).decide(det.score(fs))
+    reasons, ev = det.explain(hot.row(0, named=True))
+    assert ev["waves_over_cap"] == 4 and "4 separate times" in " ".join(reasons)
+
+
+def test_refused_burst_is_reported_as_a_lower_severity_attempt(background: Traffic) -> None:
+    """Attempts count: 30 calls fired at once and refused by the semaphore (each refusal a
+    few ms long) are an attempt, below the same burst served; the reason says so."""
+    tr = _with(background)
+    at = T0 + timedelta(hours=2)
+    for k in range(30):
+        tr.call("refused-all", at + timedelta(milliseconds=tr.rng.uniform(0, 300) + 5),
+                "searchItems", caller="greedy", args={"query": f"q{k}"},
+                status="rate_limited", duration_ms=5)
+    tc.burst(tr, "served", at + timedelta(hours=1), n=30, caller="greedy2")
+    det = ConcurrencyAbuseDetector(DetectorsConfig())
+    fs = FeatureSet.build(tr.events(), None, DetectorsConfig())
+    sc = det.fit(fs).score(fs)
+    hot = det.decide(sc)
+    assert set(hot["entity_id"].to_list()) == {"refused-all", "served"}
+    by = {r["entity_id"]: r for r in hot.iter_rows(named=True)}
+    assert by["refused-all"]["score"] < by["served"]["score"]
+    assert by["refused-all"]["score"] <= det.settings.attempt_score
+    reasons, ev = det.explain(by["refused-all"])
+    assert ev["refused_calls"] == 30 and ev["served_peak"] == 0
+    assert "refused" in " ".join(reasons)
+
+
+def test_lost_update_burst_is_both_a_race_and_a_concurrency_finding(
+        background: Traffic) -> None:
+    """Seed 004 §2: a session firing 16 increment_usage({amount: 1}) at once races on its
+    own usage counter (race_condition) *and* keeps 16 writes in flight (concurrency_abuse,
+    where the seed files it): the race's higher score must not fold the other away."""
+    from toolwatch import detectors
+
+    tr = _with(background)
+    at = T0 + timedelta(hours=2)
+    for _ in range(16):
+        dur = tr.rng.uniform(400, 800)
+        tr.call("usage-race", at + timedelta(milliseconds=tr.rng.uniform(0, 60) + dur),
+                "increment_usage", caller="counter", args={"amount": 1}, duration_ms=dur)
+    res = detectors.detect(tr.events(), None, DetectorsConfig())
+    cats = set(res.alerts.filter(pl.col("session_id") == "usage-race")["category"].to_list())
+    assert {"race_condition", "concurrency_abuse"} <= cats

@@ -92,6 +92,16 @@ class EnumerationConfig:
     )
     rewrite_clean_score: float = doc(
         "Highest score of such a clean write-back walk (below the threshold: quiet).", 0.3)
+    harvest_bytes_factor: float = doc(
+        "A walk none of whose lookups failed (under rewrite_clean_miss) and whose calls "
+        "return on average at least this many times the population's typical bytes per "
+        "call reads content in bulk — a backup agent reading every file of the tree it "
+        "backs up — which is bulk extraction's business (volume, the caller's routine), "
+        "not probing: it scores at most rewrite_clean_score. Probing and harvesting by id "
+        "fetch documents of ordinary size; 10 is bulk_extraction's heavy_factor. A walk "
+        "with misses is never excused by its size. 0 turns this off.",
+        10.0,
+    )
     max_step: int = doc(
         "Largest |step| between consecutive numeric ids (in time order) that still counts "
         "as a run (doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10). Step-1 "

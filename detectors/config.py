@@ -432,6 +432,20 @@ class ScrapingLoopConfig:
         "at the first page does not resume.",
         True,
     )
+    tail_short_share_lo: float = doc(
+        "A session at least this share of whose successful paged calls are short byte-range "
+        "reads (fewer bytes returned than the length asked for, see byte_length_keys) is "
+        "following a growing file — a log tailer reading what was written since its last "
+        "read — not walking a listing: its offsets count as no pages. A scraper reading a "
+        "file by byte ranges gets full chunks until the last. 0 turns this off.",
+        0.8,
+    )
+    byte_length_keys: list[str] = doc(
+        "Argument names carrying the number of bytes a read asks for (compared with the "
+        "bytes returned; record counts such as limit are not bytes).",
+        factory=lambda: ["length", "len", "maxBytes", "max_bytes", "byteLength",
+                         "byte_length", "numBytes", "num_bytes"],
+    )
     self_z: float = doc(
         "When the caller has an established baseline, its session must also be this many "
         "robust z-scores above the caller's own median calls or pages (a sync or export "

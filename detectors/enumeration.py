@@ -11,6 +11,10 @@ Signals (any pattern may decide; see ``docs/detectors.md``):
 * **summary only** — sessions known only from a SESSION_END/ANOMALY summary: nearly every
   call touched a new resource, many of them.
 
+A walk that is the caller's own job is capped (``_cap_rewrites``): ids written back (a
+migration), ids acted on without being read (a payroll run paying each employee), or
+large files read without a single miss (a backup of a tree: bulk extraction's business).
+
 Per caller and client address, the same figures are computed per hopping window over the
 events of sessions *not* flagged on their own, so a walk split across sessions (each
 below the bar) still surfaces, as one entity alert per window.

@@ -12,7 +12,9 @@ Patterns (the strongest decides):
   people and LLM agents think between calls, CV ≈ 1), one dominant tool, progressing
   (mostly not exact repeats);
 * **sustained rate** — a high call rate kept up over many calls of one dominant tool,
-  progressing.
+  progressing;
+* **query sweep** — ``pages_lo`` distinct (query, page) argument sets of one paging tool
+  at machine pace (queries ``a`` … ``z``, a few pages each).
 
 Walking resource ids belongs to enumeration, so the cadence and rate patterns do not count
 calls explained by an id run.

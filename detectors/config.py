@@ -92,6 +92,16 @@ class EnumerationConfig:
     )
     rewrite_clean_score: float = doc(
         "Highest score of such a clean write-back walk (below the threshold: quiet).", 0.3)
+    harvest_bytes_factor: float = doc(
+        "A walk none of whose lookups failed (under rewrite_clean_miss) and whose calls "
+        "return on average at least this many times the population's typical bytes per "
+        "call reads content in bulk — a backup agent reading every file of the tree it "
+        "backs up — which is bulk extraction's business (volume, the caller's routine), "
+        "not probing: it scores at most rewrite_clean_score. Probing and harvesting by id "
+        "fetch documents of ordinary size; 10 is bulk_extraction's heavy_factor. A walk "
+        "with misses is never excused by its size. 0 turns this off.",
+        10.0,
+    )
     max_step: int = doc(
         "Largest |step| between consecutive numeric ids (in time order) that still counts "
         "as a run (doc-1001, doc-1002 is step 1; invoice-10, invoice-20 step 10). Step-1 "
@@ -421,6 +431,20 @@ class ScrapingLoopConfig:
         "whenever a per-session budget is hit (seed 001). A sync job that starts each run "
         "at the first page does not resume.",
         True,
+    )
+    tail_short_share_lo: float = doc(
+        "A session at least this share of whose successful paged calls are short byte-range "
+        "reads (fewer bytes returned than the length asked for, see byte_length_keys) is "
+        "following a growing file — a log tailer reading what was written since its last "
+        "read — not walking a listing: its offsets count as no pages. A scraper reading a "
+        "file by byte ranges gets full chunks until the last. 0 turns this off.",
+        0.8,
+    )
+    byte_length_keys: list[str] = doc(
+        "Argument names carrying the number of bytes a read asks for (compared with the "
+        "bytes returned; record counts such as limit are not bytes).",
+        factory=lambda: ["length", "len", "maxBytes", "max_bytes", "byteLength",
+                         "byte_length", "numBytes", "num_bytes"],
     )
     self_z: float = doc(
         "When the caller has an established baseline, its session must also be this many "

@@ -11,6 +11,10 @@ Signals (any pattern may decide; see ``docs/detectors.md``):
 * **summary only** — sessions known only from a SESSION_END/ANOMALY summary: nearly every
   call touched a new resource, many of them.
 
+A walk that is the caller's own job is capped (``_cap_rewrites``): ids written back (a
+migration), ids acted on without being read (a payroll run paying each employee), or
+large files read without a single miss (a backup of a tree: bulk extraction's business).
+
 Per caller and client address, the same figures are computed per hopping window over the
 events of sessions *not* flagged on their own, so a walk split across sessions (each
 below the bar) still surfaces, as one entity alert per window.
@@ -196,30 +200,56 @@ class EnumerationDetector(Detector):
         return scored.join(per, on="sh", how="left", maintain_order="left")
 
     def _cap_rewrites(self, features: FeatureSet, scored: pl.DataFrame) -> pl.DataFrame:
-        """Cap the score of walks that successfully write back (nearly) every id they visit.
+        """Cap the score of walks that are the caller's own job, not lookups of others' ids.
 
-        A schema migration or backfill reads and updates each document in id order; an
-        agent probing for ids it may read, or harvesting them, does not write them back.
-        Such a walk stays visible at ``rewrite_score`` (low) instead of paging; when
+        Enumeration (seed 001's IDOR) is a walk of *lookups* over other people's resources.
+        Three walks are not:
+
+        * **write-back** — a schema migration or backfill reads and updates each document
+          in id order; an agent probing for ids it may read, or harvesting them, does not
+          write them back;
+        * **acting without reading** — a payroll run pays each employee of a batch in turn
+          (``sendPayout({recipientId})``), a notifier messages each subscriber: the ids are
+          destinations of the caller's own operations (sends, payments, writes), none of
+          them is read back. An id counts as acted on when a successful mutating call, or a
+          successful outbound call with no read of that id, names it (an id read *and*
+          sent out is still a lookup: reading a document and forwarding it is exfiltration);
+        * **content in bulk** (``harvest_bytes_factor``) — a backup agent reads every file
+          of the tree it is configured to back up (``part-00000`` … ``part-00126``), each a
+          large file: a walk that never misses and returns on average many times the
+          population's typical call reads content, and volume is bulk extraction's business
+          (judged by size and the caller's routine), not probing.
+
+        An acted-on walk stays visible at ``rewrite_score`` (low) instead of paging; when
         (nearly) none of its lookups failed either (``rewrite_clean_miss``), the caller read
-        and wrote ids it is allowed to: maintenance, capped at ``rewrite_clean_score``."""
+        and wrote ids it is allowed to: maintenance, capped at ``rewrite_clean_score``. A
+        clean content walk is capped at ``rewrite_clean_score`` too. A walk with misses
+        (not found, denied) is never excused by its size: that is what probing looks like."""
         e = self.settings
-        if not e.rewrite_share_lo or scored.height == 0:
+        if scored.height == 0 or not (e.rewrite_share_lo or e.harvest_bytes_factor):
             return scored
         cand = scored.lazy().filter(pl.col("_score") >= self.threshold).select("sh")
-        wrote = pl.col("mutates") & pl.col("ok")
+        ok = pl.col("ok")
+        reads = pl.col("tool_role").is_in(["read", "list_search"])
+        acted = (pl.col("mutates") & ok).any() | (
+            (pl.col("outbound") & ok).any() & ~reads.any())
         per = (
             annotated(features).lazy().join(cand, on="sh", how="semi")
             .filter(pl.col("rh").is_not_null())
-            .group_by("sh", "rh").agg(wrote.any().alias("_w"))
+            .group_by("sh", "rh").agg(acted.alias("_w"))
             .group_by("sh").agg(pl.col("_w").mean().alias("_rewritten"))
             .collect(engine="in-memory")
         )
         if per.height == 0:
             return scored
-        capped = pl.col("_rewritten").fill_null(0.0) >= e.rewrite_share_lo
-        clean = capped & (ratio(pl.col("res_misses"), pl.col("resource_calls"))
-                          < e.rewrite_clean_miss)
+        no_miss = ratio(pl.col("res_misses"), pl.col("resource_calls")) < e.rewrite_clean_miss
+        capped = (pl.col("_rewritten").fill_null(0.0) >= e.rewrite_share_lo) if \
+            e.rewrite_share_lo else pl.lit(False)
+        clean = capped & no_miss
+        typ = self.typical_bytes_per_call_
+        if e.harvest_bytes_factor and typ:
+            heavy = ratio(pl.col("total_bytes"), pl.col("calls")) >= e.harvest_bytes_factor * typ
+            clean = clean | (no_miss & heavy)
         return scored.join(per, on="sh", how="left", maintain_order="left").with_columns(
             pl.when(clean).then(pl.min_horizontal(pl.col("_score"),
                                                   pl.lit(e.rewrite_clean_score)))

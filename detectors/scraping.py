@@ -12,10 +12,20 @@ Patterns (the strongest decides):
   people and LLM agents think between calls, CV ≈ 1), one dominant tool, progressing
   (mostly not exact repeats);
 * **sustained rate** — a high call rate kept up over many calls of one dominant tool,
-  progressing.
+  progressing;
+* **query sweep** — ``pages_lo`` distinct (query, page) argument sets of one paging tool
+  at machine pace (queries ``a`` … ``z``, a few pages each).
 
 Walking resource ids belongs to enumeration, so the cadence and rate patterns do not count
 calls explained by an id run.
+
+**Following a growing file is not walking a listing** (``tail_short_share_lo``): a log
+tailer reads one file at growing byte offsets, asking for a fixed ``length`` and getting
+back only the few kB written since its last read. Its offsets are new "pages", but each
+read comes back *short* of the length asked (the reader is at the end of the data); a
+scraper reading a file or export by byte ranges gets full chunks until the last one.
+When most successful paged calls of a session are such short byte-range reads, its pages
+are not progress through a listing and count for none of the patterns.
 
 Then, when the caller *habitually* scores at alert level (its typical session over several
 days does), the session must also be far beyond its own median (calls, pages):
@@ -32,14 +42,15 @@ from toolwatch.detectors.base import Detector, FeatureSet, empty_scores, session
 from toolwatch.detectors.baseline import Baseline, established_rows, habits, habitual_gate
 from toolwatch.detectors.bulk import established_count
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
-from toolwatch.detectors.features import explode_entities, group_agg
+from toolwatch.detectors.features import _arg_pattern, explode_entities, group_agg
 from toolwatch.detectors.scoring import all_of, any_of, band, gate, ratio
 from toolwatch.detectors.text import clean, duration, num, pct
 
 _EVIDENCE = ["calls", "span_s", "calls_per_min", "gap_cv", "top_tool", "top_tool_share",
              "page_tool", "max_pages", "dup_ratio", "distinct_tools", "basis", "z_own", "own_n",
              "own_days", "own_typical_calls", "habitual", "p_mech", "p_sweep", "p_rate",
-             "p_rate_summary", "p_calls_summary", "p_own", "distinct_resources"]
+             "p_rate_summary", "p_calls_summary", "p_own", "distinct_resources",
+             "p_query_sweep", "listing_pages"]
 
 
 def _dup() -> pl.Expr:
@@ -78,6 +89,8 @@ class ScrapingLoopDetector(Detector):
         # and a raw score depends on its own row: score just those sessions, or none (a live
         # pass's short history rarely holds one). Same habits, far less work.
         known = _established(history.sessions, cfg.baseline_min_sessions)
+        if known.height:
+            known = self._with_tail(history, known)
         self.habit_ = habits(
             self._raw(known), "_raw", ["caller_id"],
             min_rows=cfg.baseline_min_sessions,
@@ -109,8 +122,15 @@ class ScrapingLoopDetector(Detector):
         }
         progressing, one_tool = pl.col("_progressing"), pl.col("_one_tool")
         pats = {
-            "p_sweep": band(pl.col("max_pages"), s.pages_lo, s.pages_hi),
+            "p_sweep": band(pl.col("_pages"), s.pages_lo, s.pages_hi),
             "p_mech": all_of(pl.col("_calls"), pl.col("_regular"), one_tool, progressing),
+            # A sweep of a listing through its queries (a … z, a few pages each) rather than
+            # its page numbers: distinct (query, page) sets of one tool, at machine pace
+            # (rate_lo) and on one dominant tool. A person runs many different searches
+            # too, but between other work and at reading pace.
+            "p_query_sweep": all_of(
+                band(pl.col("_listing"), s.pages_lo, s.pages_hi),
+                gate(pl.col("calls_per_min"), s.rate_lo), one_tool),
             "p_rate": pl.when(pl.col("calls") >= s.rate_min_calls)
             .then(all_of(band(pl.col("calls_per_min"), s.rate_lo, s.rate_hi), progressing,
                          one_tool))
@@ -137,9 +157,18 @@ class ScrapingLoopDetector(Detector):
             ).otherwise(0.0),
         }
         cols = sessions.columns
+        # A session following a growing file (see the module docs) makes no progress
+        # through a listing: its offsets are not pages.
+        tail = (pl.col("tail_share").fill_null(0.0) >= s.tail_short_share_lo) \
+            if s.tail_short_share_lo and "tail_share" in cols else pl.lit(False)
         return sessions.lazy().with_columns(
             (s.gap_cv_max / cv.clip(lower_bound=0.01)).alias("_cv_ratio"),
-            ratio(pl.col("max_pages"), pl.col("calls")).alias("_sweep"),
+            pl.when(tail).then(0).otherwise(pl.col("max_pages")).alias("_pages"),
+            pl.when(tail).then(0).otherwise(
+                pl.col("listing_pages").fill_null(0) if "listing_pages" in cols else pl.lit(0)
+            ).alias("_listing"),
+        ).with_columns(
+            ratio(pl.col("_pages"), pl.col("calls")).alias("_sweep"),
         ).with_columns(**grades).with_columns(**pats).with_columns(
             any_of(*[pl.col(k) for k in pats]).alias("_raw")
         ).select(*cols, *pats, "_raw").collect(engine="in-memory")
@@ -152,6 +181,7 @@ class ScrapingLoopDetector(Detector):
         df = df.with_columns(
             pl.max_horizontal(pl.col("own_z_calls"), pl.col("own_z_max_pages")).alias("z_own")
         )
+        df = self._with_tail(features, df)
         df = habitual_gate(self._raw(df), self.habit_, ["caller_id"], self.threshold,
                            pl.col("z_own"), self.settings.self_z)
         score = all_of(pl.col("_raw"), pl.col("p_own"))
@@ -163,15 +193,60 @@ class ScrapingLoopDetector(Detector):
         if not self.settings.entity:
             return out
         flagged = out.filter(pl.col("score") >= self.threshold).select("session_id")
-        ent = self._entities(features, flagged)
+        # Sessions following a growing file resume at a later offset each time (where the
+        # file ended), but they follow the file, not a listing: not part of a walk.
+        lo = self.settings.tail_short_share_lo
+        tails = df.filter(pl.col("tail_share").fill_null(0.0) >= lo).select("session_id") \
+            if lo else df.clear().select("session_id")
+        ent = self._entities(features, pl.concat([flagged, tails]))
         if ent.height == 0:
             return out
         return pl.concat([out, ent.select(out.columns)], how="vertical_relaxed")
 
+    def _with_tail(self, features: FeatureSet, sessions: pl.DataFrame) -> pl.DataFrame:
+        """Paging figures the session features do not hold, from the paged calls only:
+
+        * ``tail_share`` — share of the successful paged calls that are short byte-range
+          reads (fewer bytes returned than the ``byte_length_keys`` argument asked for);
+        * ``listing_pages`` — most distinct argument sets among the paged calls of one
+          tool: each (query, page) is a page of a listing, so a sweep of queries ``a`` …
+          ``z``, one to three pages each, fetches 52 listing pages though its page numbers
+          never pass 3.
+
+        Both null for sessions without paged calls."""
+        s = self.settings
+        ev = features.events
+        if ev.height == 0 or "page" not in ev.columns:
+            return sessions.with_columns(pl.lit(None, pl.Float64).alias("tail_share"),
+                                         pl.lit(None, pl.Int64).alias("listing_pages"))
+        if s.tail_short_share_lo and s.byte_length_keys:
+            asked = pl.col("args").fill_null("").str.extract(
+                _arg_pattern(s.byte_length_keys, r'"?(\d{1,15})\b'), 1
+            ).cast(pl.Int64, strict=False)
+        else:
+            asked = pl.lit(None, pl.Int64)
+        short = (pl.col("ok") & pl.col("_asked").is_not_null() & pl.col("bytes").is_not_null()
+                 & (pl.col("bytes") < pl.col("_asked")))
+        paged = (
+            ev.lazy().filter(pl.col("page").is_not_null() | pl.col("cuh").is_not_null())
+            .select("sh", "tlh", "ch", "ok", "bytes", asked.alias("_asked"))
+        )
+        per = (
+            paged.group_by("sh", "tlh").agg(
+                short.sum().alias("_short"), pl.col("ok").sum().alias("_ok"),
+                pl.col("ch").n_unique().alias("_sets"))
+            .group_by("sh").agg(
+                ratio(pl.col("_short").sum(), pl.col("_ok").sum()).alias("tail_share"),
+                pl.col("_sets").max().cast(pl.Int64).alias("listing_pages"))
+            .collect(engine="in-memory")
+        )
+        return sessions.join(per, on="sh", how="left", maintain_order="left")
+
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
         """A walk spread over sessions: distinct pages / cursors of one tool per caller and
         client address and window, over sessions not flagged on their own that resume a
-        listing (seed 001: the session budget hit, a new session continues the walk)."""
+        listing (seed 001: the session budget hit, a new session continues the walk).
+        ``flagged``: sessions left out (flagged on their own, or following a growing file)."""
         cfg, c = self.config, self.settings
         s = features.sessions.lazy()
         flagged_sh = s.select("session_id", "sh").join(
@@ -257,6 +332,8 @@ class ScrapingLoopDetector(Detector):
             *[pl.lit(None).alias(k) for k in ("p_rate", "p_rate_summary", "p_calls_summary",
                                               "p_own")],
             "session_ids", "n_sessions", pl.lit(None, pl.Int64).alias("distinct_resources"),
+            pl.lit(None, pl.Float64).alias("p_query_sweep"),
+            pl.lit(None, pl.Int64).alias("listing_pages"),
         )
 
     def explain(self, row: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -283,6 +360,12 @@ class ScrapingLoopDetector(Detector):
                 f"sessions in {duration(row.get('span_s'))}: each session stays under a "
                 "per-session budget, the walk goes on in the next one.",
             ]
+        elif (row.get("p_query_sweep") or 0) >= self.threshold and (
+                row.get("p_query_sweep") or 0) >= (row.get("p_sweep") or 0):
+            reasons.append(
+                f"{num(row.get('listing_pages'))} distinct query/page combinations of "
+                f"{row.get('page_tool') or 'one tool'}: sweeping a listing query by query."
+            )
         elif (row.get("max_pages") or 0) >= 2:
             reasons.append(
                 f"{num(row['max_pages'])} distinct pages/cursors of "
@@ -304,6 +387,7 @@ class ScrapingLoopDetector(Detector):
                 "top_tool_share": row.get("top_tool_share"),
                 "page_tool": row.get("page_tool"),
                 "distinct_pages": row.get("max_pages"),
+                "listing_pages": row.get("listing_pages"),
                 "duplicate_call_ratio": row.get("dup_ratio"),
                 "distinct_tools": row.get("distinct_tools"),
                 "z_own_baseline": row.get("z_own"),
@@ -312,7 +396,8 @@ class ScrapingLoopDetector(Detector):
                 "own_baseline_days": row.get("own_days"),
                 "basis": row.get("basis"),
                 "pattern_scores": clean({k: row.get(k) for k in
-                                         ("p_mech", "p_sweep", "p_rate", "p_rate_summary",
+                                         ("p_mech", "p_sweep", "p_query_sweep", "p_rate",
+                                          "p_rate_summary",
                                           "p_calls_summary", "p_own")}),
             }
         )

@@ -796,6 +796,29 @@ class CrossServerFlowConfig:
         factory=lambda: ["attachments", "attachment", "text", "data", "content",
                          "contents", "document", "documents", "file", "files"],
     )
+    size_args: list[str] = doc(
+        "Argument names (case-insensitive) in which an outbound call states how many bytes "
+        "it carries (an upload's sizeBytes). When the latest reads of one session on "
+        "another server add up to that size (size_match_tolerance), they are what was "
+        "sent: the flow is those reads (their volume, their sessions) and scores at least "
+        "verbatim_score (seed 003: the data read on the trusted server is what reached the "
+        "plugin).",
+        factory=lambda: ["sizeBytes", "size_bytes", "byteSize", "byte_size", "sizeInBytes",
+                         "contentLength", "content_length", "payloadBytes", "payload_bytes"],
+    )
+    size_match_tolerance: float = doc(
+        "Relative difference between the stated size and the reads' bytes within which they "
+        "are the same data (0.005: half a percent, an envelope of a few hundred bytes on a "
+        "megabyte; 0 disables). Only stated sizes of at least data_min_bytes are matched: "
+        "a few kB add up by chance.",
+        0.005,
+    )
+    verbatim_score: float = doc(
+        "Score of a flow whose outbound call (outbound by name) states the size of reads "
+        "made on another server: the documents themselves left, whatever their volume "
+        "(medium by default).",
+        0.7,
+    )
     rare_dest_callers: int = doc(
         "A destination (the e-mail domain or URL host in the call's arguments, else its "
         "server and tool) that fewer than this many callers of the batch send to is outside "

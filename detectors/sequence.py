@@ -1191,7 +1191,7 @@ class CrossServerFlowDetector(_SequenceDetector):
                                    "sensitive_reads", "data_reads", "record_reads",
                                    "source_servers", "out_dest", "dest_callers",
                                    "carried", "out_named", "rare_dest",
-                                   "named_dest", "chain"]
+                                   "named_dest", "verbatim", "chain"]
 
     def _volume(self) -> pl.Expr:
         """Volume is bytes *or* records, and records of people or a business (a customer
@@ -1207,6 +1207,10 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.when(named).then(band(pl.col("read_rows"), s.min_rows, s.rows_hi))
             .otherwise(0.0),
             pl.when(named & (pl.col("data_reads") > 0)).then(s.data_score).otherwise(0.0),
+            # The call states the size of reads made elsewhere: those very reads left
+            # (internal documents uploaded to a plugin), whatever their volume.
+            pl.when(named & pl.col("verbatim").fill_null(False)).then(s.verbatim_score)
+            .otherwise(0.0),
             # Records of people or a business, however few: sensitive by what they are.
             pl.when(named & (pl.col("record_reads") > 0)).then(s.record_score)
             .otherwise(0.0),
@@ -1326,8 +1330,16 @@ class CrossServerFlowDetector(_SequenceDetector):
                 "out_server": pl.String, "out_tool": pl.String, "out_bk": pl.String,
                 "out_status": pl.String, "out_dest": pl.String, "dest_callers": pl.Int64,
                 "carried": pl.Boolean, "out_named": pl.Boolean, "rare_dest": pl.Boolean,
-                "named_dest": pl.Boolean})
+                "named_dest": pl.Boolean, "out_size": pl.Int64})
         a = pl.col("args").fill_null("").str.to_lowercase()
+        # The size the call says it carries (an upload's sizeBytes): what was read, when
+        # some reads add up to it (_find).
+        if s.size_args:
+            alts = "|".join(re.escape(k.lower()) for k in s.size_args)
+            stated = a.str.extract(rf'"(?:{alts})"\s*:\s*"?(\d{{1,15}})', 1).cast(pl.Int64)
+        else:
+            stated = pl.lit(None, dtype=pl.Int64)
+        cand = cand.with_columns(stated.alias("out_size"))
         named = pl.coalesce(
             a.str.extract(r"@([a-z0-9-]+(?:\.[a-z0-9-]+)+)", 1),
             a.str.extract(r"https?://([a-z0-9.-]+)", 1))
@@ -1366,7 +1378,33 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
             pl.col("status").alias("out_status"), "out_dest", "dest_callers", "carried",
             pl.col("outbound").alias("out_named"), "rare_dest",
-            pl.col("_named_dest").alias("named_dest"))
+            pl.col("_named_dest").alias("named_dest"), "out_size")
+
+    def _stated(self, pairs: pl.DataFrame) -> pl.DataFrame:
+        """Keep, for an outbound call that states the size it carries (``out_size``), only
+        the reads that make it up when some do: in one session the data was read in, the
+        latest reads before the call whose bytes add up to the stated size (within
+        ``size_match_tolerance``). Those reads *are* what was sent (an export of 920,724
+        bytes, then an upload of 920,724 bytes), so the flow is them alone, flagged
+        ``_verbatim``: a busy caller's other reads of the hour (dashboards, job results)
+        are not part of it, nor their sessions. A call whose stated size nothing adds up
+        to keeps every read (an aggregate computed from them, or a size not logged)."""
+        s = self.settings
+        tol = s.size_match_tolerance
+        if tol <= 0 or pairs.height == 0:
+            return pairs.with_columns(pl.lit(False).alias("_verbatim"))
+        src = ["sh", "i", "sh_r"]
+        # Bytes of this read and every later one of its session before the call.
+        later = pl.col("bytes").fill_null(0).cum_sum(reverse=True).over(src, order_by="t")
+        size = pl.col("out_size")
+        hit = ((size >= s.data_min_bytes)
+               & ((later - size).abs() <= tol * size)).fill_null(False)
+        # The latest read from which the sum matches: the fewest reads that make it up.
+        start = pl.col("t").filter(pl.col("_hit")).max().over(src)
+        pairs = pairs.with_columns(hit.alias("_hit")).with_columns(
+            (start.is_not_null() & (pl.col("t") >= start)).alias("_in"))
+        pairs = pairs.with_columns(pl.col("_in").any().over("sh", "i").alias("_verbatim"))
+        return pairs.filter(~pl.col("_verbatim") | pl.col("_in")).drop("_hit", "_in")
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
@@ -1375,7 +1413,7 @@ class CrossServerFlowDetector(_SequenceDetector):
                   "record_reads": pl.Int64, "source_servers": pl.String,
                   "out_dest": pl.String, "dest_callers": pl.Int64, "carried": pl.Boolean,
                   "out_named": pl.Boolean, "rare_dest": pl.Boolean,
-                  "named_dest": pl.Boolean, "chain": _CHAIN}
+                  "named_dest": pl.Boolean, "verbatim": pl.Boolean, "chain": _CHAIN}
         ev = _seq(features)
         #: One row per outbound call with reads before it (sh, t_out, read_bytes): what
         #: the caller's usual flows are learned from (set by every _find).
@@ -1425,6 +1463,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             # of public figures would inherit every analyst query of the caller's hour.
             own = pl.col("sh_r") == pl.col("sh")
             pairs = pairs.filter(own | ~own.any().over("sh", "i"))
+        pairs = self._stated(pairs)
         if pairs.height == 0:
             return _empty_found({**schema, "t_out": pl.Int64})
         # The sessions the data was read in are named only when they supplied a real part
@@ -1454,6 +1493,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("out_dest").first(), pl.col("dest_callers").first(),
             pl.col("carried").first(), pl.col("out_named").first(),
             pl.col("rare_dest").first(), pl.col("named_dest").first(),
+            pl.col("_verbatim").first().alias("verbatim"),
             # The chain: sensitive reads first, then the largest reads, in time order.
             pl.struct(pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
                       pl.col("status").fill_null("unknown"))
@@ -1461,6 +1501,10 @@ class CrossServerFlowDetector(_SequenceDetector):
                      descending=[True, True, True])
             .head(CHAIN_MAX - 1).alias("_reads"),
         ).with_columns(
+            # A session that supplied several flows carries the one that scores (an export
+            # uploaded to a plugin), before a bigger one that does not (the same export
+            # and more, then a report written into the caller's own files).
+            any_of(self._volume(), self._sensitive()).alias("_best"),
             (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12
              + pl.col("data_reads") * 10**11).alias("_rank"))
         self._flows_out = per_out.select("sh", "t_out", "read_bytes")
@@ -1471,7 +1515,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             per_out.explode("_src").filter(pl.col("_src").is_not_null()).drop("sh")
             .rename({"_src": "sh"}).select(per_out.drop("_src").columns),
         ])
-        best = per_out.sort("_rank", descending=True).group_by("sh", maintain_order=True).first()
+        best = per_out.sort("_best", "_rank", descending=True).group_by(
+            "sh", maintain_order=True).first()
         outcall = pl.struct(
             pl.col("t_out").alias("t"), pl.col("out_server").alias("server"),
             pl.col("out_tool").alias("tool"), pl.col("out_bk").alias("bk"),
@@ -1506,6 +1551,9 @@ class CrossServerFlowDetector(_SequenceDetector):
                            f"to {row.get('out_dest')}, a destination "
                            f"{num(row.get('dest_callers') or 0)} caller(s) of this batch "
                            "use, outside the ones the organisation routinely sends to.")
+        if row.get("verbatim"):
+            reasons.append("The outbound call states the size of what it carries, and those "
+                           "reads add up to it: the data read is what was sent.")
         if not row.get("sensitive_reads") and row.get("habitual"):
             reasons.append("Reading elsewhere and then sending out is part of this caller's "
                            "usual day, but this flow read far more than its usual ones.")
@@ -1518,7 +1566,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             "record_reads": row.get("record_reads"),
             "source_servers": row.get("source_servers"),
             "destination": row.get("out_dest"), "destination_callers": row.get("dest_callers"),
-            "rare_destination": bool(row.get("rare_dest") and row.get("carried"))})
+            "rare_destination": bool(row.get("rare_dest") and row.get("carried")),
+            "sent_what_was_read": bool(row.get("verbatim"))})
 
 
 #: The sequence detectors, in registry order.

@@ -496,3 +496,80 @@ def test_checkout_whose_order_is_fulfilled_unpaid_from_another_session_is_named(
     assert evidence(origin)["skipped_step"] == "fulfillOrder"
     assert "step_skip" not in cats(res, "ck-b")
     assert "step_skip" not in cats(run(tr, step_skip={"origin_minutes": 0}), "ck-a")
+
+
+def test_documents_whose_size_the_upload_states_are_a_flow() -> None:
+    """Seed 003: data read on a trusted internal server, passed to a less-trusted plugin.
+    A few internal documents (under min_bytes, no records of people) uploaded to a
+    plugin every team uses: the upload states the size it carries, and the documents
+    read just before add up to it, so the documents themselves left. An aggregate
+    uploaded after the same reads (no size stated, or one nothing adds up to) is work."""
+    tr = base()
+    sizes = [91_000, 140_500, 66_250, 120_000, 88_800]
+    for sid, caller, stated in (("docs-out", "agent-d", sum(sizes)),
+                                ("agg-out", "analyst-a", None),
+                                ("agg-size", "analyst-b", 4_800)):
+        for n, b in enumerate(sizes):
+            tr.call(sid, T + timedelta(seconds=10 * n), "getDocument", caller=caller,
+                    server="docs", resource_key="documentId", resource_id=f"doc-{n}",
+                    nbytes=b, rows=1)
+        args: dict[str, object] = {"datasetName": "contracts", "records": len(sizes)}
+        if stated is not None:
+            args["sizeBytes"] = stated
+        tr.call(sid, T + timedelta(minutes=2), "upload_dataset", caller=caller,
+                server="analytics-plugin", args=args, nbytes=80)
+    # The plugin is the organisation's own tool: many callers upload to it.
+    for n in range(8):
+        tr.call(f"team-{n}", T + timedelta(minutes=n), "upload_dataset",
+                caller=f"staff-{n}", server="analytics-plugin",
+                args={"datasetName": "kpis", "records": 12}, nbytes=80)
+    res = run(tr)
+    flow = cats(res, "docs-out")["cross_server_flow"]
+    assert evidence(flow)["sent_what_was_read"] is True
+    assert any("states the size" in r for r in flow["reasons"]), flow["reasons"]
+    assert "cross_server_flow" not in cats(res, "agg-out")
+    assert "cross_server_flow" not in cats(res, "agg-size")
+    off = run(tr, cross_server_flow={"size_match_tolerance": 0.0})
+    assert "cross_server_flow" not in cats(off, "docs-out")
+
+
+def test_a_stated_upload_size_names_only_the_sessions_it_came_from() -> None:
+    """A caller exports customers in one session and uploads them from another; the same
+    hour its job poller downloaded several MB of job results in other sessions. The upload
+    states the export's size: the export's session carries the flow, the poller's sessions
+    (which supplied most of the hour's bytes) do not, and the volume reported is the
+    export's."""
+    tr = base()
+    for n in range(3):
+        tr.call(f"poll-{n}", T - timedelta(minutes=40 - 10 * n), "downloadResult",
+                caller="ops-bot", server="warehouse", resource_key="jobId",
+                resource_id=f"job-{n}", nbytes=3_500_000, rows=20_000)
+    tr.call("export", T, "get_customer_export", caller="ops-bot", server="crm",
+            nbytes=920_724, rows=2_498)
+    tr.call("upload", T + timedelta(seconds=50), "upload_dataset", caller="ops-bot",
+            server="analytics-plugin",
+            args={"datasetName": "customers", "records": 2_498, "sizeBytes": 920_724},
+            nbytes=75)
+    res = run(tr)
+    for sid in ("export", "upload"):
+        flow = cats(res, sid)["cross_server_flow"]
+        assert evidence(flow)["bytes_read_elsewhere"] == 920_724
+    for n in range(3):
+        assert "cross_server_flow" not in cats(res, f"poll-{n}")
+
+
+def test_a_session_feeding_two_flows_carries_the_one_that_scores() -> None:
+    """A customer export uploaded to a plugin, then (with more reads) a report written into
+    the caller's own files: the export's session carries the upload, which scores, not the
+    larger flow into the report, which does not."""
+    tr = base()
+    tr.call("gw-1", T, "get_customer_export", caller="agent-x", server="crm",
+            nbytes=3_500_000, rows=11_000)
+    tr.call("gw-1", T + timedelta(seconds=4), "upload_dataset", caller="agent-x",
+            server="analytics-plugin", args={"datasetName": "customers"}, nbytes=75)
+    tr.call("work", T + timedelta(minutes=5), "getDocument", caller="agent-x",
+            server="docs", resource_key="documentId", resource_id="doc-1", nbytes=600_000)
+    tr.call("report", T + timedelta(minutes=9), "create_report", caller="agent-x",
+            server="files", args={"content": "<md>"}, nbytes=70)
+    flow = cats(run(tr), "gw-1")["cross_server_flow"]
+    assert evidence(flow)["outbound_tool"] == "upload_dataset"

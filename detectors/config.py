@@ -626,7 +626,9 @@ class WorkflowRule:
 
     step: str = doc(
         "Tool name, or 'verb:<verb>' for any tool whose name starts with that verb "
-        "(verb:fulfill matches fulfillOrder and fulfill_order).",
+        "(verb:fulfill matches fulfillOrder and fulfill_order), or 'verb:<verb>:<object>' "
+        "for such a tool whose name also holds the object word (verb:pay:expense matches "
+        "payExpense, not payOrder).",
         "",
     )
     requires: list[str] = doc(
@@ -659,6 +661,12 @@ class StepSkipConfig:
             WorkflowRule("verb:fulfill", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:fulfil", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:ship", ["verb:charge", "verb:pay", "verb:capture"]),
+            # Seed 000 names approveExpense as a state-machine step: an expense is paid
+            # (reimbursed) only once approved, which is what the approval is for in every
+            # expense process. Keyed to the expense itself (payExpense, reimburse_expense;
+            # not payOrder or payInvoice, which a customer pays without anyone approving).
+            *[WorkflowRule(f"verb:{v}:expense", ["verb:approve"])
+              for v in ("pay", "reimburse")],
             # Seed 000, sequence manipulation: a locked, checked-out or finalised cart or
             # order is not changed afterwards, and a refunded order is not sent.
             *[WorkflowRule(f"verb:{v}", not_after=[f"verb:{x}" for x in _FREEZING])

@@ -631,10 +631,30 @@ def _verbs(tools: pl.Series) -> pl.DataFrame:
     return pl.DataFrame([names, first_words(names).rename("verb")])
 
 
+def _spec(spec: str) -> tuple[str | None, str | None]:
+    """(verb, object) of a ``verb:<verb>`` or ``verb:<verb>:<object>`` workflow spec (a
+    tool whose first word is the verb and whose name holds the object word: payExpense
+    for ``verb:pay:expense``, not payOrder); (None, None) for a plain tool name."""
+    if not spec.startswith("verb:"):
+        return None, None
+    verb, _, obj = spec[5:].lower().partition(":")
+    return verb, obj or None
+
+
+def _spec_hit(spec: str, name: str, verb: str) -> bool:
+    v, obj = _spec(spec)
+    if v is None:
+        return name == spec
+    return verb == v and (obj is None or obj in name.lower())
+
+
 def _matches(spec: str) -> pl.Expr:
-    if spec.startswith("verb:"):
-        return pl.col("verb") == spec[5:].lower()
-    return pl.col("tool") == spec
+    v, obj = _spec(spec)
+    if v is None:
+        return pl.col("tool") == spec
+    hit = pl.col("verb") == v
+    return hit if obj is None else hit & pl.col("tool").str.to_lowercase().str.contains(
+        obj, literal=True)
 
 
 def _rules_table(declared: list[WorkflowRule], learned: list[dict[str, Any]],
@@ -706,12 +726,12 @@ def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[
     # Only prerequisite rules take a step over: a declared not_after rule (nothing added to
     # a locked cart) says nothing about what must come before the step.
     required = [r for r in s.workflows if r.requires]
-    declared_tools = {r.step for r in required if not r.step.startswith("verb:")}
-    declared_verbs = {r.step[5:].lower() for r in required if r.step.startswith("verb:")}
+    declared = [r.step for r in required]
     out = []
     for (server, name), grp in conf.sort("server", "tool", "tool_a").group_by(
             "server", "tool", maintain_order=True):
-        if name in declared_tools or ((_words(name) or [""])[0] in declared_verbs):
+        verb = ((_words(name) or [""])[0]).lower()
+        if any(_spec_hit(d, name, verb) for d in declared):
             continue
         out.append({
             "step": name, "server": server, "requires": grp["tool_a"].to_list(),
@@ -792,7 +812,7 @@ class StepSkipDetector(_SequenceDetector):
         # a name whose first word is a wanted verb contains it (words are ASCII), so one
         # Aho-Corasick pass keeps a superset before the names are made distinct.
         specs = [x for r in self.rules_ for x in (r["step"], *r["requires"])]
-        want_v = [x[5:].lower() for x in specs if x.startswith("verb:")]
+        want_v = [v for v, _ in map(_spec, specs) if v is not None]
         want_n = [x for x in specs if not x.startswith("verb:")]
         tools = ev["tool"].cast(pl.String)
         tools = tools.filter(tools.str.contains_any([*want_v, *want_n],
@@ -802,10 +822,7 @@ class StepSkipDetector(_SequenceDetector):
         names, vs = verbs["tool"].to_list(), verbs["verb"].to_list()
 
         def hits(spec: str) -> list[bool]:
-            if spec.startswith("verb:"):
-                want = spec[5:].lower()
-                return [v == want for v in vs]
-            return [n == spec for n in names]
+            return [_spec_hit(spec, n, v) for n, v in zip(names, vs, strict=True)]
 
         st_rows: dict[str, list[Any]] = {"tool": [], "rule": [], "rule_server": []}
         pr_rows: dict[str, list[Any]] = {"tool": [], "rule": [], "rule_server": []}

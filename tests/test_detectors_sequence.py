@@ -573,3 +573,32 @@ def test_a_session_feeding_two_flows_carries_the_one_that_scores() -> None:
             server="files", args={"content": "<md>"}, nbytes=70)
     flow = cats(run(tr), "gw-1")["cross_server_flow"]
     assert evidence(flow)["outbound_tool"] == "upload_dataset"
+
+
+def test_expense_paid_without_approval_is_a_step_skip_by_default() -> None:
+    """Seed 000 names approveExpense as a step of the expense state machine: an expense is
+    paid only once approved (what the approval is for). The default rule is keyed to the
+    expense: an expense submitted and paid straight away is a skip, an approved one (by
+    anyone: a manager approves, finance pays) is not, and paying an order or an invoice
+    (which a customer does without approval) is not constrained by it."""
+    tr = base()
+    for sid, approved in (("unapproved", False), ("approved", True)):
+        key = f"exp-{sid}"
+        tr.call(sid, T, "submitExpense", caller=f"emp-{sid}", server="finance",
+                resource_key="expenseId", resource_id=key)
+        if approved:
+            tr.call(f"{sid}-mgr", T + timedelta(minutes=5), "approveExpense",
+                    caller="manager", server="finance", resource_key="expenseId",
+                    resource_id=key)
+        tr.call(f"{sid}-pay", T + timedelta(minutes=9), "payExpense", caller="finance-bot",
+                server="finance", resource_key="expenseId", resource_id=key)
+    tr.call("customer", T, "payInvoice", caller="cust-1", server="billing",
+            resource_key="invoiceId", resource_id="inv-1")
+    tr.call("customer", T + timedelta(seconds=20), "pay_order", caller="cust-1",
+            server="shop", resource_key="orderId", resource_id="ord-1")
+    res = run(tr)
+    skip = cats(res, "unapproved-pay")["step_skip"]
+    assert evidence(skip)["rule_source"] == "declared"
+    assert "approve" in " ".join(skip["reasons"])
+    assert "step_skip" not in cats(res, "approved-pay")
+    assert not cats(res, "customer")

@@ -690,6 +690,12 @@ class StepSkipConfig:
         "alert too (0: only the skipping session).",
         60,
     )
+    origin_requires: list[str] = doc(
+        "The origin_minutes tie applies to rules requiring one of these (what follows a "
+        "checkout: a payment); a skip of any other rule (an expense approved unread) says "
+        "nothing about the caller's purchases.",
+        factory=lambda: ["verb:charge", "verb:pay", "verb:capture"],
+    )
     attempts: bool = doc(
         "Report steps the server refused (outcome error or denied) that had no prerequisite: "
         "the attempt is the finding (seed 000), at attempt_score.",

@@ -957,8 +957,14 @@ class StepSkipDetector(_SequenceDetector):
         afterwards are where the order came from: they carry the skip's rows (score,
         step, key), with their own calls as the chain."""
         win = self.settings.origin_minutes * 60_000_000
+        # A checkout is where an *order* comes from: only a step whose missing prerequisite
+        # is what follows a checkout (a payment, origin_requires) is tied to one. An
+        # expense approved without being read an hour after the caller bought something
+        # did not come from that purchase.
+        after_checkout = set(self.settings.origin_requires)
+        tied = [r["id"] for r in self.rules_ if after_checkout & set(r["requires"])]
         miss = skips.filter((pl.col("rule_kind") != "not_after") & pl.col("ceh").is_not_null()
-                            & ~pl.col("_refused"))
+                            & ~pl.col("_refused") & pl.col("rule").is_in(tied))
         if win <= 0 or miss.height == 0:
             return pl.DataFrame()
         verbs = _verbs(ev["tool"])

@@ -602,3 +602,22 @@ def test_expense_paid_without_approval_is_a_step_skip_by_default() -> None:
     assert "approve" in " ".join(skip["reasons"])
     assert "step_skip" not in cats(res, "approved-pay")
     assert not cats(res, "customer")
+
+
+def test_a_checkout_is_not_the_origin_of_a_skip_unrelated_to_orders() -> None:
+    """A customer checks out in one session; forty minutes later, in another
+    session, the same account approves an invoice without its declared review. The
+    approval is a skip, but it did not come from the purchase: the checkout's session
+    stays quiet (only a step missing its payment is tied to the caller's checkouts)."""
+    tr = base()
+    tr.call("buy", T, "createCart", caller="clerk", server="shop")
+    tr.call("buy", T + timedelta(seconds=20), "checkout", caller="clerk", server="shop",
+            args={"cartId": "cart-1"})
+    tr.call("approve", T + timedelta(minutes=40), "approveInvoice", caller="clerk",
+            server="erp", resource_key="invoiceId", resource_id="inv-77")
+    res = run(tr, step_skip={"workflows": POLICY})
+    assert "step_skip" in cats(res, "approve")
+    assert "step_skip" not in cats(res, "buy")
+    # Before: every skipped rule was tied to the caller's recent checkouts.
+    every = run(tr, step_skip={"workflows": POLICY, "origin_requires": ["verb:review"]})
+    assert "step_skip" in cats(every, "buy")

@@ -1408,10 +1408,11 @@ class CrossServerFlowDetector(_SequenceDetector):
         the reads that make it up when some do: in one session the data was read in, the
         latest reads before the call whose bytes add up to the stated size (within
         ``size_match_tolerance``). Those reads *are* what was sent (an export of 920,724
-        bytes, then an upload of 920,724 bytes), so the flow is them alone, flagged
-        ``_verbatim``: a busy caller's other reads of the hour (dashboards, job results)
-        are not part of it, nor their sessions. A call whose stated size nothing adds up
-        to keeps every read (an aggregate computed from them, or a size not logged)."""
+        bytes, then an upload of 920,724 bytes), so the flow is them (and any read of
+        credentials), flagged ``_verbatim``: a busy caller's other reads of the hour
+        (dashboards, job results) are not part of it, nor their sessions. A call whose
+        stated size nothing adds up to keeps every read (an aggregate computed from them,
+        or a size not logged)."""
         s = self.settings
         tol = s.size_match_tolerance
         if tol <= 0 or pairs.height == 0:
@@ -1427,7 +1428,10 @@ class CrossServerFlowDetector(_SequenceDetector):
         pairs = pairs.with_columns(hit.alias("_hit")).with_columns(
             (start.is_not_null() & (pl.col("t") >= start)).alias("_in"))
         pairs = pairs.with_columns(pl.col("_in").any().over("sh", "i").alias("_verbatim"))
-        return pairs.filter(~pl.col("_verbatim") | pl.col("_in")).drop("_hit", "_in")
+        # Reads of credentials stay whatever the size says: a few hundred bytes of .env
+        # fit within the tolerance of a megabyte, and such reads are never excused.
+        return pairs.filter(~pl.col("_verbatim") | pl.col("_in") | pl.col("sensitive")
+                            ).drop("_hit", "_in")
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings

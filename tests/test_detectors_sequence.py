@@ -621,3 +621,23 @@ def test_a_checkout_is_not_the_origin_of_a_skip_unrelated_to_orders() -> None:
     # Before: every skipped rule was tied to the caller's recent checkouts.
     every = run(tr, step_skip={"workflows": POLICY, "origin_requires": ["verb:review"]})
     assert "step_skip" in cats(every, "buy")
+
+
+def test_a_stated_upload_size_keeps_the_callers_secret_reads() -> None:
+    """The stated size narrows a flow to the reads that make it up, but a read of
+    credentials by the same caller in the window is never dropped: a few hundred bytes
+    of .env fit within the tolerance of a megabyte, so the size cannot rule it out."""
+    tr = base()
+    tr.call("secrets", T, "readFile", caller="agent-s", server="files",
+            args={"path": "/srv/app/.env"}, nbytes=320, rows=1)
+    sizes = [310_000, 290_000, 305_000]
+    for n, b in enumerate(sizes):
+        tr.call("docs", T + timedelta(seconds=30 + 10 * n), "getDocument", caller="agent-s",
+                server="docs", resource_key="documentId", resource_id=f"doc-{n}",
+                nbytes=b, rows=1)
+    tr.call("up", T + timedelta(minutes=2), "upload_dataset", caller="agent-s",
+            server="analytics-plugin",
+            args={"datasetName": "bundle", "sizeBytes": sum(sizes)}, nbytes=80)
+    res = run(tr)
+    assert evidence(cats(res, "up")["cross_server_flow"])["sensitive_reads"] == 1
+    assert "cross_server_flow" in cats(res, "secrets")

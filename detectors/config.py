@@ -652,7 +652,9 @@ class WorkflowRule:
 
     step: str = doc(
         "Tool name, or 'verb:<verb>' for any tool whose name starts with that verb "
-        "(verb:fulfill matches fulfillOrder and fulfill_order).",
+        "(verb:fulfill matches fulfillOrder and fulfill_order), or 'verb:<verb>:<object>' "
+        "for such a tool whose name also holds the object word (verb:pay:expense matches "
+        "payExpense, not payOrder).",
         "",
     )
     requires: list[str] = doc(
@@ -685,6 +687,12 @@ class StepSkipConfig:
             WorkflowRule("verb:fulfill", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:fulfil", ["verb:charge", "verb:pay", "verb:capture"]),
             WorkflowRule("verb:ship", ["verb:charge", "verb:pay", "verb:capture"]),
+            # Seed 000 names approveExpense as a state-machine step: an expense is paid
+            # (reimbursed) only once approved, which is what the approval is for in every
+            # expense process. Keyed to the expense itself (payExpense, reimburse_expense;
+            # not payOrder or payInvoice, which a customer pays without anyone approving).
+            *[WorkflowRule(f"verb:{v}:expense", ["verb:approve"])
+              for v in ("pay", "reimburse")],
             # Seed 000, sequence manipulation: a locked, checked-out or finalised cart or
             # order is not changed afterwards, and a refunded order is not sent.
             *[WorkflowRule(f"verb:{v}", not_after=[f"verb:{x}" for x in _FREEZING])
@@ -707,6 +715,12 @@ class StepSkipConfig:
         "before the skip, and never did the missing prerequisite afterwards, carry the "
         "alert too (0: only the skipping session).",
         60,
+    )
+    origin_requires: list[str] = doc(
+        "The origin_minutes tie applies to rules requiring one of these (what follows a "
+        "checkout: a payment); a skip of any other rule (an expense approved unread) says "
+        "nothing about the caller's purchases.",
+        factory=lambda: ["verb:charge", "verb:pay", "verb:capture"],
     )
     attempts: bool = doc(
         "Report steps the server refused (outcome error or denied) that had no prerequisite: "
@@ -833,6 +847,29 @@ class CrossServerFlowConfig:
         "is called (text handed to a plugin's summarizer, attachments on a mail).",
         factory=lambda: ["attachments", "attachment", "text", "data", "content",
                          "contents", "document", "documents", "file", "files"],
+    )
+    size_args: list[str] = doc(
+        "Argument names (case-insensitive) in which an outbound call states how many bytes "
+        "it carries (an upload's sizeBytes). When the latest reads of one session on "
+        "another server add up to that size (size_match_tolerance), they are what was "
+        "sent: the flow is those reads (their volume, their sessions) and scores at least "
+        "verbatim_score (seed 003: the data read on the trusted server is what reached the "
+        "plugin).",
+        factory=lambda: ["sizeBytes", "size_bytes", "byteSize", "byte_size", "sizeInBytes",
+                         "contentLength", "content_length", "payloadBytes", "payload_bytes"],
+    )
+    size_match_tolerance: float = doc(
+        "Relative difference between the stated size and the reads' bytes within which they "
+        "are the same data (0.005: half a percent, an envelope of a few hundred bytes on a "
+        "megabyte; 0 disables). Only stated sizes of at least data_min_bytes are matched: "
+        "a few kB add up by chance.",
+        0.005,
+    )
+    verbatim_score: float = doc(
+        "Score of a flow whose outbound call (outbound by name) states the size of reads "
+        "made on another server: the documents themselves left, whatever their volume "
+        "(medium by default).",
+        0.7,
     )
     rare_dest_callers: int = doc(
         "A destination (the e-mail domain or URL host in the call's arguments, else its "

@@ -646,10 +646,30 @@ def _verbs(tools: pl.Series) -> pl.DataFrame:
     return pl.DataFrame([names, first_words(names).rename("verb")])
 
 
+def _spec(spec: str) -> tuple[str | None, str | None]:
+    """(verb, object) of a ``verb:<verb>`` or ``verb:<verb>:<object>`` workflow spec (a
+    tool whose first word is the verb and whose name holds the object word: payExpense
+    for ``verb:pay:expense``, not payOrder); (None, None) for a plain tool name."""
+    if not spec.startswith("verb:"):
+        return None, None
+    verb, _, obj = spec[5:].lower().partition(":")
+    return verb, obj or None
+
+
+def _spec_hit(spec: str, name: str, verb: str) -> bool:
+    v, obj = _spec(spec)
+    if v is None:
+        return name == spec
+    return verb == v and (obj is None or obj in name.lower())
+
+
 def _matches(spec: str) -> pl.Expr:
-    if spec.startswith("verb:"):
-        return pl.col("verb") == spec[5:].lower()
-    return pl.col("tool") == spec
+    v, obj = _spec(spec)
+    if v is None:
+        return pl.col("tool") == spec
+    hit = pl.col("verb") == v
+    return hit if obj is None else hit & pl.col("tool").str.to_lowercase().str.contains(
+        obj, literal=True)
 
 
 def _rules_table(declared: list[WorkflowRule], learned: list[dict[str, Any]],
@@ -721,12 +741,12 @@ def learn_workflows(events: pl.DataFrame, config: DetectorsConfig) -> list[dict[
     # Only prerequisite rules take a step over: a declared not_after rule (nothing added to
     # a locked cart) says nothing about what must come before the step.
     required = [r for r in s.workflows if r.requires]
-    declared_tools = {r.step for r in required if not r.step.startswith("verb:")}
-    declared_verbs = {r.step[5:].lower() for r in required if r.step.startswith("verb:")}
+    declared = [r.step for r in required]
     out = []
     for (server, name), grp in conf.sort("server", "tool", "tool_a").group_by(
             "server", "tool", maintain_order=True):
-        if name in declared_tools or ((_words(name) or [""])[0] in declared_verbs):
+        verb = ((_words(name) or [""])[0]).lower()
+        if any(_spec_hit(d, name, verb) for d in declared):
             continue
         out.append({
             "step": name, "server": server, "requires": grp["tool_a"].to_list(),
@@ -807,7 +827,7 @@ class StepSkipDetector(_SequenceDetector):
         # a name whose first word is a wanted verb contains it (words are ASCII), so one
         # Aho-Corasick pass keeps a superset before the names are made distinct.
         specs = [x for r in self.rules_ for x in (r["step"], *r["requires"])]
-        want_v = [x[5:].lower() for x in specs if x.startswith("verb:")]
+        want_v = [v for v, _ in map(_spec, specs) if v is not None]
         want_n = [x for x in specs if not x.startswith("verb:")]
         tools = ev["tool"].cast(pl.String)
         tools = tools.filter(tools.str.contains_any([*want_v, *want_n],
@@ -817,10 +837,7 @@ class StepSkipDetector(_SequenceDetector):
         names, vs = verbs["tool"].to_list(), verbs["verb"].to_list()
 
         def hits(spec: str) -> list[bool]:
-            if spec.startswith("verb:"):
-                want = spec[5:].lower()
-                return [v == want for v in vs]
-            return [n == spec for n in names]
+            return [_spec_hit(spec, n, v) for n, v in zip(names, vs, strict=True)]
 
         st_rows: dict[str, list[Any]] = {"tool": [], "rule": [], "rule_server": []}
         pr_rows: dict[str, list[Any]] = {"tool": [], "rule": [], "rule_server": []}
@@ -955,8 +972,14 @@ class StepSkipDetector(_SequenceDetector):
         afterwards are where the order came from: they carry the skip's rows (score,
         step, key), with their own calls as the chain."""
         win = self.settings.origin_minutes * 60_000_000
+        # A checkout is where an *order* comes from: only a step whose missing prerequisite
+        # is what follows a checkout (a payment, origin_requires) is tied to one. An
+        # expense approved without being read an hour after the caller bought something
+        # did not come from that purchase.
+        after_checkout = set(self.settings.origin_requires)
+        tied = [r["id"] for r in self.rules_ if after_checkout & set(r["requires"])]
         miss = skips.filter((pl.col("rule_kind") != "not_after") & pl.col("ceh").is_not_null()
-                            & ~pl.col("_refused"))
+                            & ~pl.col("_refused") & pl.col("rule").is_in(tied))
         if win <= 0 or miss.height == 0:
             return pl.DataFrame()
         verbs = _verbs(ev["tool"])
@@ -1221,7 +1244,7 @@ class CrossServerFlowDetector(_SequenceDetector):
                                    "sensitive_reads", "data_reads", "record_reads",
                                    "source_servers", "out_dest", "dest_callers",
                                    "carried", "out_named", "rare_dest",
-                                   "named_dest", "chain"]
+                                   "named_dest", "verbatim", "chain"]
 
     def _volume(self) -> pl.Expr:
         """Volume is bytes *or* records, and records of people or a business (a customer
@@ -1237,6 +1260,10 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.when(named).then(band(pl.col("read_rows"), s.min_rows, s.rows_hi))
             .otherwise(0.0),
             pl.when(named & (pl.col("data_reads") > 0)).then(s.data_score).otherwise(0.0),
+            # The call states the size of reads made elsewhere: those very reads left
+            # (internal documents uploaded to a plugin), whatever their volume.
+            pl.when(named & pl.col("verbatim").fill_null(False)).then(s.verbatim_score)
+            .otherwise(0.0),
             # Records of people or a business, however few: sensitive by what they are.
             pl.when(named & (pl.col("record_reads") > 0)).then(s.record_score)
             .otherwise(0.0),
@@ -1356,8 +1383,16 @@ class CrossServerFlowDetector(_SequenceDetector):
                 "out_server": pl.String, "out_tool": pl.String, "out_bk": pl.String,
                 "out_status": pl.String, "out_dest": pl.String, "dest_callers": pl.Int64,
                 "carried": pl.Boolean, "out_named": pl.Boolean, "rare_dest": pl.Boolean,
-                "named_dest": pl.Boolean})
+                "named_dest": pl.Boolean, "out_size": pl.Int64})
         a = pl.col("args").fill_null("").str.to_lowercase()
+        # The size the call says it carries (an upload's sizeBytes): what was read, when
+        # some reads add up to it (_find).
+        if s.size_args:
+            alts = "|".join(re.escape(k.lower()) for k in s.size_args)
+            stated = a.str.extract(rf'"(?:{alts})"\s*:\s*"?(\d{{1,15}})', 1).cast(pl.Int64)
+        else:
+            stated = pl.lit(None, dtype=pl.Int64)
+        cand = cand.with_columns(stated.alias("out_size"))
         named = pl.coalesce(
             a.str.extract(r"@([a-z0-9-]+(?:\.[a-z0-9-]+)+)", 1),
             a.str.extract(r"https?://([a-z0-9.-]+)", 1))
@@ -1396,7 +1431,37 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("tool").alias("out_tool"), pl.col("bk").alias("out_bk"),
             pl.col("status").alias("out_status"), "out_dest", "dest_callers", "carried",
             pl.col("outbound").alias("out_named"), "rare_dest",
-            pl.col("_named_dest").alias("named_dest"))
+            pl.col("_named_dest").alias("named_dest"), "out_size")
+
+    def _stated(self, pairs: pl.DataFrame) -> pl.DataFrame:
+        """Keep, for an outbound call that states the size it carries (``out_size``), only
+        the reads that make it up when some do: in one session the data was read in, the
+        latest reads before the call whose bytes add up to the stated size (within
+        ``size_match_tolerance``). Those reads *are* what was sent (an export of 920,724
+        bytes, then an upload of 920,724 bytes), so the flow is them (and any read of
+        credentials), flagged ``_verbatim``: a busy caller's other reads of the hour
+        (dashboards, job results) are not part of it, nor their sessions. A call whose
+        stated size nothing adds up to keeps every read (an aggregate computed from them,
+        or a size not logged)."""
+        s = self.settings
+        tol = s.size_match_tolerance
+        if tol <= 0 or pairs.height == 0:
+            return pairs.with_columns(pl.lit(False).alias("_verbatim"))
+        src = ["sh", "i", "sh_r"]
+        # Bytes of this read and every later one of its session before the call.
+        later = pl.col("bytes").fill_null(0).cum_sum(reverse=True).over(src, order_by="t")
+        size = pl.col("out_size")
+        hit = ((size >= s.data_min_bytes)
+               & ((later - size).abs() <= tol * size)).fill_null(False)
+        # The latest read from which the sum matches: the fewest reads that make it up.
+        start = pl.col("t").filter(pl.col("_hit")).max().over(src)
+        pairs = pairs.with_columns(hit.alias("_hit")).with_columns(
+            (start.is_not_null() & (pl.col("t") >= start)).alias("_in"))
+        pairs = pairs.with_columns(pl.col("_in").any().over("sh", "i").alias("_verbatim"))
+        # Reads of credentials stay whatever the size says: a few hundred bytes of .env
+        # fit within the tolerance of a megabyte, and such reads are never excused.
+        return pairs.filter(~pl.col("_verbatim") | pl.col("_in") | pl.col("sensitive")
+                            ).drop("_hit", "_in")
 
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
@@ -1405,7 +1470,7 @@ class CrossServerFlowDetector(_SequenceDetector):
                   "record_reads": pl.Int64, "source_servers": pl.String,
                   "out_dest": pl.String, "dest_callers": pl.Int64, "carried": pl.Boolean,
                   "out_named": pl.Boolean, "rare_dest": pl.Boolean,
-                  "named_dest": pl.Boolean, "chain": _CHAIN}
+                  "named_dest": pl.Boolean, "verbatim": pl.Boolean, "chain": _CHAIN}
         ev = _seq(features)
         #: One row per outbound call with reads before it (sh, t_out, read_bytes): what
         #: the caller's usual flows are learned from (set by every _find).
@@ -1455,6 +1520,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             # of public figures would inherit every analyst query of the caller's hour.
             own = pl.col("sh_r") == pl.col("sh")
             pairs = pairs.filter(own | ~own.any().over("sh", "i"))
+        pairs = self._stated(pairs)
         if pairs.height == 0:
             return _empty_found({**schema, "t_out": pl.Int64})
         # The sessions the data was read in are named only when they supplied a real part
@@ -1484,6 +1550,7 @@ class CrossServerFlowDetector(_SequenceDetector):
             pl.col("out_dest").first(), pl.col("dest_callers").first(),
             pl.col("carried").first(), pl.col("out_named").first(),
             pl.col("rare_dest").first(), pl.col("named_dest").first(),
+            pl.col("_verbatim").first().alias("verbatim"),
             # The chain: sensitive reads first, then the largest reads, in time order.
             pl.struct(pl.col("t"), pl.col("server"), pl.col("tool"), pl.col("bk"),
                       pl.col("status").fill_null("unknown"))
@@ -1491,6 +1558,10 @@ class CrossServerFlowDetector(_SequenceDetector):
                      descending=[True, True, True])
             .head(CHAIN_MAX - 1).alias("_reads"),
         ).with_columns(
+            # A session that supplied several flows carries the one that scores (an export
+            # uploaded to a plugin), before a bigger one that does not (the same export
+            # and more, then a report written into the caller's own files).
+            any_of(self._volume(), self._sensitive()).alias("_best"),
             (pl.col("read_bytes") + pl.col("sensitive_reads") * 10**12
              + pl.col("data_reads") * 10**11).alias("_rank"))
         self._flows_out = per_out.select("sh", "t_out", "read_bytes")
@@ -1501,7 +1572,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             per_out.explode("_src").filter(pl.col("_src").is_not_null()).drop("sh")
             .rename({"_src": "sh"}).select(per_out.drop("_src").columns),
         ])
-        best = per_out.sort("_rank", descending=True).group_by("sh", maintain_order=True).first()
+        best = per_out.sort("_best", "_rank", descending=True).group_by(
+            "sh", maintain_order=True).first()
         outcall = pl.struct(
             pl.col("t_out").alias("t"), pl.col("out_server").alias("server"),
             pl.col("out_tool").alias("tool"), pl.col("out_bk").alias("bk"),
@@ -1536,6 +1608,9 @@ class CrossServerFlowDetector(_SequenceDetector):
                            f"to {row.get('out_dest')}, a destination "
                            f"{num(row.get('dest_callers') or 0)} caller(s) of this batch "
                            "use, outside the ones the organisation routinely sends to.")
+        if row.get("verbatim"):
+            reasons.append("The outbound call states the size of what it carries, and those "
+                           "reads add up to it: the data read is what was sent.")
         if not row.get("sensitive_reads") and row.get("habitual"):
             reasons.append("Reading elsewhere and then sending out is part of this caller's "
                            "usual day, but this flow read far more than its usual ones.")
@@ -1548,7 +1623,8 @@ class CrossServerFlowDetector(_SequenceDetector):
             "record_reads": row.get("record_reads"),
             "source_servers": row.get("source_servers"),
             "destination": row.get("out_dest"), "destination_callers": row.get("dest_callers"),
-            "rare_destination": bool(row.get("rare_dest") and row.get("carried"))})
+            "rare_destination": bool(row.get("rare_dest") and row.get("carried")),
+            "sent_what_was_read": bool(row.get("verbatim"))})
 
 
 #: The sequence detectors, in registry order.

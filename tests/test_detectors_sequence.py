@@ -564,3 +564,148 @@ def test_metered_spends_naming_no_object_are_not_duplicates() -> None:
     assert evidence(cats(res, "respend")["duplicate_execution"])["executions"] == 3
     off = run(tr, duplicate_execution={"metered_min_ops": 0})
     assert "duplicate_execution" in cats(off, "metered")
+
+
+def test_documents_whose_size_the_upload_states_are_a_flow() -> None:
+    """Seed 003: data read on a trusted internal server, passed to a less-trusted plugin.
+    A few internal documents (under min_bytes, no records of people) uploaded to a
+    plugin every team uses: the upload states the size it carries, and the documents
+    read just before add up to it, so the documents themselves left. An aggregate
+    uploaded after the same reads (no size stated, or one nothing adds up to) is work."""
+    tr = base()
+    sizes = [91_000, 140_500, 66_250, 120_000, 88_800]
+    for sid, caller, stated in (("docs-out", "agent-d", sum(sizes)),
+                                ("agg-out", "analyst-a", None),
+                                ("agg-size", "analyst-b", 4_800)):
+        for n, b in enumerate(sizes):
+            tr.call(sid, T + timedelta(seconds=10 * n), "getDocument", caller=caller,
+                    server="docs", resource_key="documentId", resource_id=f"doc-{n}",
+                    nbytes=b, rows=1)
+        args: dict[str, object] = {"datasetName": "contracts", "records": len(sizes)}
+        if stated is not None:
+            args["sizeBytes"] = stated
+        tr.call(sid, T + timedelta(minutes=2), "upload_dataset", caller=caller,
+                server="analytics-plugin", args=args, nbytes=80)
+    # The plugin is the organisation's own tool: many callers upload to it.
+    for n in range(8):
+        tr.call(f"team-{n}", T + timedelta(minutes=n), "upload_dataset",
+                caller=f"staff-{n}", server="analytics-plugin",
+                args={"datasetName": "kpis", "records": 12}, nbytes=80)
+    res = run(tr)
+    flow = cats(res, "docs-out")["cross_server_flow"]
+    assert evidence(flow)["sent_what_was_read"] is True
+    assert any("states the size" in r for r in flow["reasons"]), flow["reasons"]
+    assert "cross_server_flow" not in cats(res, "agg-out")
+    assert "cross_server_flow" not in cats(res, "agg-size")
+    off = run(tr, cross_server_flow={"size_match_tolerance": 0.0})
+    assert "cross_server_flow" not in cats(off, "docs-out")
+
+
+def test_a_stated_upload_size_names_only_the_sessions_it_came_from() -> None:
+    """A caller exports customers in one session and uploads them from another; the same
+    hour its job poller downloaded several MB of job results in other sessions. The upload
+    states the export's size: the export's session carries the flow, the poller's sessions
+    (which supplied most of the hour's bytes) do not, and the volume reported is the
+    export's."""
+    tr = base()
+    for n in range(3):
+        tr.call(f"poll-{n}", T - timedelta(minutes=40 - 10 * n), "downloadResult",
+                caller="ops-bot", server="warehouse", resource_key="jobId",
+                resource_id=f"job-{n}", nbytes=3_500_000, rows=20_000)
+    tr.call("export", T, "get_customer_export", caller="ops-bot", server="crm",
+            nbytes=920_724, rows=2_498)
+    tr.call("upload", T + timedelta(seconds=50), "upload_dataset", caller="ops-bot",
+            server="analytics-plugin",
+            args={"datasetName": "customers", "records": 2_498, "sizeBytes": 920_724},
+            nbytes=75)
+    res = run(tr)
+    for sid in ("export", "upload"):
+        flow = cats(res, sid)["cross_server_flow"]
+        assert evidence(flow)["bytes_read_elsewhere"] == 920_724
+    for n in range(3):
+        assert "cross_server_flow" not in cats(res, f"poll-{n}")
+
+
+def test_a_session_feeding_two_flows_carries_the_one_that_scores() -> None:
+    """A customer export uploaded to a plugin, then (with more reads) a report written into
+    the caller's own files: the export's session carries the upload, which scores, not the
+    larger flow into the report, which does not."""
+    tr = base()
+    tr.call("gw-1", T, "get_customer_export", caller="agent-x", server="crm",
+            nbytes=3_500_000, rows=11_000)
+    tr.call("gw-1", T + timedelta(seconds=4), "upload_dataset", caller="agent-x",
+            server="analytics-plugin", args={"datasetName": "customers"}, nbytes=75)
+    tr.call("work", T + timedelta(minutes=5), "getDocument", caller="agent-x",
+            server="docs", resource_key="documentId", resource_id="doc-1", nbytes=600_000)
+    tr.call("report", T + timedelta(minutes=9), "create_report", caller="agent-x",
+            server="files", args={"content": "<md>"}, nbytes=70)
+    flow = cats(run(tr), "gw-1")["cross_server_flow"]
+    assert evidence(flow)["outbound_tool"] == "upload_dataset"
+
+
+def test_expense_paid_without_approval_is_a_step_skip_by_default() -> None:
+    """Seed 000 names approveExpense as a step of the expense state machine: an expense is
+    paid only once approved (what the approval is for). The default rule is keyed to the
+    expense: an expense submitted and paid straight away is a skip, an approved one (by
+    anyone: a manager approves, finance pays) is not, and paying an order or an invoice
+    (which a customer does without approval) is not constrained by it."""
+    tr = base()
+    for sid, approved in (("unapproved", False), ("approved", True)):
+        key = f"exp-{sid}"
+        tr.call(sid, T, "submitExpense", caller=f"emp-{sid}", server="finance",
+                resource_key="expenseId", resource_id=key)
+        if approved:
+            tr.call(f"{sid}-mgr", T + timedelta(minutes=5), "approveExpense",
+                    caller="manager", server="finance", resource_key="expenseId",
+                    resource_id=key)
+        tr.call(f"{sid}-pay", T + timedelta(minutes=9), "payExpense", caller="finance-bot",
+                server="finance", resource_key="expenseId", resource_id=key)
+    tr.call("customer", T, "payInvoice", caller="cust-1", server="billing",
+            resource_key="invoiceId", resource_id="inv-1")
+    tr.call("customer", T + timedelta(seconds=20), "pay_order", caller="cust-1",
+            server="shop", resource_key="orderId", resource_id="ord-1")
+    res = run(tr)
+    skip = cats(res, "unapproved-pay")["step_skip"]
+    assert evidence(skip)["rule_source"] == "declared"
+    assert "approve" in " ".join(skip["reasons"])
+    assert "step_skip" not in cats(res, "approved-pay")
+    assert not cats(res, "customer")
+
+
+def test_a_checkout_is_not_the_origin_of_a_skip_unrelated_to_orders() -> None:
+    """A customer checks out in one session; forty minutes later, in another
+    session, the same account approves an invoice without its declared review. The
+    approval is a skip, but it did not come from the purchase: the checkout's session
+    stays quiet (only a step missing its payment is tied to the caller's checkouts)."""
+    tr = base()
+    tr.call("buy", T, "createCart", caller="clerk", server="shop")
+    tr.call("buy", T + timedelta(seconds=20), "checkout", caller="clerk", server="shop",
+            args={"cartId": "cart-1"})
+    tr.call("approve", T + timedelta(minutes=40), "approveInvoice", caller="clerk",
+            server="erp", resource_key="invoiceId", resource_id="inv-77")
+    res = run(tr, step_skip={"workflows": POLICY})
+    assert "step_skip" in cats(res, "approve")
+    assert "step_skip" not in cats(res, "buy")
+    # Before: every skipped rule was tied to the caller's recent checkouts.
+    every = run(tr, step_skip={"workflows": POLICY, "origin_requires": ["verb:review"]})
+    assert "step_skip" in cats(every, "buy")
+
+
+def test_a_stated_upload_size_keeps_the_callers_secret_reads() -> None:
+    """The stated size narrows a flow to the reads that make it up, but a read of
+    credentials by the same caller in the window is never dropped: a few hundred bytes
+    of .env fit within the tolerance of a megabyte, so the size cannot rule it out."""
+    tr = base()
+    tr.call("secrets", T, "readFile", caller="agent-s", server="files",
+            args={"path": "/srv/app/.env"}, nbytes=320, rows=1)
+    sizes = [310_000, 290_000, 305_000]
+    for n, b in enumerate(sizes):
+        tr.call("docs", T + timedelta(seconds=30 + 10 * n), "getDocument", caller="agent-s",
+                server="docs", resource_key="documentId", resource_id=f"doc-{n}",
+                nbytes=b, rows=1)
+    tr.call("up", T + timedelta(minutes=2), "upload_dataset", caller="agent-s",
+            server="analytics-plugin",
+            args={"datasetName": "bundle", "sizeBytes": sum(sizes)}, nbytes=80)
+    res = run(tr)
+    assert evidence(cats(res, "up")["cross_server_flow"])["sensitive_reads"] == 1
+    assert "cross_server_flow" in cats(res, "secrets")

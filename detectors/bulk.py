@@ -16,7 +16,14 @@ a user who suddenly pulls far more than they ever do is not shielded:
 * **single response** — one response far beyond the population's largest ones (a
   one-shot dump), with a high absolute floor;
 * **pagination sweep** — many distinct pages / offsets / cursors of one tool, returning
-  real data: walking a listing to its end is extraction whatever the page size;
+  real data: walking a listing to its end is extraction whatever the page size. Only full
+  pages count: a page returning under half of what it asked for reached the end of what
+  there is (a log follower's reads at growing offsets);
+* **named reads** — reads of people's or a business's records returning more than 1 MB
+  (seed 001) or ``oversized_min_rows`` records, in heavy, focused calls, whatever their
+  tool's baseline (an export tool's typical response is an export), except on a tool whose
+  large responses are routine and for records handed on whole to another server;
+* **refused exports** — an export of named records refused again and again: an attempt;
 * **oversized responses** — calls returning far more (bytes, or records) than their
   (server, tool) typically returns, adding up to ``oversized_min_bytes`` /
   ``oversized_min_rows``: a read is judged by what it returns against what that tool
@@ -59,7 +66,9 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "own_typical_max_pages", "z_own_day", "own_typical_day_beyond_bytes", "own_days_n",
              "discounted", "habitual", "p_volume", "p_single", "p_sweep", "p_own",
              "p_request", "req_rows", "req_refused", "over_bytes", "over_rows", "over_calls",
-             "over_share", "p_oversized", "z_routine", "routine_n", "p_routine"]
+             "over_share", "p_oversized", "z_routine", "routine_n", "p_routine",
+             "named_bytes", "named_rows", "named_calls", "refused_exports", "p_named",
+             "p_refused"]
 
 #: Figures of the caller's routine with a tool: what its sessions of that kind return.
 _ROUTINE = ["total_bytes", "total_rows"]
@@ -110,6 +119,101 @@ def _requested(fs: FeatureSet) -> pl.DataFrame:
              .alias("req_refused"))
         .collect(engine="in-memory")
     )
+
+
+#: Arguments that say how much one read asks for: records (a row limit, a page size) or
+#: bytes (a read length). A read returning far less than it asked for reached the end of
+#: what there is (see :func:`_reads`).
+_ASK_KEYS = (*_LIMIT_KEYS, "length", "max_bytes", "maxBytes", "bytes", "size", "count")
+_ASK_RE = r'"(?:' + "|".join(_ASK_KEYS) + r')"\s*:\s*"?(\d{1,12})\b'
+
+_READS_SCHEMA = {"full_pages": pl.Int64, "named_bytes": pl.Int64, "named_rows": pl.Int64,
+                 "named_calls": pl.Int64, "named_share": pl.Float64,
+                 "refused_exports": pl.Int64}
+
+
+def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
+           typ: pl.DataFrame | None = None, heavy_share: float = 0.0) -> pl.DataFrame:
+    """Per session, from its calls:
+
+    * ``full_pages`` — distinct pages / offsets / cursors of one tool (the most of any
+      tool) among the calls that did *not* come back short: a call asking for N records
+      (``limit``, ``pageSize`` …) or N bytes (``length`` …) and receiving under
+      ``short_share`` of it reached the end of what there is. Walking a listing returns
+      full pages until the last one; a follower of a growing log reads at ever larger
+      offsets and gets back only the few lines written since its last read — every page
+      short. A call without a size argument (or without a logged size) counts as full.
+    * ``named_bytes`` / ``named_rows`` / ``named_calls`` / ``named_share`` — what the
+      successful reads of people's or a business's records (``data``) or of sensitive
+      places returned, how many such calls and their share of the session's calls — not
+      counting the tools whose large responses are routine for their population (at least
+      ``heavy_share`` of their sessions hold one, see :func:`tool_typicals`: a query tool
+      serving dashboards and a data team's exports), which the oversized pattern judges
+      against what they typically return.
+    * ``refused_exports`` — refused calls to a tool whose name says it exports / dumps
+      (``export_terms``) named records, in a session where no such call succeeded.
+    """
+    ev = annotated(fs)
+    if ev.height == 0:
+        return pl.DataFrame(schema={"sh": fs.events.schema.get("sh", pl.UInt64),
+                                    **_READS_SCHEMA})
+    ask = pl.col("args").str.extract(_ASK_RE, 1).cast(pl.Int64, strict=False)
+    rows_k = pl.col("rows").fill_null(0) > 0
+    got = pl.when(rows_k).then(pl.col("rows")).otherwise(pl.col("bytes"))
+    short = (ask.is_not_null() & got.is_not_null() & (ask > 0)
+             & (got < short_share * ask)).fill_null(False)
+    named = pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)
+    if typ is not None and typ.height and heavy_share > 0:
+        ev = ev.join(typ.select("server", "tool", pl.col("heavy_share").alias("_hs")),
+                     on=["server", "tool"], how="left", maintain_order="left")
+        routine = (pl.col("_hs") >= heavy_share).fill_null(False)
+    else:
+        routine = pl.lit(False)
+    exportish = (pl.col("tool").fill_null("").str.to_lowercase()
+                 .str.contains_any([t.lower() for t in export_terms])
+                 if export_terms else pl.lit(False))
+    lf = ev.lazy().with_row_index("_i").select(
+        "_i", "sh", "server", "t", "tool", "ok", "page", "cuh",
+        pl.col("bytes").fill_null(0).alias("b"),
+        pl.col("rows").fill_null(0).alias("r"), short.alias("_short"),
+        named.alias("_named"), (exportish & named).alias("_export"),
+        routine.alias("_routine"))
+    pages = (
+        lf.group_by("sh", "tool")
+        .agg((pl.col("page").filter(~pl.col("_short")).drop_nulls().n_unique()
+              + pl.col("cuh").filter(~pl.col("_short")).drop_nulls().n_unique())
+             .alias("_p"))
+        .group_by("sh").agg(pl.col("_p").max().cast(pl.Int64).alias("full_pages"))
+    )
+    # Records handed on whole: a later call of the session to another tool or server
+    # reports the same number of records (a load of what was read into the warehouse, a
+    # query result exported to a table). A pipeline
+    # moving records between systems is a flow — where they land is cross_server_flow's
+    # to judge — not records pulled out by the caller.
+    # Another tool (or server): pages of one listing all return the same page size.
+    src = lf.filter(pl.col("ok") & (pl.col("r") > 0)).select(
+        "_i", "sh", "server", "tool", "t", "r")
+    dst = src.select("sh", "r", pl.col("server").alias("_s2"), pl.col("tool").alias("_tl2"),
+                     pl.col("t").alias("_t2"), pl.col("_i").alias("_i2"))
+    pairs = (src.join(dst, on=["sh", "r"], how="inner")
+             .filter(((pl.col("_s2") != pl.col("server")) | (pl.col("_tl2") != pl.col("tool")))
+                     & (pl.col("_t2") >= pl.col("t")) & (pl.col("_i2") != pl.col("_i"))))
+    # Both ends: the read handed on, and the load that reports its records.
+    handed = pl.concat([pairs.select("_i"), pairs.select(pl.col("_i2").alias("_i"))]).unique()
+    lf = lf.join(handed.with_columns(pl.lit(True).alias("_handed")), on="_i", how="left")
+    nr = (pl.col("ok") & pl.col("_named") & ~pl.col("_routine")
+          & ~pl.col("_handed").fill_null(False))
+    per = lf.group_by("sh").agg(
+        pl.col("b").filter(nr).sum().cast(pl.Int64).alias("named_bytes"),
+        pl.col("r").filter(nr).sum().cast(pl.Int64).alias("named_rows"),
+        nr.sum().cast(pl.Int64).alias("named_calls"),
+        (nr.sum() / pl.len()).cast(pl.Float64).alias("named_share"),
+        pl.when((pl.col("_export") & pl.col("ok")).any()).then(0)
+        .otherwise((pl.col("_export") & ~pl.col("ok")).sum()).cast(pl.Int64)
+        .alias("refused_exports"),
+    )
+    per, pages = pl.collect_all([per, pages], engine="in-memory")
+    return per.join(pages, on="sh", how="left").select("sh", *_READS_SCHEMA)
 
 
 _OVER_SCHEMA = {"over_bytes": pl.Int64, "over_rows": pl.Int64, "over_calls": pl.Int64,
@@ -468,8 +572,17 @@ class BulkExtractionDetector(Detector):
         over = _oversized(fs, typ, getattr(self, "pop_call_b_", 0.0),
                           getattr(self, "pop_call_r_", 0.0), self.settings.tool_factor,
                           self.settings.tool_heavy_share)
-        out = _beyond_reports(fs, self.settings.report_every_calls).join(
-            _requested(fs), on="sh", how="left").join(over, on="sh", how="left")
+        b = self.settings
+        out = _beyond_reports(fs, b.report_every_calls).join(
+            _requested(fs), on="sh", how="left").join(over, on="sh", how="left").join(
+            _reads(fs, b.export_terms, b.short_page_share, typ, b.tool_heavy_share),
+            on="sh", how="left")
+        # A pagination sweep counts the pages that came back full (see _reads): a log
+        # follower's reads at growing offsets, each returning the little written since the
+        # last one, are not a listing walked. (null: no per-call figures.)
+        out = out.with_columns(
+            pl.min_horizontal(pl.col("max_pages"), pl.col("full_pages")
+                              .fill_null(pl.col("max_pages"))).alias("max_pages"))
         # Sustained volume counts only what can be extraction: never more than the volume
         # beyond the largest response of the calls that are not a tool's routine,
         # unnamed reads (null: no per-call figures, the session's own figure stands).
@@ -632,7 +745,42 @@ class BulkExtractionDetector(Detector):
                 p_over = any_of(p_over, pl.when(summary_over).then(
                     band(pl.col("total_bytes") / b.oversized_min_bytes, 1.0, 10.0))
                     .otherwise(0.0))
+        # Named reads: seed 001's rule (a session returning more than 1 MB) applied to the
+        # reads of people's or a business's records, whatever their tool's baseline (a tool
+        # only exports call has its exports as its typical response). Heavy, as the
+        # sustained volume — the named calls average heavy_factor x the population's
+        # typical call (bytes, or records) — and focused (focus_min of the calls): a
+        # support agent's hundreds of small customer lookups over a day add up to megabytes
+        # one record at a time, an extraction asks for thousands at once.
+        pop_b = getattr(self, "pop_call_b_", 0.0) or 0.0
+        pop_r = getattr(self, "pop_call_r_", 0.0) or 0.0
+        if "named_bytes" in df.columns and b.named_min_bytes > 0:
+            n_calls = pl.col("named_calls").fill_null(0).clip(lower_bound=1)
+            per_call = [pl.lit(0.0)]
+            if pop_b:
+                per_call.append(pl.col("named_bytes").fill_null(0) / n_calls / pop_b)
+            if pop_r:
+                per_call.append(pl.col("named_rows").fill_null(0) / n_calls / pop_r)
+            heavy_named = pl.max_horizontal(per_call)
+            p_named = all_of(
+                band(pl.max_horizontal(
+                    pl.col("named_bytes").fill_null(0) / b.named_min_bytes,
+                    pl.col("named_rows").fill_null(0) / b.oversized_min_rows), 1.0, 10.0),
+                gate(heavy_named, b.heavy_factor),
+                gate(pl.col("named_share").fill_null(0.0), b.focus_min)
+                if b.focus_min > 0 else pl.lit(1.0))
+        else:
+            p_named = pl.lit(0.0)
+        # Attempts count: an export of named records refused again and again (and never
+        # served in the session) is an attempted dump, reported low and saying so.
+        if "refused_exports" in df.columns and b.refused_exports_lo > 0:
+            p_refused = pl.when(pl.col("refused_exports").fill_null(0) >= b.refused_exports_lo
+                                ).then(pl.lit(b.refused_export_score)).otherwise(0.0)
+        else:
+            p_refused = pl.lit(0.0)
         lf = lf.with_columns(
+            p_named.alias("p_named"),
+            p_refused.alias("p_refused"),
             p_request.alias("p_request"),
             p_over.alias("p_oversized"),
             (p_volume if bl.is_fitted else pl.lit(0.0)).alias("p_volume"),
@@ -640,10 +788,12 @@ class BulkExtractionDetector(Detector):
             p_sweep.alias("p_sweep"),
         )
         raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"),
-                     pl.col("p_request"), pl.col("p_oversized"))
+                     pl.col("p_request"), pl.col("p_oversized"), pl.col("p_named"),
+                     pl.col("p_refused"))
         return lf.with_columns(raw.alias("_raw")).select(
             *cols, "z_pop", "z_combined", "beyond_per_call", "z_single", "z_own",
-            "p_volume", "p_single", "p_sweep", "p_request", "p_oversized", "_raw",
+            "p_volume", "p_single", "p_sweep", "p_request", "p_oversized", "p_named",
+            "p_refused", "_raw",
         ).collect(engine="in-memory")
 
     @staticmethod
@@ -710,11 +860,15 @@ class BulkExtractionDetector(Detector):
         # volume patterns are gated: a request for a dump is judged by what it asked for,
         # and an oversized read by what its tool returns to everyone.
         df = self._routine(df, routine)
+        # Named reads are volume too (bytes or records of a tool the caller may export
+        # with every night): gated by the routine like the other volume patterns.
         routine_volume = all_of(
-            any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep")),
+            any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"),
+                   pl.col("p_named")),
             pl.col("p_routine"))
         return df.with_columns(all_of(
-            any_of(routine_volume, pl.col("p_request"), pl.col("p_oversized")),
+            any_of(routine_volume, pl.col("p_request"), pl.col("p_oversized"),
+                   pl.col("p_refused")),
             pl.col("p_own")).alias("_score"))
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
@@ -772,6 +926,9 @@ class BulkExtractionDetector(Detector):
             pl.lit(None, pl.Int64).alias("req_rows"),
             pl.lit(None, pl.Boolean).alias("req_refused"),
             *[pl.lit(None, t).alias(c) for c, t in _OVER_SCHEMA.items()],
+            *[pl.lit(None, t).alias(c) for c, t in _READS_SCHEMA.items()
+              if c not in ("full_pages", "named_share")],
+            pl.lit(0.0).alias("p_named"), pl.lit(0.0).alias("p_refused"),
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
         )
         hot = ent.filter(pl.col("_score") >= self.threshold)
@@ -815,7 +972,8 @@ class BulkExtractionDetector(Detector):
             f"{duration(row.get('span_s'))}{where}; {largest}."
         ]
         pats = {k: float(row.get(k) or 0.0)
-                for k in ("p_volume", "p_single", "p_sweep", "p_request", "p_oversized")}
+                for k in ("p_volume", "p_single", "p_sweep", "p_request", "p_oversized",
+                          "p_named", "p_refused")}
         top = max(pats, key=lambda k: pats[k])
         if top == "p_oversized" or pats["p_oversized"] >= 0.5:
             recs = f", {num(row.get('over_rows'))} records" if row.get("over_rows") else ""
@@ -831,6 +989,16 @@ class BulkExtractionDetector(Detector):
                 + (", refused by the server every time it asked for that many: an attempt."
                    if refused else ".")
             )
+        if top == "p_named" or pats["p_named"] >= 0.5:
+            recs = f", {num(row.get('named_rows'))} records" if row.get("named_rows") else ""
+            reasons.append(
+                f"{num(row.get('named_calls'))} read(s) of people's or a business's records "
+                f"returned {size(row.get('named_bytes'))}{recs}, far more a call than a typical "
+                f"call: records pulled in bulk.")
+        if top == "p_refused" or pats["p_refused"] >= 0.5:
+            reasons.append(
+                f"{num(row.get('refused_exports'))} export(s) of named records were refused "
+                f"and none was served: an attempted dump, refused.")
         typical = bl.pop_typical("beyond_bytes") if bl else None
         if top == "p_sweep" or pats["p_sweep"] >= 0.5:
             reasons.append(
@@ -921,12 +1089,17 @@ class BulkExtractionDetector(Detector):
                 "top_tool": row.get("top_tool"),
                 "pattern_scores": clean({k: row.get(k) for k in
                                          ("p_volume", "p_single", "p_sweep", "p_own",
-                                          "p_request", "p_oversized")}),
+                                          "p_request", "p_oversized", "p_named",
+                                          "p_refused")}),
                 "requested_records": row.get("req_rows"),
                 "request_refused": row.get("req_refused"),
                 "oversized_calls": row.get("over_calls"),
                 "oversized_bytes": row.get("over_bytes"),
                 "oversized_rows": row.get("over_rows"),
+                "named_read_bytes": row.get("named_bytes"),
+                "named_read_rows": row.get("named_rows"),
+                "named_read_calls": row.get("named_calls"),
+                "refused_exports": row.get("refused_exports"),
             }
         )
         return reasons, evidence

@@ -332,6 +332,39 @@ class BulkExtractionConfig:
         "flagged (distributed extraction).",
         True,
     )
+    short_page_share: float = doc(
+        "A page that returned under this share of what it asked for (its limit / page-size "
+        "argument in records, or its length in bytes) reached the end of what there is: it "
+        "does not count toward a pagination sweep. Walking a listing returns full pages "
+        "until the last; a follower of a growing log asks for 64 kB at ever larger offsets "
+        "and gets back the few lines written since its last read. 0 counts every page.",
+        0.5,
+    )
+    named_min_bytes: int = doc(
+        "Named reads: successful reads of people's or a business's records ([detectors."
+        "tools] data_terms / data_tools) or of sensitive places returning this many bytes "
+        "in one session (or oversized_min_rows records) count as bulk, whatever their "
+        "tool's own baseline, when they are heavy (they average heavy_factor x the "
+        "population's typical call) and focused (focus_min of the calls). Seed 001 alerts "
+        "on a session returning more than 1 MB; critical at ten times as much. 0 disables.",
+        1_000_000,
+    )
+    export_terms: list[str] = doc(
+        "Words in a tool name that say it exports or dumps whole sets (with a data_terms "
+        "name or argument: get_customer_export). Such exports refused refused_exports_lo "
+        "times in a session, none served, are an attempted dump.",
+        factory=lambda: ["export", "dump"],
+    )
+    refused_exports_lo: int = doc(
+        "Refused exports of named records (none served) in one session from which the "
+        "attempt is reported (one refusal is a permission mistake; asking again is trying). "
+        "0 disables.",
+        2,
+    )
+    refused_export_score: float = doc(
+        "Score of such an attempt: 'low', below a served export of the same size.",
+        0.55,
+    )
 
 
 @dataclass

@@ -767,6 +767,9 @@ class BulkExtractionDetector(Detector):
                     pl.col("named_bytes").fill_null(0) / b.named_min_bytes,
                     pl.col("named_rows").fill_null(0) / b.oversized_min_rows), 1.0, 10.0),
                 gate(heavy_named, b.heavy_factor),
+                # Asked again: one report downloaded once is the person who downloads one
+                # big report (the other patterns discount each session's largest response).
+                gate(pl.col("named_calls").fill_null(0).cast(pl.Float64), b.named_min_calls),
                 gate(pl.col("named_share").fill_null(0.0), b.focus_min)
                 if b.focus_min > 0 else pl.lit(1.0))
         else:

@@ -349,6 +349,12 @@ class BulkExtractionConfig:
         "on a session returning more than 1 MB; critical at ten times as much. 0 disables.",
         1_000_000,
     )
+    named_min_calls: int = doc(
+        "Named reads count from this many successful reads in the session: a person "
+        "downloading one big report once is not an extraction (every volume pattern "
+        "discounts a session's largest response); an extraction asks again.",
+        2,
+    )
     export_terms: list[str] = doc(
         "Words in a tool name that say it exports or dumps whole sets (with a data_terms "
         "name or argument: get_customer_export). Such exports refused refused_exports_lo "
@@ -592,6 +598,13 @@ class ToolLoopConfig:
         True,
     )
     probe_min_gap_s: float = doc("Median seconds between a probe's calls, at least.", 5.0)
+    probe_words: tuple[str, ...] = doc(
+        "Words of a tool name (camelCase or snake_case word, plural allowed) that make its "
+        "call a status check, the only read a probe repeats: a health bot asks for status, "
+        "an agent stuck re-reading a document on a steady clock is a loop (seed 003).",
+        ("status", "health", "healthcheck", "ping", "heartbeat", "stat", "poll", "metric",
+         "monitor", "alive", "ready", "readiness", "liveness", "uptime", "progress", "state"),
+    )
     probe_max_cv: float = doc(
         "Largest coefficient of variation of a probe's gaps (a timer with jitter).", 0.15)
     reread_quiet: bool = doc(

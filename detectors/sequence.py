@@ -272,7 +272,7 @@ class ToolLoopDetector(_SequenceDetector):
                 *([pl.col("_new").mean().alias("_new_share"),
                    (pl.col("t").diff().median() / 1e6).alias("_gap_s"),
                    pl.col("tool").n_unique().alias("_tools")] if reread else []),
-                *(self._schedule() if s.probe_quiet else []),
+                *(self._schedule(s.probe_words) if s.probe_quiet else []),
             )
             .collect(engine="in-memory")
         )
@@ -341,12 +341,17 @@ class ToolLoopDetector(_SequenceDetector):
         )
 
     @staticmethod
-    def _schedule() -> list[pl.Expr]:
-        """Aggregations of a streak for the scheduled-probe rule: read-only, the median gap
-        and the gaps' coefficient of variation."""
+    def _schedule(words: tuple[str, ...]) -> list[pl.Expr]:
+        """Aggregations of a streak for the scheduled-probe rule: a status check (read-only,
+        a tool named by ``words``), the median gap and the gaps' coefficient of variation."""
         gaps = pl.col("t").diff().drop_nulls().cast(pl.Float64)
+        # Words of the name: camelCase split, lower-cased, then a whole word (or plural).
+        spaced = pl.col("tool").str.replace_all(r"([a-z0-9])([A-Z])", "${1}_${2}")
+        alt = "|".join(re.escape(w.lower()) for w in words) or "(?!)"
+        status = spaced.str.to_lowercase().str.contains(rf"(?:^|[^a-z])(?:{alt})s?(?:[^a-z]|$)")
         return [
-            pl.col("tool_role").is_in(["read", "list_search"]).all().alias("_p_read"),
+            (pl.col("tool_role").is_in(["read", "list_search"]) & status.fill_null(False))
+            .all().alias("_p_read"),
             (gaps.median() / 1e6).alias("_p_med_s"),
             (gaps.std() / gaps.mean()).alias("_p_cv"),
         ]

@@ -75,6 +75,13 @@ def result() -> detectors.DetectResult:
         tr.call("export", DAY + timedelta(minutes=k), "get_customer_export", caller="eve",
                 ip="203.0.113.10", server="crm", args={"segment": seg, "format": "json"},
                 nbytes=500_000, rows=1_600)
+    # One customer report downloaded once (1.2 MB of records) next to a listing: the
+    # person who downloads one big report.
+    tr.call("oneshot", DAY + timedelta(hours=6), "listReports", caller="olga", ip="10.0.0.11",
+            server="crm", args={"folder": "sales"}, nbytes=4_000, rows=9)
+    tr.call("oneshot", DAY + timedelta(hours=6, seconds=20), "get_customer_export",
+            caller="olga", ip="10.0.0.11", server="crm",
+            args={"segment": "emea", "format": "csv"}, nbytes=1_200_000, rows=5_600)
     # The support agent: 300 customer look-ups of 4 kB over a day (1.2 MB in all).
     for k in range(300):
         tr.call("support", DAY + timedelta(minutes=2 * k), "getCustomer", caller="sam",
@@ -158,3 +165,9 @@ def test_records_handed_on_whole_are_a_flow_not_a_pull(
     # limit documented in docs/detectors.md).
     for ev in _bulk(result, "pipeline")["evidence"].to_list():
         assert json.loads(ev)["pattern_scores"].get("p_named", 0.0) < 0.5
+
+
+def test_one_big_report_downloaded_once_is_not_bulk(result: detectors.DetectResult) -> None:
+    """Named reads count from named_min_calls: the demo's users who export one 1.1 MB
+    report were flagged when a single read was enough."""
+    assert _bulk(result, "oneshot").height == 0

@@ -281,3 +281,18 @@ def test_probe_on_a_timer_all_day_is_quiet_but_a_machine_paced_loop_is_not() -> 
         at += timedelta(seconds=AGENT_GAPS[k % len(AGENT_GAPS)])
     assert _loops(tr) == {"stuck"}
     assert _loops(tr, NO_PROBE) == {"probe-day", "stuck"}
+
+
+def test_a_document_reread_on_a_steady_clock_is_a_loop_not_a_probe() -> None:
+    """A probe is a status check: the same ~15 s clock on getDocument of one document
+    (the demo's stuck agent, 140 repeats) is a loop; on getStatus it is a health bot."""
+    tr = Traffic(seed=29)
+    tr.background(days=2, users=20, per_day=2)
+    at = T
+    for k in range(140):
+        tr.call("reread", at, "getDocument", caller="agent-r", server="docs",
+                args={"documentId": "doc-1475"}, nbytes=1493)
+        tr.call("health", at + timedelta(seconds=3), "getStatus", caller="ci-bot-2",
+                server="ci", args={"target": "api"}, nbytes=120)
+        at += timedelta(seconds=15.0 + (0.8 if k % 3 else -0.9))
+    assert _loops(tr) == {"reread"}

@@ -129,7 +129,7 @@ _ASK_RE = r'"(?:' + "|".join(_ASK_KEYS) + r')"\s*:\s*"?(\d{1,12})\b'
 
 _READS_SCHEMA = {"full_pages": pl.Int64, "named_bytes": pl.Int64, "named_rows": pl.Int64,
                  "named_calls": pl.Int64, "named_share": pl.Float64,
-                 "refused_exports": pl.Int64}
+                 "refused_exports": pl.Int64, "handed_share": pl.Float64}
 
 
 def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
@@ -200,7 +200,12 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
                      & (pl.col("_t2") >= pl.col("t")) & (pl.col("_i2") != pl.col("_i"))))
     # Both ends: the read handed on, and the load that reports its records.
     handed = pl.concat([pairs.select("_i"), pairs.select(pl.col("_i2").alias("_i"))]).unique()
-    lf = lf.join(handed.with_columns(pl.lit(True).alias("_handed")), on="_i", how="left")
+    lf = lf.join(handed.with_columns(pl.lit(True).alias("_handed")), on="_i", how="left").join(
+        pairs.select(pl.col("_i2").alias("_i")).unique().with_columns(
+            pl.lit(True).alias("_load")), on="_i", how="left")
+    # The share of the records the session read that it handed on whole (the loads
+    # themselves aside): all of them, and the session is a pipeline (see handed_share).
+    src = pl.col("ok") & ~pl.col("_load").fill_null(False)
     nr = (pl.col("ok") & pl.col("_named") & ~pl.col("_routine")
           & ~pl.col("_handed").fill_null(False))
     per = lf.group_by("sh").agg(
@@ -211,6 +216,9 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
         pl.when((pl.col("_export") & pl.col("ok")).any()).then(0)
         .otherwise((pl.col("_export") & ~pl.col("ok")).sum()).cast(pl.Int64)
         .alias("refused_exports"),
+        (pl.col("r").filter(src & pl.col("_handed").fill_null(False)).sum()
+         / pl.col("r").filter(src).sum().clip(lower_bound=1)).cast(pl.Float64)
+        .alias("handed_share"),
     )
     per, pages = pl.collect_all([per, pages], engine="in-memory")
     return per.join(pages, on="sh", how="left").select("sh", *_READS_SCHEMA)
@@ -793,6 +801,13 @@ class BulkExtractionDetector(Detector):
         raw = any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"),
                      pl.col("p_request"), pl.col("p_oversized"), pl.col("p_named"),
                      pl.col("p_refused"))
+        if b.pipeline_share > 0 and "handed_share" in cols:
+            # A pipeline: (nearly) every record the session read went on, whole, to another
+            # tool or server (an export loaded into the warehouse). Records moved between
+            # systems are a flow, and whether the destination may hold them is
+            # cross_server_flow's to judge (seed 003), not records pulled out by the caller.
+            raw = pl.when(pl.col("handed_share").fill_null(0.0) >= b.pipeline_share).then(
+                0.0).otherwise(raw)
         return lf.with_columns(raw.alias("_raw")).select(
             *cols, "z_pop", "z_combined", "beyond_per_call", "z_single", "z_own",
             "p_volume", "p_single", "p_sweep", "p_request", "p_oversized", "p_named",
@@ -869,10 +884,15 @@ class BulkExtractionDetector(Detector):
             any_of(pl.col("p_volume"), pl.col("p_single"), pl.col("p_sweep"),
                    pl.col("p_named")),
             pl.col("p_routine"))
-        return df.with_columns(all_of(
+        score = all_of(
             any_of(routine_volume, pl.col("p_request"), pl.col("p_oversized"),
                    pl.col("p_refused")),
-            pl.col("p_own")).alias("_score"))
+            pl.col("p_own"))
+        if self.settings.pipeline_share > 0 and "handed_share" in df.columns:
+            # A pipeline (see _score_volume): cross_server_flow judges where records went.
+            score = pl.when(pl.col("handed_share").fill_null(0.0)
+                            >= self.settings.pipeline_share).then(0.0).otherwise(score)
+        return df.with_columns(score.alias("_score"))
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """Session rows for every session plus entity-window rows."""

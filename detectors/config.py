@@ -355,6 +355,13 @@ class BulkExtractionConfig:
         "discounts a session's largest response); an extraction asks again.",
         2,
     )
+    pipeline_share: float = doc(
+        "A session that handed on, whole, at least this share of the records it read (a "
+        "later call to another tool or server reports the same record count: an export "
+        "loaded into the warehouse) is a pipeline: records moved between systems, whose "
+        "destination cross_server_flow judges, not records pulled out. 0 disables.",
+        0.9,
+    )
     export_terms: list[str] = doc(
         "Words in a tool name that say it exports or dumps whole sets (with a data_terms "
         "name or argument: get_customer_export). Such exports refused refused_exports_lo "

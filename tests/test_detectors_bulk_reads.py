@@ -18,7 +18,6 @@ Each case has its look-alike beside it.
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 
 import polars as pl
@@ -41,8 +40,7 @@ def _caller_bulk(res: detectors.DetectResult, caller: str) -> pl.DataFrame:
                              & (pl.col("category") == "bulk_extraction"))
 
 
-@pytest.fixture(scope="module")
-def result() -> detectors.DetectResult:
+def _traffic() -> Traffic:
     tr = Traffic(seed=261)
     tr.background(days=3, users=30, per_day=2)
     # The follower: four sessions of an hour each, 110 reads of a growing log at the
@@ -123,6 +121,12 @@ def result() -> detectors.DetectResult:
                 ip="10.2.0.5", server="warehouse",
                 args={"table": f"staging.customers_{seg}", "rows": n}, nbytes=300, rows=n)
         t += timedelta(minutes=1)
+    return tr
+
+
+@pytest.fixture(scope="module")
+def result() -> detectors.DetectResult:
+    tr = _traffic()
     return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig())
 
 
@@ -161,10 +165,13 @@ def test_named_reads_on_a_routinely_heavy_tool_are_judged_by_the_tool(
 
 def test_records_handed_on_whole_are_a_flow_not_a_pull(
         result: detectors.DetectResult) -> None:
-    # Not named reads pulled in bulk (its volume patterns still see 3 MB in two calls: a
-    # limit documented in docs/detectors.md).
-    for ev in _bulk(result, "pipeline")["evidence"].to_list():
-        assert json.loads(ev)["pattern_scores"].get("p_named", 0.0) < 0.5
+    """A session that loads every record it exported into the warehouse is a pipeline
+    (pipeline_share): where the records went is cross_server_flow's to judge."""
+    assert _bulk(result, "pipeline").height == 0
+    tr = _traffic()
+    off = detectors.detect(tr.events(), tr.summaries(), DetectorsConfig.from_dict(
+        {"bulk_extraction": {"pipeline_share": 0.0}}))
+    assert _bulk(off, "pipeline").height == 1
 
 
 def test_one_big_report_downloaded_once_is_not_bulk(result: detectors.DetectResult) -> None:

@@ -9,25 +9,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import polars as pl
 import pytest
-from toolwatch.detectors import DetectorsConfig
 
-from tests.fixtures.traffic import T0, Traffic
-from toolwatch import detectors
-
-T = T0 + timedelta(hours=30)
-
-
-def run(tr: Traffic, **cfg: object) -> detectors.DetectResult:
-    return detectors.detect(tr.events(), tr.summaries(), DetectorsConfig.from_dict(cfg))
-
-
-def alerts_of(res: detectors.DetectResult, category: str, **match: str) -> list[dict]:
-    a = res.alerts.filter(pl.col("category") == category)
-    for k, v in match.items():
-        a = a.filter(pl.col(k) == v)
-    return a.to_dicts()
+from tests.fixtures.traffic import Traffic
+from tests.test_detectors_everyday_work import T, alerts_of, run
 
 
 def base() -> Traffic:

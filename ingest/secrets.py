@@ -203,7 +203,7 @@ _STRUCT_RES = (
                r"(?:'(?P<v>[^'\n]++)|\"(?P<w>[^\"\n]++)|(?P<x>[^\s'\";,)]++))"),
     re.compile(r"(?<![^\s\"'\[,{(|])[A-Za-z0-9_.@\-]{1,64}+:"
                r"(?P<v>(?:\$[0-9A-Za-z]{1,8}+\$|\{[A-Z0-9\-]{3,10}+\})[^:\s\"',]++)"),
-    re.compile(rf"(?<![\w$])(?P<v>{_CRYPT}{{16,}}+)"),  # a crypt hash alone ($2b$, $argon2id$)
+    re.compile(rf"(?P<v>\$(?<![\w$]\$){_CRYPT[2:]}{{16,}}+)"),  # a crypt hash alone ($2b$ …)
     # a Telegram bot token as a URL's path (the rule set's needs a delimiter before it)
     re.compile(r"api\.telegram\.org/bot(?P<v>[0-9]++:[A-Za-z0-9_\-]{16,}+)"),
     # host:port:database:user:password (a host holds a letter, a dot or "*": no IPv6)
@@ -1449,8 +1449,8 @@ class SecretHasher:
                 out = self._scan_kv(out, found)
             if '"' in out:
                 out = self._scan_json_text(out, found, _depth)
-        if ("'" in out and (":" in out or "," in out or "=" in out)) or (
-            '"' in out and ("," in out or "=" in out)
+        if ("'" in out and (":" in out or "," in out or "=" in out)) or any(
+            x in out for x in ('",', '" ,', '"]', '"=', '" =')
         ):  # Python repr: {'secret': 'S'} (what print(args) writes); define('KEY', 'S')
             out = self._scan_repr(out, found)
         if "\n" in out or "\\n" in out:

@@ -256,12 +256,19 @@ def _read_rule_set() -> tuple[list[dict[str, Any]], str]:
         return yaml.load(fh, Loader=loader), dist.version  # noqa: S506 (a safe loader)
 
 
+def _literals(rule: dict[str, Any]) -> list[str]:
+    """A rule's gate literals of 3+ characters, or all of them when it has none."""
+    lits = rule.get("required_substrings") or []
+    return [x for x in lits if len(x) >= 3] or lits
+
+
 def _is_token_rule(rule: dict[str, Any]) -> bool:
     """A rule that names a token *format*: a pattern rule for code, not weak, holding no
     key name (``variable``: pairs are toolwatch's structural rules) unless that is a URL
     (webhooks), and gated by literals of 3+ characters (a 1- or 2-letter gate, as
-    Twilio's ``AC`` or Jira's ``M``, matches resource ids)."""
-    lits = rule.get("required_substrings") or []
+    Twilio's ``AC`` or Jira's ``M``, matches resource ids; shorter ones beside a longer
+    one, as MailGun's ``-`` beside ``key-``, are dropped: :func:`_literals`)."""
+    lits = _literals(rule)
     text = "".join(rule.get("values") or [])
     return (
         rule.get("type") == "pattern" and "code" in (rule.get("target") or [])
@@ -300,7 +307,7 @@ def load_rules() -> tuple[tuple[TokenRule, ...], tuple[str, ...], dict[str, int]
             continue
         for i, pattern in enumerate(rule["values"]):
             try:
-                out.append(TokenRule(f"{rule['name']}#{i}", tuple(rule["required_substrings"]),
+                out.append(TokenRule(f"{rule['name']}#{i}", tuple(_literals(rule)),
                                      pattern, len(out)))
                 counts["taken"] += 1
             except Exception:  # RE2 refuses it (a conditional, a back-reference)

@@ -118,8 +118,8 @@ def is_digest(text: str) -> bool:
 #: Secret words matched as a *whole word* of the normalized key (``userPin``, ``PIN``,
 #: ``pin_code`` match ``pin``; ``mapping``, ``spinner`` do not). Short or ambiguous words.
 WORD_NEEDLES: tuple[str, ...] = (
-    "pwd", "pw", "pass", "pin", "otp", "totp", "auth", "oauth", "ssn", "cvv", "cvc",
-    "token", "tokens",
+    "pwd", "pw", "pass", "pin", "otp", "totp", "mfa", "auth", "oauth", "ssn", "cvv", "cvc",
+    "token", "tokens", "sas",
 )
 #: Secret names matched as a substring of the key with separators and case removed
 #: (``x-api-key`` → ``xapikey`` ∋ ``apikey``; ``client_secret``, ``setCookie`` …).
@@ -128,7 +128,8 @@ LONG_NEEDLES: tuple[str, ...] = (
     "privatekey", "privkey", "accesskey", "signingkey", "encryptionkey", "credential",
     "cookie", "authorization", "bearer", "accesstoken", "refreshtoken", "idtoken",
     "sessiontoken", "authtoken", "apitoken", "csrftoken", "xsrftoken", "cardnumber",
-    "creditcard", "ccnumber", "connectionstring", "sshpass",
+    "creditcard", "ccnumber", "connectionstring", "connstr", "sshpass", "assertion",
+    "webhookurl",
 )
 #: Normalized key names that contain a secret word but hold none: the ``authFailures``
 #: count of session summaries and LLM token counters stay readable.
@@ -193,7 +194,7 @@ _PEM_PATTERN = (
     r"-----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----(?:[^\"\\]|\\.)*?"
     r"(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|(?=\")|\Z)"
 )
-_PEM_RE = re.compile(_PEM_PATTERN, re.S)
+_CRYPT = r"\$(?:2[abxy]|[1567]|g?y|sha1|md5|argon2i?d?|scrypt|pbkdf2[\w-]*)\$[\w./=,+$-]"
 _PEM_RE_B = re.compile(_PEM_PATTERN.encode(), re.S)
 _STRUCT_RES = (
     re.compile(r"(?:Private-(?:Lines:\s*+\d++\s*+|MAC:\s*+)|Argon2-Salt:\s*+)"
@@ -202,6 +203,7 @@ _STRUCT_RES = (
                r"(?:'(?P<v>[^'\n]++)|\"(?P<w>[^\"\n]++)|(?P<x>[^\s'\";,)]++))"),
     re.compile(r"(?<![^\s\"'\[,{(|])[A-Za-z0-9_.@\-]{1,64}+:"
                r"(?P<v>(?:\$[0-9A-Za-z]{1,8}+\$|\{[A-Z0-9\-]{3,10}+\})[^:\s\"',]++)"),
+    re.compile(rf"(?P<v>\$(?<![\w$]\$){_CRYPT[2:]}{{16,}}+)"),  # a crypt hash alone ($2b$ …)
     # a Telegram bot token as a URL's path (the rule set's needs a delimiter before it)
     re.compile(r"api\.telegram\.org/bot(?P<v>[0-9]++:[A-Za-z0-9_\-]{16,}+)"),
     # host:port:database:user:password (a host holds a letter, a dot or "*": no IPv6)
@@ -233,20 +235,6 @@ _TOKENS_PREFILTER = (
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*+[ -/]*+[@-~]|\x1b[@-Z\\-_]")
 #: Characters a cut URL (:data:`_URL_TAIL_RE`) never holds: it lies after the last one.
 _URL_TAIL_STOPS = " \t\n\r\f\v\"'<>@"
-#: ``name:`` outside JSON syntax (a JSON key's colon follows a quote, a time's a digit).
-#: Literal first, look-behind after: ``re`` scans for a leading literal quickly.
-# (a quote before the colon too: a Python-repr pair {'secret': 'S'})
-_NAME_COLON_B_RE = re.compile(rb":(?<=[A-Za-z_.\-']:)|:(?<=[A-Za-z_.\-']\s:)")
-_STRINGS_GATE_B = (
-    b"=", b"\\", b":/", b"//", b"%", b"earer", b"EARER", b"asic", b"\x1b", b"dentified",
-    b"DENTIFIED",
-)
-#: A secret name in prose followed by a value (see ``_PROSE_RE``), or ``x:y@``
-#: (``user:pass@host`` with no scheme), in a raw line.
-_PROSE_USERINFO_PATTERN = (
-    rf"(?i:(?:^|[^a-z0-9]){_PROSE_NAMES_ALT}[ \t\n\r\f\v:=])"
-    r"|[^ \t\n\r\f\v\"'<>@:/]:[^ \t\n\r\f\v\"'<>@/]*@"
-)
 #: Commands that take a password as a short flag (``mysql -pS``, ``sshpass -p S``,
 #: ``redis-cli -a S``, ``ldapsearch -w S``, ``docker login -p S``, ``smbclient -U u%S``,
 #: ``htpasswd -b f u S``, ``sqlcmd -P S``), then a flag (after a space or, in an argv
@@ -266,23 +254,24 @@ _ARGV_FLAG_PATTERN = r'\\*"-p(?:\\*"\s*,|[^"\\\s]{5,}\\*")'
 _LOOKALIKE_PROSE_PATTERN = (
     r"[^\x00-\x7f][^\s\"\\]*\s+(?:(?:is|was)\s+)?['\"]?[^\s'\"\\]*[0-9]"
 )
+#: A secret name in prose followed by a value (see ``_PROSE_RE``), ``x:y@`` (``user:pass@host``
+#: with no scheme), a password flag, a crypt hash, a quoted name then a quoted value
+#: (``define('KEY', 'S')``; double-quoted, it is escaped in a raw line: its backslash
+#: picks it), in a raw line.
 _PROSE_USERINFO_PATTERN = (
-    _PROSE_USERINFO_PATTERN + "|" + _CLI_LINE_PATTERN + "|" + _LOOKALIKE_PROSE_PATTERN
-    + "|" + _ARGV_FLAG_PATTERN
+    rf"(?i:(?:^|[^a-z0-9]){_PROSE_NAMES_ALT}[ \t\n\r\f\v:=])"
+    r"|[^ \t\n\r\f\v\"'<>@:/]:[^ \t\n\r\f\v\"'<>@/]*@"
+    + "|" + _CLI_LINE_PATTERN + "|" + _LOOKALIKE_PROSE_PATTERN + "|" + _ARGV_FLAG_PATTERN
+    + "|" + _CRYPT + r"{16}|'\s*(?:,|\]\s*=|=>?)\s*['\"]"
     # an XML element's text (<password>S</password>); a Latin letter next to a non-ASCII
     # character (a look-alike separator: "password：S")
     + r"|(?i:<[^<>\s\"]{1,200}(?:\s[^<>]*)?>[^<\s]|[a-z][^\x00-\x7f])"
 )
-# RE2 when there (one linear DFA pass; ``re`` tries the alternation at every byte)
-_PROSE_USERINFO_B_RE: Any = (
-    _re2.compile(_PROSE_USERINFO_PATTERN.encode()) if _re2 is not None
-    else re.compile(_PROSE_USERINFO_PATTERN.encode())
-)
 
 
 #: :meth:`SecretHasher.plan`'s RE2 tests: each token format's literals (bit = its index),
-#: then :func:`_strings_may_hold_shape` (same characters; RE2 has no look-behind, so the
-#: name character before ``:`` is matched instead).
+#: then whether some string may hold a per-string shape: ``=``, a URL, an escape, a
+#: percent-escape, Bearer/Basic, ``name:`` outside JSON syntax, the patterns above.
 _PLAN_PATTERNS: tuple[str, ...] = (
     _TOKENS_PREFILTER,
     r"=|\\|:/|//|%|earer|EARER|asic|[A-Za-z_.\-'][ \t\n\r\f\v]?:|\x1b|(?i:identified)|"
@@ -292,6 +281,8 @@ _PLAN_PATTERNS: tuple[str, ...] = (
 PLAN_TOKENS = 1
 #: :meth:`SecretHasher.plan` bit: some string of the line may hold a per-string shape.
 PLAN_STRINGS = 2
+# (the second for one line, when no plan is given; RE2: one linear pass)
+_STRINGS_B_RE: Any = (_re2 or re).compile(_PLAN_PATTERNS[1].encode())
 
 
 #: _PLAN_PATTERNS compiled for _plan_buffer (on first use; bound whole, never filled in
@@ -346,20 +337,6 @@ def _plan_buffer(lines: pa.Array) -> list[int] | None:
             mask[k] |= 1 << bit
             pos = int(starts[k + 1])
     return mask
-
-
-def _strings_may_hold_shape(line: bytes) -> bool:
-    """Raw-line test for the per-string rules other than token formats: ``=``, ``:/``
-    or ``//`` (a URL), an escape, a percent-escape, Bearer/Basic, ``name:`` outside JSON
-    syntax. Lines without any
-    (most lines with a secret key) only have their keys checked."""
-    for x in _STRINGS_GATE_B:
-        if x in line:
-            return True
-    return (
-        _NAME_COLON_B_RE.search(line) is not None
-        or _PROSE_USERINFO_B_RE.search(line) is not None
-    )
 
 
 #: ``Bearer <token>`` / ``Basic <base64>`` (group 1 is hashed). Basic needs a character
@@ -496,8 +473,8 @@ _PROSE_RE = re.compile(
     rf"(?i)(?<![a-z0-9])({_PROSE_NAMES_ALT})(?![a-z0-9])"
     # after ":" / "=": any value; after a space: 6+ characters holding a digit and a
     # letter (tested here, so ordinary prose yields no match to look at in Python)
-    rf"(?:(\s?+:\s*+|\s*+=\s*+)['\"]?({_PROSE_VALUE}++)"
-    rf"|\s++(?:(?:is|was)\s++)?['\"]?(?:(?={_PROSE_VALUE}{{6}})"
+    rf"(?:(\s*+:\s*+|\s*+=\s*+)['\"]?({_PROSE_VALUE}++)"
+    rf"|\s++(?:(?:is|was)(?::?\s++|\s*+:\s*+))?['\"]?(?:(?={_PROSE_VALUE}{{6}})"
     rf"(?=(?:(?!\d){_PROSE_VALUE})*+\d)(?=(?:(?![a-z]){_PROSE_VALUE})*+[a-z])"
     # or, with no digit (a JSON-RPC error's "invalid key xQzVbNmKpLwR"): 12+ characters
     # with 3+ capitals and 3+ small letters
@@ -605,17 +582,8 @@ def _looks_mixed_case(value: str) -> bool:
 def _looks_like_secret(value: str) -> bool:
     """Whether a word that follows a secret name in prose is a credential, not prose:
     6+ characters mixing letters and digits (``invalid token expired`` stays)."""
-    if len(value) < 6:
-        return False
-    has_digit = has_alpha = False
-    for ch in value:
-        if ch.isdigit():
-            has_digit = True
-        elif ch.isalpha():
-            has_alpha = True
-        if has_digit and has_alpha:
-            return True
-    return False
+    return (len(value) >= 6 and any(c.isdigit() for c in value)
+            and any(c.isalpha() and not c.isdigit() for c in value))
 
 
 #: ``name=value`` / ``name: value`` in free text (query strings, headers, DSNs): the name
@@ -632,7 +600,7 @@ _NAME_CH = (
     r"[\w.\-\u00ad\u0300-\u036f\u200b-\u200f\u2060-\u2064\ufe00-\ufe0f\ufeff"
     r"\u249c-\u24e9\U0001f130-\U0001f189]"  # (circled, parenthesized, squared letters)
 )
-_KV_RE = re.compile(rf"(?<!{_NAME_CH})({_NAME_CH}++)(=|\s?:\s*|\s+=\s*)")
+_KV_RE = re.compile(rf"(?<!{_NAME_CH})({_NAME_CH}++)(=|\s*+:\s*|\s+=\s*)")
 #: An XML element's opening tag and its text (``<password>S</password>``, SOAP's
 #: ``<wsse:Password Type="…">S</wsse:Password>``; the closing tag may be cut off).
 #: (The name: any script's name characters, invisible ones and JSON ``\u`` escapes
@@ -642,7 +610,7 @@ _XML_RE = re.compile(
 )
 #: :data:`_KV_RE` for ASCII text (an ASCII class is a bitmap test in ``re``; the Unicode
 #: one is ~1.5x slower per byte on long texts).
-_KV_RE_ASCII = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]++)(=|\s?:\s*|\s+=\s*)")
+_KV_RE_ASCII = re.compile(r"(?<![A-Za-z0-9_.\-])([A-Za-z0-9_.\-]++)(=|\s*+:\s*|\s+=\s*)")
 _KV_NAME_RE = re.compile(
     rf"(?:[^\W\d_]|[\u249c-\u24e9\U0001f130-\U0001f189]){_NAME_CH}*\Z"
 )
@@ -657,12 +625,19 @@ _COOKIE_LIST_RE = re.compile(r"[^\"\n\r]*+")
 _COOKIE_PAIR_RE = re.compile(r"([^=;,\s]++=)([^;,\s]*+)")
 #: A Python-repr key (``'secret':``, ``b'token':``) and the value after it: a quoted
 #: string (cut or not), a container's opening bracket, or a bare scalar.
-_REPR_PAIR_RE = re.compile(r"(?<![\w'])[bu]?'([^'\\\n]{1,128}+)'\s*+:\s*+")
+_REPR_PAIR_RE = re.compile(r"(?<![\w'\"])[bu]?(?:'([^'\\\n]{1,128}+)'\s*+(:|,|\]\s*+=|=>?)"
+                           r"|\"([^\"\\\n]{1,128}+)\"\s*+(,|\]\s*+=|=>?))\s*+")
 _REPR_VALUE_RE = re.compile(
     r"[bu]?'((?:[^'\\\n]|\\.)*+)'?|[bu]?\"((?:[^\"\\\n]|\\.)*+)\"?|([\[{(])"
     r"|([^\s,}\])'\"]++)"
 )
 _REPR_BRACKET_RE = re.compile(r"[\[\]{}()]")
+#: Rows of a table in text (CSV, TSV, ``;`` or ``|`` separated, markdown); in JSON text
+#: (escaped newlines) a string's quotes end a row too. A header cell's name.
+_ROWS_RE = re.compile(r"(\r?\n)")
+_ROWS_ESCAPED_RE = re.compile(r'(\\r?\\n|(?<!\\)")')
+_TABLE_SEPS = ("\t", "\\t", "|", ";", ",")
+_TABLE_NAME_RE = re.compile(r"[\"'`*]*+([A-Za-z][\w.\-]{0,63}+(?: [\w.\-]{1,32}+)?)[\"'`*]*+")
 #: A percent-escape (``%3D``): a URL- or form-encoded text is scanned decoded too.
 _PCT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
 #: ``Bearer+token`` / ``Basic+…``: a form-encoded space after a scheme name.
@@ -834,7 +809,7 @@ def _word_forms_re2(word: str) -> str:
     low, cap, up = word, word.capitalize(), word.upper()
     end = (
         r'(?:$|\\*"\s*:|(?:[^a-z"\\]|\\.)(?:[^"\\]|\\.)*\\*"\s*:'
-        r"|(?:[^a-z][A-Za-z0-9_.\-]*)?\s*[:=])"
+        r"|(?:[^a-z][A-Za-z0-9_.\-]*)?\s*[:=]|(?:'|\\+\")\s*(?:,|\]\s*=|=>?)\s*\\*['\"])"
     )
     return (
         rf"(?-i:(?:^|[^A-Za-z]|\\[bfnrt]){low}{end}|{cap}{end}"
@@ -884,6 +859,9 @@ class SecretHasher:
             _TOKENS_PREFILTER,  # the rule set's token formats, a PEM key, a cut token
             r"(?-i:[Bb]asic\s)|\x1b\[|identified\s|api\.telegram\.org/bot",
             r"'\s*:",  # a Python-repr pair ({'0token0': 'S'}): _scan_repr reads its key
+            _CRYPT + "{16}",  # a crypt hash ($2b$…, $argon2id$…), alone or after "user:"
+            # a table's header cell naming a secret, then the row's end (CSV, TSV, markdown)
+            rf"(?:^|[^a-z]){_PROSE_NAMES_ALT}[\s'\"*`]*(?:[,;|\t]|\\t)[^\n\\]*(?:\n|\\[rn])",
             r":[^\s\"'/]*@",  # bare userinfo (user:pass@host): _USERINFO_RE hashes it
             # (PuTTY fields and shadow, htpasswd and pgpass lines: name:, "$x$", host:port:)
             r"(?:private-(?:lines|mac)|argon2-salt):|:(?:\$[0-9a-z]{1,8}\$|\{[a-z0-9\-]{3,10}\})"
@@ -1211,7 +1189,7 @@ class SecretHasher:
         """Which passes :meth:`redact_line` needs, for a batch of lines at once.
 
         One RE2 pass over all ``lines`` (binary or string) per test — each token format's
-        literals, and the per-string rules' characters (:func:`_strings_may_hold_shape`)
+        literals, and the per-string rules' characters (:data:`_PLAN_PATTERNS`)
         — instead of ~25 substring tests per line in Python. Pass ``plan=`` the item of
         the *same bytes* to :meth:`redact_line`; any other line gets ``plan=None``.
 
@@ -1264,7 +1242,8 @@ class SecretHasher:
         # many times a literal repeats).
         if plan is None or plan & PLAN_TOKENS:
             src = self._tokens_bytes(src, found)
-        strings = _strings_may_hold_shape(line) if plan is None else bool(plan & PLAN_STRINGS)
+        strings = (_STRINGS_B_RE.search(line) is not None if plan is None
+                   else bool(plan & PLAN_STRINGS))
         try:
             obj = orjson.loads(src)
         except orjson.JSONDecodeError:
@@ -1470,8 +1449,12 @@ class SecretHasher:
                 out = self._scan_kv(out, found)
             if '"' in out:
                 out = self._scan_json_text(out, found, _depth)
-        if "'" in out and ":" in out:  # Python repr: {'secret': 'S'} (what print(args) writes)
+        if ("'" in out and (":" in out or "," in out or "=" in out)) or any(
+            x in out for x in ('",', '" ,', '"]', '"=', '" =')
+        ):  # Python repr: {'secret': 'S'} (what print(args) writes); define('KEY', 'S')
             out = self._scan_repr(out, found)
+        if "\n" in out or "\\n" in out:
+            out = self._scan_table(out, found)
         if "<" in out and ">" in out:
             out = self._scan_xml(out, found)
         if '-p' in out or '-P' in out:
@@ -1528,18 +1511,13 @@ class SecretHasher:
         return bool(hit[0].as_py())
 
     def _hash_match(self, secret: str, found: list[str]) -> str:
-        if is_digest(secret):
-            found.append(secret)
-            return secret
-        h = self.digest(secret)
+        h = secret if is_digest(secret) else self.digest(secret)  # (a digest is kept)
         found.append(h)
         return h
 
     def _hash_group(self, m: re.Match[str], found: list[str]) -> str:
         g = 1 if m.group(1) is not None else 2
-        s, e = m.span(g)
-        base = m.start()
-        whole = m.group(0)
+        s, e, base, whole = *m.span(g), m.start(), m.group(0)
         return whole[: s - base] + self._hash_match(m.group(g), found) + whole[e - base :]
 
     def _hash_userinfo(self, m: re.Match[str], found: list[str]) -> str:
@@ -1727,17 +1705,22 @@ class SecretHasher:
 
     def _scan_repr(self, text: str, found: list[str]) -> str:
         """Hash values under secret keys in Python-repr pairs (``{'secret': 'S'}``,
-        ``{'token': b'S'}``, ``{'auth': {'user': 'u'}}``), read like JSON pairs."""
+        ``{'token': b'S'}``, ``{'auth': {'user': 'u'}}``), read like JSON pairs, and a
+        quoted secret name followed by a quoted value (``define('DB_PASSWORD', 'S')``,
+        ``os.environ["API_KEY"] = "S"``, ``'token' => 'S'``)."""
         pieces: list[str] = []
         last = 0
         for m in _REPR_PAIR_RE.finditer(text):
-            if not self.is_secret_key(m.group(1)):
+            k = 1 if m.group(1) is not None else 3
+            if not self.is_secret_key(m.group(k)):
                 continue
-            s = m.end(1) + 1
+            s = m.end(k) + 1
             vm = _REPR_VALUE_RE.match(text, m.end())
             if vm is None or not vm.group(vm.lastindex or 1):
                 continue
             g = vm.lastindex or 1
+            if m.group(k + 1) != ":" and (g > 2 or _is_name(vm.group(g))):
+                continue  # after "," / "=": a quoted value only, and not another name
             vs, ve = vm.span(g)
             if vm.group(g)[:1] in "[{(":  # a container: up to its closing bracket
                 depth, ve = 0, len(text)
@@ -1755,6 +1738,36 @@ class SecretHasher:
             return text
         pieces.append(text[last:])
         return "".join(pieces)
+
+    def _scan_table(self, text: str, found: list[str]) -> str:
+        """Hash a table's column whose header names a secret (``user,password\\nbob,S``,
+        TSV, ``;``, markdown ``| user | password |``): in each following row with as many
+        cells, up to a row without; the markdown rule row and the other columns kept."""
+        parts = (_ROWS_RE if "\n" in text else _ROWS_ESCAPED_RE).split(text)
+        cols: list[int] = []
+        sep, width, n = "", 0, len(found)
+        for i in range(0, len(parts), 2):
+            row = parts[i]
+            cells = row.split(sep) if cols else []
+            if cols and len(cells) == width and row.strip(" \t|:-"):
+                for c in cols:
+                    v = cells[c].strip().strip("\"'")
+                    if v and not _starts_with_digest(v, found):
+                        cells[c] = cells[c].replace(v, self._hash_match(v, found), 1)
+                parts[i] = sep.join(cells)
+                continue
+            cols = [] if len(cells) != width else cols
+            low = row.lower()
+            if len(row) > 4096 or not any(x in low for x in _PROSE_LITERALS):
+                continue
+            for sep in _TABLE_SEPS:
+                if sep in row:
+                    cells = row.split(sep)
+                    cols = [j for j, c in enumerate(cells) if (m := _TABLE_NAME_RE.fullmatch(
+                        c.strip())) is not None and self.is_secret_key(m.group(1))]
+                    width = len(cells)
+                    break
+        return "".join(parts) if len(found) > n else text
 
     def _scan_xml(self, text: str, found: list[str]) -> str:
         """Hash the text of XML elements with a secret name (``<password>S</password>``,
@@ -1970,27 +1983,18 @@ class SecretHasher:
                 if depth == 0:
                     end = p
                     break
-            raw = text[start:end]
-            try:
-                h = self._hash_match_value(orjson.loads(raw), found)
-            except (orjson.JSONDecodeError, TypeError):
-                h = self._hash_match(raw, found)
-            return end, '"' + h + '"'
-        m = _SCALAR_RE.match(text, start)
-        assert m is not None
-        raw = m.group(0)
-        if raw in ("", "null"):
-            return m.end(), None
+        else:
+            m = _SCALAR_RE.match(text, start)
+            assert m is not None
+            end = m.end()
+            if m.group(0) in ("", "null"):
+                return end, None
+        raw = text[start:end]
         try:
-            h = self._hash_match_value(orjson.loads(raw), found)
+            h = self._hash_match(self.digest(orjson.loads(raw)), found)
         except (orjson.JSONDecodeError, TypeError):
             h = self._hash_match(raw, found)
-        return m.end(), '"' + h + '"'
-
-    def _hash_match_value(self, value: Any, found: list[str]) -> str:
-        h = self.digest(value)
-        found.append(h)
-        return h
+        return end, '"' + h + '"'
 
 
 #: Every JSON string of a line in order, group 1 set when it is a key (a colon follows).
@@ -2037,14 +2041,10 @@ def _keep_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, int] = {}
     for k, v in pairs:
         if k in out:
-            n = seen.get(k, 1)
-            while True:
+            n = seen.get(k, 1) + 1
+            while f"{k}#{n}" in out:
                 n += 1
-                alias = f"{k}#{n}"
-                if alias not in out:
-                    break
-            seen[k] = n
-            k = alias
+            seen[k], k = n, f"{k}#{n}"
         out[k] = v
     return out
 

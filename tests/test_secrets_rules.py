@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import duckdb
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -89,16 +90,50 @@ SHAPES: list[tuple[str, bytes, str]] = [
     ("rpc result", b'{"jsonrpc": "2.0", "id": 8, "result": {"content": [{"type": "text", '
      b'"text": "your api key is AbCdEfGhIjKlMn"}]}}', "AbCdEfGhIjKlMn"),
 ]
+#: Red team round (issue 28, item 2): shapes found in clear, each its exact input line
+#: (``/tmp/prompts/sec_findings.md``): prose with spaced separators, ``secret is:``,
+#: table columns, quoted name then quoted value, crypt hashes alone, Mailgun, key names.
+_S = "YxbxbULQSw5083bQOjEexkDGuEQPMdobYzB1oPIS"
+_ROUND5 = [
+    ("csv header", '{"args": {"csv": "user,password\\nbob,%s\\n"}}'),
+    ("csv semicolon", '{"args": {"m": "username;password\\nbob;%s"}}'),
+    ("tsv", '{"args": {"m": "user\\tpassword\\nbob\\t%s"}}'),
+    ("md table", '{"args": {"m": "| user | password |\\n|---|---|\\n| bob | %s |"}}'),
+    ("prose spaced", '{"args": {"m": "password   :   %s"}}'),
+    ("secret is:", '{"args": {"m": "the secret is: %s"}}'),
+    ("php define", """{"args": {"php": "define('DB_PASSWORD', '%s');"}}"""),
+    ("php define api", """{"args": {"m": "define('API_KEY', '%s');"}}"""),
+    ("php define dq", '{"args": {"m": "define(\\"API_KEY\\", \\"%s\\");"}}'),
+    ("os.environ", """{"args": {"m": "os.environ['DB_PASSWORD'] = '%s'"}}"""),
+    ("php array", """{"args": {"m": "['db_password' => '%s']"}}"""),
+    ("key mfa_code", '{"args": {"mfa_code": "%s"}}'),
+    ("key client_assertion", '{"args": {"client_assertion": "%s"}}'),
+    ("key sas", '{"args": {"sas": "%s"}}'),
+    ("key conn_str", '{"args": {"conn_str": "%s"}}'),
+    ("key webhookUrl", '{"args": {"webhookUrl": "%s"}}'),
+]
+SHAPES += [(n, (line % _S).encode(), _S) for n, line in _ROUND5] + [
+    ("mailgun", b'{"args": {"t": "key-6410f0926b3b782d3cf1fca9f875c6f5"}}',
+     "key-6410f0926b3b782d3cf1fca9f875c6f5"),
+    ("bcrypt", b'{"args": {"h": "$2b$12$ddqQmkJiq0D2xZQ0bVKyY4Uo93h4D6vx18IDx0lM"}}',
+     "ddqQmkJiq0D2xZQ0bVKyY4Uo93h4D6vx18IDx0lM"),
+    ("bcrypt 2y", b'{"m": "$2y$10$Gv8Ls9w0iAA0KPIxDjkMyKE9m9iMfw05QayguK6N"}',
+     "Gv8Ls9w0iAA0KPIxDjkMyKE9m9iMfw05QayguK6N"),
+    ("argon2", b'{"m": "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$IjuO45KyBBoFsETyy926kMMq"}',
+     "IjuO45KyBBoFsETyy926kMMq"),
+    ("sha512crypt", b'{"m": "$6$rounds=5000$saltsalt$QN9CpscYi0zaEIJrp7EYcpFr2jUssF"}',
+     "QN9CpscYi0zaEIJrp7EYcpFr2jUssF"),
+]
 
 
 def test_rule_set_read_from_the_installed_package() -> None:
-    # CredSweeper 1.19.5's rules (pyproject pin): 97 token patterns RE2 takes, one it
+    # CredSweeper 1.19.5's rules (pyproject pin): 98 token patterns RE2 takes, one it
     # refuses (a conditional), 9 keyword rules. A new pin changes these on purpose.
-    assert RULE_COUNTS == {"taken": 97, "skipped": 1, "keyword": 9}
-    assert len(TOKEN_RULES) == 97
+    assert RULE_COUNTS == {"taken": 98, "skipped": 1, "keyword": 9}
+    assert len(TOKEN_RULES) == 98
     # all of them in one RE2 pass (compiled on first use), each with its value group
     groups = tokens_regex().groupindex
-    assert sorted(groups.values()) == list(range(1, 98))
+    assert sorted(groups.values()) == list(range(1, 99))
     assert {"key", "secret", "token", "salt", "credential"} <= set(RULE_WORDS)
     assert {"key", "sid", "signature"} <= LAST_WORDS and "api" not in LAST_WORDS
     names = {r.name.split("#")[0] for r in TOKEN_RULES}
@@ -178,6 +213,27 @@ def test_resource_ids_and_business_keys_are_never_hashed() -> None:
         assert H.scrub_text(text) == text
 
 
+def test_business_ids_in_the_new_shapes_stay_readable() -> None:
+    # tables, quoted pairs, spaced separators and prose around ids, amounts, recipients,
+    # idempotency keys: nothing is hashed (the detectors compare them)
+    texts = [
+        "documentId,orderId,amount,recipient\ndoc-1234,ord_9f8e,1234.56,cus_77aa12\n",
+        "idempotencyKey;customer\nidem-3f2a9c1b7d;cus_77aa12",
+        "| order | amount | recipient |\n|---|---|---|\n| ord_9f8e | 1234.56 | cus_77aa12 |",
+        "define('ORDER_ID', 'ord_9f8e'); os.environ['DOCUMENT_ID'] = 'doc-1234'",
+        "orderId   :   ord_9f8e and recipient   =   cus_77aa12",
+        "the order is: ord_9f8e, the amount is: 1234.56",
+        "['idempotencyKey' => 'idem-3f2a9c1b7d', 'keyId' => 'kid-2026-01a']",
+        "price $12$ per seat, $5 each",
+    ]
+    for t in texts:
+        found: list[str] = []
+        assert H.scrub_str(t, found) == t and not found, t
+        line = orjson.dumps({"tool": "fulfillOrder", "args": {"m": t}})
+        red, cred = H.redact_line(line)
+        assert red == line and cred is None, red
+
+
 # --------------------------------------------------------------------------- generator
 def _style(words: list[str], style: int) -> str:
     if style == 0:
@@ -201,7 +257,8 @@ def secret_shapes(draw) -> tuple[bytes, str]:
         f"SG.{body}abcdefgh.{body}ijklmnop", f"{body}+/Q9==",
     ]))
     container = draw(st.sampled_from(["json", "repr", "header", "env", "prose", "ansi",
-                                      "cookie", "rpc"]))
+                                      "cookie", "rpc", "csv", "tsv", "md", "define",
+                                      "environ", "spaced", "sentence", "arrow"]))
     line = {
         "json": f'{{"tool": "t", "args": {{"{name}": "{value}"}}}}',
         "repr": f"call args: {{'{name}': '{value}', 'n': 1}}",
@@ -212,6 +269,14 @@ def secret_shapes(draw) -> tuple[bytes, str]:
         "cookie": f"Cookie: lang=en; {name}={value}; theme=dark",
         "rpc": f'{{"jsonrpc": "2.0", "id": 1, "error": {{"code": -32000, '
                f'"message": "{word}: {value}"}}}}',
+        "csv": f'{{"m": "id,{name},note\\n7,{value},x"}}',
+        "tsv": f'{{"m": "id\\t{name}\\n7\\t{value}"}}',
+        "md": f'{{"m": "| id | {name} |\\n|---|---|\\n| 7 | {value} |"}}',
+        "define": f"define('{name}', '{value}');",
+        "environ": f'os.environ["{name}"] = "{value}"',
+        "spaced": f"{name}   :   {value}",
+        "sentence": f"the {word} is: {value}",
+        "arrow": f"['{name}' => '{value}']",
     }[container]
     return line.encode(), value
 

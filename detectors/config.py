@@ -606,8 +606,9 @@ class ToolLoopConfig:
     )
     probe_min_gap_s: float = doc("Median seconds between a probe's calls, at least.", 5.0)
     probe_words: tuple[str, ...] = doc(
-        "Words of a tool name (camelCase or snake_case word, plural allowed) that make its "
-        "call a status check, the only read a probe repeats: a health bot asks for status, "
+        "Words of a tool name or of its arguments (camelCase or snake_case word, plural "
+        "allowed) that make its call a status check, the only read a probe repeats "
+        "(getStatus, searchItems(query=health)): a health bot asks for status, "
         "an agent stuck re-reading a document on a steady clock is a loop (seed 003).",
         ("status", "health", "healthcheck", "ping", "heartbeat", "stat", "poll", "metric",
          "monitor", "alive", "ready", "readiness", "liveness", "uptime", "progress", "state"),

@@ -234,8 +234,12 @@ class ToolLoopDetector(_SequenceDetector):
         # of every pass); rows are sorted by (session, time, event), as before.
         ev = _seq(features).lazy().select(
             "sh", "t", "i", "ch", "status", "tool", "server", "bk", "bkh", "bytes", "tool_role",
-        ).join(cand.lazy().select("sh"), on="sh", how="semi", maintain_order="left").sort(
-            ["sh", "t", "i"])
+        ).join(cand.lazy().select("sh"), on="sh", how="semi", maintain_order="left")
+        if s.probe_quiet:  # whether each call is a status check (see _schedule)
+            ev = ev.join(annotated(features).lazy().select("i", "args"), on="i", how="left",
+                         maintain_order="left").with_columns(
+                self._says_status(s.probe_words).alias("_st")).drop("args")
+        ev = ev.sort(["sh", "t", "i"])
         key = pl.struct("ch", pl.col("status").fill_null("")).hash(SEED)
         ev = ev.with_columns(key.alias("_k"))
         rep = ~pl.col("_k").is_first_distinct().over("sh")
@@ -272,7 +276,7 @@ class ToolLoopDetector(_SequenceDetector):
                 *([pl.col("_new").mean().alias("_new_share"),
                    (pl.col("t").diff().median() / 1e6).alias("_gap_s"),
                    pl.col("tool").n_unique().alias("_tools")] if reread else []),
-                *(self._schedule(s.probe_words) if s.probe_quiet else []),
+                *(self._schedule() if s.probe_quiet else []),
             )
             .collect(engine="in-memory")
         )
@@ -341,16 +345,27 @@ class ToolLoopDetector(_SequenceDetector):
         )
 
     @staticmethod
-    def _schedule(words: tuple[str, ...]) -> list[pl.Expr]:
-        """Aggregations of a streak for the scheduled-probe rule: a status check (read-only,
-        a tool named by ``words``), the median gap and the gaps' coefficient of variation."""
-        gaps = pl.col("t").diff().drop_nulls().cast(pl.Float64)
-        # Words of the name: camelCase split, lower-cased, then a whole word (or plural).
-        spaced = pl.col("tool").str.replace_all(r"([a-z0-9])([A-Z])", "${1}_${2}")
+    def _says_status(words: tuple[str, ...]) -> pl.Expr:
+        """Whether a call is a status check: one of ``words`` in its tool name or arguments
+        (``getStatus``, ``searchItems(query="health")``), camelCase split, lower-cased, as
+        a whole word (or plural)."""
         alt = "|".join(re.escape(w.lower()) for w in words) or "(?!)"
-        status = spaced.str.to_lowercase().str.contains(rf"(?:^|[^a-z])(?:{alt})s?(?:[^a-z]|$)")
+
+        def says(col: str) -> pl.Expr:
+            spaced = pl.col(col).str.replace_all(r"([a-z0-9])([A-Z])", "${1}_${2}")
+            return spaced.str.to_lowercase().str.contains(
+                rf"(?:^|[^a-z])(?:{alt})s?(?:[^a-z]|$)").fill_null(False)
+
+        return says("tool") | says("args")
+
+    @staticmethod
+    def _schedule() -> list[pl.Expr]:
+        """Aggregations of a streak for the scheduled-probe rule: a status check (read-only,
+        ``_st``: see :meth:`_says_status`), the median gap and the gaps' coefficient of
+        variation."""
+        gaps = pl.col("t").diff().drop_nulls().cast(pl.Float64)
         return [
-            (pl.col("tool_role").is_in(["read", "list_search"]) & status.fill_null(False))
+            (pl.col("tool_role").is_in(["read", "list_search"]) & pl.col("_st"))
             .all().alias("_p_read"),
             (gaps.median() / 1e6).alias("_p_med_s"),
             (gaps.std() / gaps.mean()).alias("_p_cv"),

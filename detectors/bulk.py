@@ -191,18 +191,20 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
     # moving records between systems is a flow — where they land is cross_server_flow's
     # to judge — not records pulled out by the caller.
     # Another tool (or server): pages of one listing all return the same page size.
-    src = lf.filter(pl.col("ok") & (pl.col("r") > 0)).select(
-        "_i", "sh", "server", "tool", "t", "r")
-    dst = src.select("sh", "r", pl.col("server").alias("_s2"), pl.col("tool").alias("_tl2"),
-                     pl.col("t").alias("_t2"), pl.col("_i").alias("_i2"))
-    pairs = (src.join(dst, on=["sh", "r"], how="inner")
-             .filter(((pl.col("_s2") != pl.col("server")) | (pl.col("_tl2") != pl.col("tool")))
-                     & (pl.col("_t2") >= pl.col("t")) & (pl.col("_i2") != pl.col("_i"))))
-    # Both ends: the read handed on, and the load that reports its records.
-    handed = pl.concat([pairs.select("_i"), pairs.select(pl.col("_i2").alias("_i"))]).unique()
-    lf = lf.join(handed.with_columns(pl.lit(True).alias("_handed")), on="_i", how="left").join(
-        pairs.select(pl.col("_i2").alias("_i")).unique().with_columns(
-            pl.lit(True).alias("_load")), on="_i", how="left")
+    # Per (session, record count), by aggregation rather than pairing calls (a session may
+    # read thousands of pages of one size): a group holding calls of two tools or more;
+    # the calls of the tool that came first are the reads handed on, the others the loads.
+    okr = pl.col("ok") & (pl.col("r") > 0)
+    pair = pl.struct(pl.col("server").fill_null(""), pl.col("tool").fill_null("")).hash(0x9A1D)
+    okr_rows = lf.filter(okr).select("_i", "sh", "r", "t", pair.alias("_pt"))
+    groups = okr_rows.group_by("sh", "r").agg(
+        pl.col("_pt").n_unique().alias("_n"),
+        pl.col("_pt").sort_by("t", "_i").first().alias("_first_pt"),
+    ).filter(pl.col("_n") >= 2)
+    marks = okr_rows.join(groups, on=["sh", "r"], how="inner").select(
+        "_i", pl.lit(True).alias("_handed"),
+        (pl.col("_pt") != pl.col("_first_pt")).alias("_load"))
+    lf = lf.join(marks, on="_i", how="left")
     # The share of the records the session read that it handed on whole (the loads
     # themselves aside): all of them, and the session is a pipeline (see handed_share).
     src = pl.col("ok") & ~pl.col("_load").fill_null(False)

@@ -259,8 +259,8 @@ class QueryConfig:
         "Bytes of result (Arrow IPC) a query hands back at most, MiB; a bigger result is "
         "cut and reported as truncated. The result is printed (escaped) by the command or "
         "dashboard itself, outside the query child's memory cap, where text can take ~6x "
-        "its Arrow size: keep it small.",
-        16,
+        "its Arrow size.",
+        64,
     )
     max_columns: int = doc("A query returning more columns than this is refused.", 1000)
     max_rows: int = doc(

@@ -203,6 +203,17 @@ def test_flagged_list_and_click_through(server, page):
     assert not page.dialogs
 
 
+def _grid_headers(grid, selector: str = "th", timeout_ms: int = 30_000) -> list[str]:
+    """The grid's non-empty header texts, once it has drawn them.
+
+    Streamlit's data grid mirrors its canvas into a hidden table some time after the frame
+    appears; on a loaded CI machine that takes longer than any fixed pause, so poll for it.
+    """
+    grid.locator(selector, has_text=re.compile(r"\S")).first.wait_for(
+        state="attached", timeout=timeout_ms)
+    return [h.strip() for h in grid.locator(selector).all_inner_texts() if h.strip()]
+
+
 def _no_horizontal_scroll(pg, grids: bool = True) -> None:
     """Neither the page nor (``grids``) any table scrolls sideways at this viewport."""
     assert pg.evaluate("document.documentElement.scrollWidth") <= pg.viewport_size["width"]
@@ -223,10 +234,9 @@ def test_flagged_and_overview_screenshots(server, page):
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{url}/flagged")
     page.get_by_text("6 alert(s). Click a row").wait_for()
-    page.wait_for_timeout(1500)
     grid = page.locator('[data-testid="stDataFrame"]').first
-    headers = grid.locator("th").all_inner_texts()
-    assert [h.strip() for h in headers[:6] if h.strip()][:3] == ["caller", "address", "severity"]
+    headers = _grid_headers(grid)
+    assert headers[:3] == ["caller", "address", "severity"], headers
     box = grid.bounding_box()
     assert box is not None and box["x"] + box["width"] <= 1440 and box["y"] < 900
     grid.locator("td", has_text=info.stuffing_ip).first.wait_for(state="attached")
@@ -275,7 +285,7 @@ def test_demo_incident_queue_at_1440x900(demo_server, page):
     assert box is not None
     visible_rows = int((900 - box["y"] - 36) // 35)  # header 36 px, rows 35 px
     assert visible_rows >= 10, box
-    headers = [h.strip() for h in grid.locator("th").all_inner_texts() if h.strip()]
+    headers = _grid_headers(grid)
     assert headers[:8] == ["caller", "address", "stages", "risk", "severity", "since",
                            "status", "do first"], headers
     _no_horizontal_scroll(page)
@@ -336,6 +346,7 @@ def _assert_timeline_in_stage_order(page, n_alerts: int, n_stages: int) -> None:
     tl.wait_for()
     page.wait_for_timeout(1000)
     # the stage column by its header (the grid may or may not draw a selection cell)
+    _grid_headers(tl, "thead th")
     heads = [h.strip() for h in tl.locator("thead th").all_inner_texts()]
     col = heads.index("stage") - len(heads)
     stages = [r.locator("td").all_inner_texts()[col].strip()

@@ -293,3 +293,55 @@ def daily_habits(
         .drop("_n", "_days")
         .collect(engine=ENGINE)
     )
+
+
+def summary_routines(
+    frame: pl.DataFrame,
+    raw_col: str,
+    value_col: str,
+    keys: list[str],
+    *,
+    min_rows: int,
+    min_hours: float,
+    min_mad: float,
+    threshold: float,
+    t_col: str = "first_t",
+) -> pl.DataFrame:
+    """Entities whose *summary-only* sessions are a routine within the data at hand.
+
+    A session known only from the server's summary line is a handful of counts (calls,
+    unique resources, bytes). When one entity writes such summaries all day long, at least
+    ``min_rows`` of them spread over ``min_hours`` or more, and its typical (median) one
+    already scores at alert level (``threshold``), that count is its workload (a sync
+    service the server marks SESSION_ANOMALY every run), not an attack: :func:`habits`
+    needs several UTC days of history, which a one-day batch never has. A burst of
+    sessions in one sitting is not spread over hours and stays out.
+
+    Returns
+    -------
+    polars.DataFrame
+        ``keys`` plus ``routine_med`` and ``routine_sd`` (median and scaled MAD of
+        ``log1p(value_col)``, the MAD floored at ``min_mad``) and ``routine_n``, for
+        routine entities only.
+    """
+    if frame.height == 0 or min_rows <= 0:
+        return frame.select(keys).clear().with_columns(
+            pl.lit(None, pl.Float64).alias("routine_med"),
+            pl.lit(None, pl.Float64).alias("routine_sd"),
+            pl.lit(None, pl.UInt32).alias("routine_n"))
+    lv = pl.col(value_col).cast(pl.Float64).log1p()
+    return (
+        _group_agg_lazy(
+            _established_lazy(frame.lazy(), keys, min_rows), keys,
+            pl.len().alias("routine_n"),
+            ((pl.col(t_col).max() - pl.col(t_col).min()) / 3.6e9).alias("_hours"),
+            pl.col(raw_col).median().alias("_typical"),
+            lv.median().alias("routine_med"),
+            ((lv - lv.median()).abs().median() * 1.4826).alias("routine_sd"),
+        )
+        .filter((pl.col("routine_n") >= min_rows) & (pl.col("_hours") >= min_hours)
+                & (pl.col("_typical") >= threshold))
+        .with_columns(pl.col("routine_sd").clip(lower_bound=min_mad))
+        .drop("_hours", "_typical")
+        .collect(engine=ENGINE)
+    )

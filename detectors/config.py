@@ -458,10 +458,17 @@ class ScrapingLoopConfig:
     rate_hi: float = doc("Calls per minute that are critical.", 200.0)
     rate_min_calls: int = doc("Calls needed before the rate signal is considered.", 100)
     summary_repeat_lo: float = doc(
-        "A session known only from its summary line counts at rate_lo calls per minute when "
-        "at least this share of its calls touched no new resource (1 - unique resources / "
-        "calls): a crawl or loop over a few resources, not an id walk.",
-        0.8,
+        "A session known only from its summary line counts at rate_lo calls per minute, or "
+        "from summary_calls_lo calls, when at least this share of its calls touched no new "
+        "resource (1 - unique resources / calls): most of its calls went back over pages "
+        "or resources it had already touched, a crawl or loop, not an id walk (which "
+        "touches a new resource nearly every call).",
+        0.5,
+    )
+    summary_calls_lo: int = doc(
+        "Calls from which a session known only from its summary line counts as a crawl "
+        "(seed 001's own scraping-loop signal: callCount > 50); critical at calls_hi.",
+        51,
     )
     summary_min_bytes_per_call: int = doc(
         "...and when its calls returned at least this many bytes on average: a crawl "
@@ -497,6 +504,21 @@ class ScrapingLoopConfig:
         "robust z-scores above the caller's own median calls or pages (a sync or export "
         "job that pages through the same listing every day is normal for it).",
         3.0,
+    )
+    summary_routine_sessions: int = doc(
+        "A session known only from its summary line is a few counts. A caller with at "
+        "least this many summary-only sessions in the history (at least "
+        "baseline_min_sessions), spread over summary_routine_hours, whose typical one "
+        "already scores at alert level, runs that count as its workload (a sync service "
+        "the server marks SESSION_ANOMALY every run): its summary sessions then alert only "
+        "self_z robust z-scores above its own median calls. Needs no multi-day history. "
+        "0 turns this off.",
+        3,
+    )
+    summary_routine_hours: float = doc(
+        "...spread over at least this many hours between the first and the last of them "
+        "(a burst of sessions in one sitting is not a routine).",
+        6.0,
     )
 
 

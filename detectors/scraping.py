@@ -39,7 +39,13 @@ from typing import Any, Self
 
 import polars as pl
 from toolwatch.detectors.base import Detector, FeatureSet, empty_scores, session_frame
-from toolwatch.detectors.baseline import Baseline, established_rows, habits, habitual_gate
+from toolwatch.detectors.baseline import (
+    Baseline,
+    established_rows,
+    habits,
+    habitual_gate,
+    summary_routines,
+)
 from toolwatch.detectors.bulk import established_count
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import _arg_pattern, explode_entities, group_agg
@@ -89,16 +95,44 @@ class ScrapingLoopDetector(Detector):
         # and a raw score depends on its own row: score just those sessions, or none (a live
         # pass's short history rarely holds one). Same habits, far less work.
         known = _established(history.sessions, cfg.baseline_min_sessions)
-        if known.height:
-            known = self._with_tail(history, known)
+        raw = self._raw(self._with_tail(history, known)) if known.height else None
         self.habit_ = habits(
-            self._raw(known), "_raw", ["caller_id"],
+            raw, "_raw", ["caller_id"],
             min_rows=cfg.baseline_min_sessions,
             min_days=max(cfg.baseline_min_days, cfg.habit_min_days),
-        ) if known.height else pl.DataFrame(
+        ) if raw is not None else pl.DataFrame(
             schema={"caller_id": history.sessions.schema["caller_id"], "habit_score": pl.Float64})
+        s = self.settings
+        self.routine_ = summary_routines(
+            raw.filter(pl.col("basis") == "summary") if raw is not None
+            else history.sessions.clear(), "_raw", "calls", ["caller_id"],
+            min_rows=s.summary_routine_sessions, min_hours=s.summary_routine_hours,
+            min_mad=cfg.baseline_min_mad, threshold=self.threshold,
+        )
         self.fitted_ = True
         return self
+
+    def _routine_gate(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Summary-only sessions of a caller whose summaries are its routine
+        (:func:`summary_routines`) alert only far beyond its own median calls: the few
+        counts of a summary line cannot tell a sync service's run from a crawl, but the
+        caller's own runs all day long can."""
+        r = self.routine_
+        if r.height == 0:
+            return df
+        routine = (pl.col("basis") == "summary") & pl.col("routine_n").is_not_null()
+        z = (pl.col("calls").cast(pl.Float64).log1p() - pl.col("routine_med")) \
+            / pl.col("routine_sd")
+        return df.join(r, on="caller_id", how="left", maintain_order="left").with_columns(
+            (pl.col("habitual") | routine).alias("habitual"),
+            pl.when(routine).then(gate(z, self.settings.self_z))
+            .otherwise(pl.col("p_own")).alias("p_own"),
+            pl.when(routine).then(z).otherwise(pl.col("z_own")).alias("z_own"),
+            pl.when(routine).then(pl.col("routine_n").cast(pl.Int64))
+            .otherwise(pl.col("own_n")).alias("own_n"),
+            pl.when(routine).then(pl.col("routine_med").exp() - 1.0)
+            .otherwise(pl.col("own_typical_calls")).alias("own_typical_calls"),
+        ).drop("routine_med", "routine_sd", "routine_n")
 
     def _raw(self, sessions: pl.DataFrame) -> pl.DataFrame:
         """Pattern scores and their maximum ``_raw`` (before the caller's own baseline)."""
@@ -147,10 +181,10 @@ class ScrapingLoopDetector(Detector):
                               s.summary_min_bytes_per_call)))
             .otherwise(0.0),
             # Seed 001's own rule for a summary line: more than 50 calls in one session is
-            # its scraping-loop signal, whatever the rate. Counted from calls_lo calls over
-            # few resources returning content, as above.
+            # its scraping-loop signal, whatever the rate. Counted from summary_calls_lo
+            # (51) calls mostly over resources already touched, returning content, as above.
             "p_calls_summary": pl.when(pl.col("basis") == "summary").then(
-                all_of(band(pl.col("calls"), s.calls_lo, s.calls_hi),
+                all_of(band(pl.col("calls"), s.summary_calls_lo, s.calls_hi),
                        gate(_dup(), s.summary_repeat_lo),
                        gate(ratio(pl.col("total_bytes"), pl.col("calls")),
                             s.summary_min_bytes_per_call))
@@ -184,6 +218,7 @@ class ScrapingLoopDetector(Detector):
         df = self._with_tail(features, df)
         df = habitual_gate(self._raw(df), self.habit_, ["caller_id"], self.threshold,
                            pl.col("z_own"), self.settings.self_z)
+        df = self._routine_gate(df)
         score = all_of(pl.col("_raw"), pl.col("p_own"))
         out = session_frame(df, score, [
             *_EVIDENCE,
@@ -371,7 +406,13 @@ class ScrapingLoopDetector(Detector):
                 f"{num(row['max_pages'])} distinct pages/cursors of "
                 f"{row.get('page_tool') or 'one tool'}: walking a listing page by page."
             )
-        if row.get("habitual"):
+        if row.get("habitual") and row.get("basis") == "summary":
+            reasons.append(
+                "This caller's session summaries are its routine, but not on this scale: "
+                f"it typically makes {num(row.get('own_typical_calls'))} calls per session "
+                f"({row.get('own_n')} summaries spread over hours)."
+            )
+        elif row.get("habitual"):
             reasons.append(
                 "This caller crawls habitually, but not on this scale: it typically "
                 f"makes {num(row.get('own_typical_calls'))} calls per session "

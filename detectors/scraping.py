@@ -103,27 +103,45 @@ class ScrapingLoopDetector(Detector):
         ) if raw is not None else pl.DataFrame(
             schema={"caller_id": history.sessions.schema["caller_id"], "habit_score": pl.Float64})
         s = self.settings
-        self.routine_ = summary_routines(
-            raw.filter(pl.col("basis") == "summary") if raw is not None
-            else history.sessions.clear(), "_raw", "calls", ["caller_id"],
-            min_rows=s.summary_routine_sessions, min_hours=s.summary_routine_hours,
-            min_mad=cfg.baseline_min_mad, threshold=self.threshold,
-        )
+        # Summary routines per caller, and per client address: a sync host running one job
+        # under several service accounts (one per tenant) is the workload's source, and
+        # each account alone may write only a few summaries a day. The address's
+        # sessions need no baseline_min_sessions per caller, so they come from all
+        # summary sessions, not from ``known``.
+        summ = history.sessions.filter(pl.col("basis") == "summary")
+        summ_raw = self._raw(self._with_tail(history, summ)) if summ.height else summ
+        self.routine_ = {
+            key: summary_routines(
+                summ_raw, "_raw", "calls", [key],
+                min_rows=s.summary_routine_sessions, min_hours=s.summary_routine_hours,
+                min_mad=cfg.baseline_min_mad, threshold=self.threshold,
+            ) if summ.height else pl.DataFrame()
+            for key in ("caller_id", "client_ip")
+        }
         self.fitted_ = True
         return self
 
     def _routine_gate(self, df: pl.DataFrame) -> pl.DataFrame:
-        """Summary-only sessions of a caller whose summaries are its routine
-        (:func:`summary_routines`) alert only far beyond its own median calls: the few
-        counts of a summary line cannot tell a sync service's run from a crawl, but the
-        caller's own runs all day long can."""
-        r = self.routine_
-        if r.height == 0:
+        """Summary-only sessions of a caller (or client address) whose summaries are its
+        routine (:func:`summary_routines`) alert only far beyond its own median calls: the
+        few counts of a summary line cannot tell a sync service's run from a crawl, but
+        the caller's own runs all day long can."""
+        parts = [(k, r) for k, r in self.routine_.items() if r.height]
+        if not parts:
             return df
+        # The caller's own routine first; else its address's.
+        for key, r in parts:
+            df = df.join(r.rename({c: f"{c}_{key}" for c in r.columns if c != key}),
+                         on=key, how="left", maintain_order="left")
+        df = df.with_columns(*[
+            pl.coalesce([pl.col(f"{c}_{k}") for k, _ in parts]).alias(c)
+            for c in ("routine_med", "routine_sd", "routine_n")
+        ]).drop([f"{c}_{k}" for k, _ in parts for c in ("routine_med", "routine_sd",
+                                                        "routine_n")])
         routine = (pl.col("basis") == "summary") & pl.col("routine_n").is_not_null()
         z = (pl.col("calls").cast(pl.Float64).log1p() - pl.col("routine_med")) \
             / pl.col("routine_sd")
-        return df.join(r, on="caller_id", how="left", maintain_order="left").with_columns(
+        return df.with_columns(
             (pl.col("habitual") | routine).alias("habitual"),
             pl.when(routine).then(gate(z, self.settings.self_z))
             .otherwise(pl.col("p_own")).alias("p_own"),

@@ -181,15 +181,21 @@ def test_a_summary_only_crawl_is_scraping_a_status_poll_is_not() -> None:
 
 def test_summaries_a_caller_writes_all_day_are_its_routine_not_a_crawl() -> None:
     """A sync service known only from its summary lines (which the server marks
-    SESSION_ANOMALY every run) makes a few hundred calls per run, all day: that count is its
-    workload. A one-off session with the same count, a burst of such sessions in one
-    sitting, and the service's own run far beyond its usual count still alert."""
+    SESSION_ANOMALY every run) makes a few hundred calls per run, all day: that count is
+    its workload, whether one account runs it or one host under several accounts. A
+    one-off session with the same count, a burst of such sessions in one sitting, and the
+    service's own run far beyond its usual count still alert."""
     tr = base()
     calls = [250, 400, 310]
     for i, n in enumerate(calls):
         tr.summary(f"sync-{i}", T + timedelta(hours=4 * i), kind="SESSION_ANOMALY",
                    caller="svc-search-sync", calls=n, unique_resources=5 + 4 * i,
                    total_bytes=n * 12_000, duration_s=3600 + 600 * i)
+    # One sync host running the job under a service account per tenant: two runs each.
+    for i in range(6):
+        tr.summary(f"tenant-{i}", T + timedelta(hours=2 * i), kind="SESSION_ANOMALY",
+                   caller=f"svc-tenant-{i % 3}", ip="10.20.0.30", calls=calls[i % 3],
+                   unique_resources=12, total_bytes=calls[i % 3] * 12_000, duration_s=4000)
     tr.summary("sync-huge", T + timedelta(hours=13), kind="SESSION_ANOMALY",
                caller="svc-search-sync", calls=9_000, unique_resources=30,
                total_bytes=9_000 * 12_000, duration_s=5400)
@@ -202,6 +208,8 @@ def test_summaries_a_caller_writes_all_day_are_its_routine_not_a_crawl() -> None
     res = run(tr)
     for i in range(len(calls)):
         assert not alerts_of(res, "scraping_loop", session_id=f"sync-{i}"), i
+    for i in range(6):
+        assert not alerts_of(res, "scraping_loop", session_id=f"tenant-{i}"), i
     huge = alerts_of(res, "scraping_loop", session_id="sync-huge")
     assert huge and "routine, but not on this scale" in " ".join(huge[0]["reasons"])
     assert alerts_of(res, "scraping_loop", session_id="one-off")
@@ -211,6 +219,7 @@ def test_summaries_a_caller_writes_all_day_are_its_routine_not_a_crawl() -> None
     res = run(tr, scraping_loop={"summary_routine_sessions": 0})
     assert all(alerts_of(res, "scraping_loop", session_id=f"sync-{i}")
                for i in range(len(calls)))
+    assert all(alerts_of(res, "scraping_loop", session_id=f"tenant-{i}") for i in range(6))
 
 def test_a_refused_retry_after_success_is_an_attempt_a_retry_of_a_failure_is_not() -> None:
     tr = base()

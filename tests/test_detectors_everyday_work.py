@@ -189,7 +189,8 @@ def test_summaries_a_caller_writes_all_day_are_its_routine_not_a_crawl() -> None
     calls = [250, 400, 310]
     for i, n in enumerate(calls):
         tr.summary(f"sync-{i}", T + timedelta(hours=4 * i), kind="SESSION_ANOMALY",
-                   caller="svc-search-sync", calls=n, unique_resources=5 + 4 * i,
+                   caller="svc-search-sync", ip="10.20.0.40", calls=n,
+                   unique_resources=5 + 4 * i,
                    total_bytes=n * 12_000, duration_s=3600 + 600 * i)
     # One sync host running the job under a service account per tenant: two runs each.
     for i in range(6):
@@ -197,13 +198,14 @@ def test_summaries_a_caller_writes_all_day_are_its_routine_not_a_crawl() -> None
                    caller=f"svc-tenant-{i % 3}", ip="10.20.0.30", calls=calls[i % 3],
                    unique_resources=12, total_bytes=calls[i % 3] * 12_000, duration_s=4000)
     tr.summary("sync-huge", T + timedelta(hours=13), kind="SESSION_ANOMALY",
-               caller="svc-search-sync", calls=9_000, unique_resources=30,
+               caller="svc-search-sync", ip="10.20.0.40", calls=9_000, unique_resources=30,
                total_bytes=9_000 * 12_000, duration_s=5400)
     tr.summary("one-off", T + timedelta(hours=3), kind="SESSION_ANOMALY", caller="agent-5",
-               calls=300, unique_resources=20, total_bytes=300 * 12_000, duration_s=3600)
+               ip="203.0.113.5", calls=300, unique_resources=20, total_bytes=300 * 12_000,
+               duration_s=3600)
     for i in range(6):
         tr.summary(f"burst-{i}", T + timedelta(minutes=5 * i), kind="SESSION_ANOMALY",
-                   caller="agent-burst", calls=300, unique_resources=10,
+                   caller="agent-burst", ip="198.51.100.7", calls=300, unique_resources=10,
                    total_bytes=300 * 12_000, duration_s=240)
     res = run(tr)
     for i in range(len(calls)):

@@ -31,6 +31,7 @@ from toolwatch.detectors.bulk import established_count
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import (
     ENTITY_TYPES,
+    SEED,
     explode_entities,
     group_agg,
     resource_features,
@@ -53,6 +54,17 @@ def _established(sessions: pl.DataFrame, min_rows: int) -> pl.DataFrame:
     if established_count(sessions, ["caller_id"], min_rows) == 0:
         return sessions.clear()
     return established_rows(sessions, ["caller_id"], min_rows)
+
+
+def _acted() -> pl.Expr:
+    """Per (session, id) group: the caller acted on that id (see ``_cap_rewrites``).
+
+    True when a successful mutating call names it, or a successful outbound call names
+    it and no read of it does. Needs ``ok``, ``mutates``, ``outbound`` and ``tool_role``.
+    """
+    ok = pl.col("ok")
+    reads = pl.col("tool_role").is_in(["read", "list_search"])
+    return (pl.col("mutates") & ok).any() | ((pl.col("outbound") & ok).any() & ~reads.any())
 
 
 class EnumerationDetector(Detector):
@@ -229,10 +241,7 @@ class EnumerationDetector(Detector):
         if scored.height == 0 or not (e.rewrite_share_lo or e.harvest_bytes_factor):
             return scored
         cand = scored.lazy().filter(pl.col("_score") >= self.threshold).select("sh")
-        ok = pl.col("ok")
-        reads = pl.col("tool_role").is_in(["read", "list_search"])
-        acted = (pl.col("mutates") & ok).any() | (
-            (pl.col("outbound") & ok).any() & ~reads.any())
+        acted = _acted()
         per = (
             annotated(features).lazy().join(cand, on="sh", how="semi")
             .filter(pl.col("rh").is_not_null())
@@ -294,7 +303,24 @@ class EnumerationDetector(Detector):
         ).select(KEYS).collect(engine="in-memory")
 
     def _entities(self, features: FeatureSet, flagged: pl.DataFrame) -> pl.DataFrame:
-        cfg = self.config
+        """Entity-window rows: a walk split across sessions, per caller / client address.
+
+        Three rules keep a busy person's day from reading as one walk (issue 26):
+
+        * **one id space per walk** — distinct ids, misses, runs and dense blocks are
+          counted per resource field (``resource_key``; ids logged without a field are a
+          space of their own), never mixed across fields: a person touches many objects of
+          many kinds in a day (orders, carts, documents, charts, files), and that variety is
+          not a walk. A window scores as its highest-scoring field;
+        * **own objects are not lookups** — an id the caller acted on in the same session
+          (``_acted``, the session rule of ``_cap_rewrites``: a successful mutating call on
+          it, e.g. checkout / charge / fulfil of the order it just created) is not counted;
+        * **evidence sessions** — the alert names (``session_ids``, ``n_sessions``) the
+          sessions carrying the walk's evidence: a missed lookup in the walked field, or an
+          id inside the reported run / dense block; not every session of the caller that
+          touched a resource. ``entity_min_sessions`` counts those sessions.
+        """
+        cfg, e = self.config, self.settings
         # The columns read below only (the anti join would copy every feature column).
         residual = features.sessions.select(
             "session_id", "sh", "ceh", "ieh", "first_t", "last_t", "distinct_resources",
@@ -305,21 +331,38 @@ class EnumerationDetector(Detector):
             return empty_scores()
         callers = cand.filter(pl.col("et") == 0)["eh"].unique().implode()
         ips = cand.filter(pl.col("et") == 1)["eh"].unique().implode()
+        ann = annotated(features)
         # One in-memory query (what the eager calls ran, one after another): the filter
-        # reads three columns instead of copying every event column first.
+        # reads a few columns instead of copying every event column first. ``rkh`` is the
+        # id space (the field name's hash; a bare id's null field hashes to one value).
         ev = (
             features.events.lazy().filter(
                 pl.col("has_res") & (pl.col("ceh").is_in(callers) | pl.col("ieh").is_in(ips))
             )
-            .select("t", "sh", "ceh", "ieh", "rh", "tlh", "th", "rnum", "miss", "nf", "den", "i")
+            .select("t", "sh", "ceh", "ieh", "rh", "tlh", "th", "rnum", "miss", "nf", "den", "i",
+                    "ok", pl.col("resource_key").hash(SEED).alias("rkh"))
             .join(residual.lazy().select("sh"), on="sh", how="semi", maintain_order="left")
             .collect(engine="in-memory")
         )
         if ev.height == 0:
             return empty_scores()
+        # Own objects: ids acted on in their session leave the walk (annotated() keeps
+        # the events' rows in order, so its role columns are gathered by row index).
+        idx = ev["i"]
+        ev = ev.with_columns(
+            ann["mutates"].gather(idx).fill_null(False).alias("mutates"),
+            ann["outbound"].gather(idx).fill_null(False).alias("outbound"),
+            ann["tool_role"].gather(idx).alias("tool_role"),
+        )
+        own = ev.group_by("sh", "rh").agg(_acted().alias("_own")).filter(pl.col("_own"))
+        ev = ev.join(own.select("sh", "rh"), on=["sh", "rh"], how="anti",
+                     maintain_order="left").drop("ok", "mutates", "outbound", "tool_role")
+        if ev.height == 0:
+            return empty_scores()
+        gk = [*KEYS, "rkh"]
         ee = explode_entities(ev, cfg).join(cand, on=KEYS, how="semi")
         agg = group_agg(
-            ee, KEYS,
+            ee, gk,
             pl.col("sh").n_unique().alias("n_sessions"),
             pl.len().alias("resource_calls"),
             pl.col("rh").n_unique().alias("distinct_resources"),
@@ -335,12 +378,13 @@ class EnumerationDetector(Detector):
             *IDENTITY_AGGS,
         ).filter(
             (pl.col("n_sessions") >= cfg.entity_min_sessions)
-            & (pl.col("distinct_resources") >= self.settings.miss_run_lo)
+            & (pl.col("distinct_resources") >= e.miss_run_lo)
         )
         if agg.height == 0:
             return empty_scores()
-        rf = resource_features(ee, KEYS, cfg, features.events["resource_id"])
-        feats = agg.join(rf, on=KEYS, how="left").with_columns(
+        ids = features.events["resource_id"]
+        rf = resource_features(ee, gk, cfg, ids)
+        feats = agg.join(rf, on=gk, how="left").with_columns(
             pl.col("seq_run").fill_null(0),
             pl.col("seq_miss").fill_null(0.0),
             pl.col("dense_ids").fill_null(0),
@@ -348,15 +392,18 @@ class EnumerationDetector(Detector):
             pl.col("resource_calls").alias("calls"),
             ((pl.col("last_t") - pl.col("first_t")) / 1e6).alias("span_s"),
             pl.lit("events").alias("basis"),
+            # One field per group: the walked field is the group's own.
             features.events["resource_key"].gather(agg["_i"]).alias("resource_key"),
         )
         pats = self._patterns()
         feats = feats.with_columns(**pats, p_summary=pl.lit(0.0)).with_columns(
             any_of(*[pl.col(k) for k in pats]).alias("score")
         )
-        hot = feats.filter(pl.col("score") >= self.threshold)
-        feats = feats.join(sessions_of(ee, hot, features), on=KEYS, how="left")
-        feats = self._name_walked_field(feats, KEYS, ee.select(*KEYS, "i"), features, "score")
+        # A window scores as its highest-scoring id space (one row per window).
+        feats = feats.sort(["score", "distinct_resources", "_i"],
+                           descending=[True, True, False]).unique(KEYS, keep="first",
+                                                                  maintain_order=True)
+        feats = self._evidence_sessions(feats, ee, features)
         feats = finish(feats, features)
         return feats.select(
             "entity_type",
@@ -379,6 +426,75 @@ class EnumerationDetector(Detector):
             pl.lit(1.0).alias("p_own"),
             "session_ids",
             "n_sessions",
+        )
+
+    def _evidence_sessions(self, feats: pl.DataFrame, ee: pl.DataFrame,
+                           features: FeatureSet) -> pl.DataFrame:
+        """``session_ids``, ``n_sessions`` and ``top_tool`` of the windows at the threshold:
+        the sessions with a missed lookup in the walked field, or with an id inside the
+        run (``seq_run`` >= ``miss_run_lo``, ids of the run's shape between its first and
+        last id, on its step) or dense block (``dense_ids`` >= ``dense_lo`` / 2) when that
+        pattern decided the alert.
+        Windows whose evidence spans fewer than ``entity_min_sessions`` sessions are a
+        session's business, not a distributed walk: their score drops to 0."""
+        e, cfg = self.settings, self.config
+        gk = [*KEYS, "rkh"]
+        # The run / block is the walk's evidence when its pattern decides: it reaches the
+        # threshold on its own, or is the strongest pattern. A dozen documents re-read all
+        # day form a small block beside a sparse probe; they are not what alerted.
+        thr = self.threshold
+        p_seq = pl.max_horizontal("p_run", "p_miss_run")
+        top = pl.max_horizontal("p_run", "p_miss_run", "p_sparse", "p_dense")
+        hot = feats.filter(pl.col("score") >= thr).select(
+            *gk, "seq_step", "seq_first", "seq_last", "dense_lo", "dense_hi",
+            pl.when((p_seq >= thr) | ((p_seq >= top) & (p_seq > 0)))
+            .then(pl.col("seq_run")).otherwise(0).alias("seq_run"),
+            pl.when((pl.col("p_dense") >= thr) | ((pl.col("p_dense") >= top)
+                                                  & (pl.col("p_dense") > 0)))
+            .then(pl.col("dense_ids")).otherwise(0).alias("dense_ids"))
+        none = pl.lit(None, pl.List(pl.String))
+        if hot.height == 0:
+            return feats.with_columns(none.alias("session_ids"),
+                                      pl.lit(None, pl.String).alias("top_tool"))
+        sub = ee.join(hot.select(gk), on=gk, how="semi")
+        sub = sub.with_columns(features.events["resource_id"].gather(sub["i"]).alias("_rid"))
+
+        def at(col: str, what: str) -> pl.Expr:
+            return pl.col(what).filter(pl.col("_rid") == pl.col(col)).first().over(gk)
+
+        step = pl.col("seq_step").fill_null(1).abs().clip(lower_bound=1)
+        r_lo = pl.min_horizontal(pl.col("_r0"), pl.col("_r1"))
+        r_hi = pl.max_horizontal(pl.col("_r0"), pl.col("_r1"))
+        in_run = (
+            (pl.col("seq_run").fill_null(0) >= e.miss_run_lo) & (pl.col("th") == pl.col("_tr"))
+            & pl.col("rnum").is_between(r_lo, r_hi) & ((pl.col("rnum") - r_lo) % step == 0)
+        ).fill_null(False)
+        in_blk = (
+            (pl.col("dense_ids").fill_null(0) >= e.dense_lo // 2)
+            & (pl.col("th") == pl.col("_tb"))
+            & pl.col("rnum").is_between(pl.col("_b0"), pl.col("_b1"))
+        ).fill_null(False)
+        evid = (
+            sub.lazy().join(hot.lazy(), on=gk)
+            .with_columns(at("seq_first", "rnum").alias("_r0"), at("seq_last", "rnum").alias("_r1"),
+                          at("seq_first", "th").alias("_tr"), at("dense_lo", "rnum").alias("_b0"),
+                          at("dense_hi", "rnum").alias("_b1"), at("dense_lo", "th").alias("_tb"))
+            .filter(pl.col("miss") | in_run | in_blk)
+            .select(*KEYS, "sh", "tlh")
+            .collect(engine="in-memory")
+        )
+        n = group_agg(evid, KEYS, pl.col("sh").n_unique().alias("_n_ev"))
+        who = sessions_of(evid, hot.select(KEYS), features)
+        return (
+            feats.join(n, on=KEYS, how="left").join(who, on=KEYS, how="left")
+            .with_columns(
+                pl.when(pl.col("score") >= self.threshold).then(
+                    pl.when(pl.col("_n_ev").fill_null(0) >= cfg.entity_min_sessions)
+                    .then(pl.col("score")).otherwise(0.0)).otherwise(pl.col("score"))
+                .alias("score"),
+                pl.coalesce(pl.col("_n_ev"), pl.col("n_sessions")).cast(pl.Int64)
+                .alias("n_sessions"),
+            ).drop("_n_ev")
         )
 
     def _name_walked_field(self, rows: pl.DataFrame, keys: list[str],

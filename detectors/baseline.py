@@ -345,3 +345,42 @@ def summary_routines(
         .drop("_hours", "_typical")
         .collect(engine=ENGINE)
     )
+
+
+def summary_routine_gate(
+    frame: pl.DataFrame,
+    routines: dict[str, pl.DataFrame],
+    value_col: str,
+    self_z: float,
+) -> pl.DataFrame:
+    """Gate the summary-only rows of routine entities (:func:`summary_routines`).
+
+    ``routines`` maps a key column (``caller_id``, ``client_ip``) to its routines; a row
+    takes the first key's routine it has (the caller's own before its address's). Routine
+    summary rows get ``habitual`` set and ``p_own`` = ``gate(z, self_z)``, where ``z`` is
+    ``log1p(value_col)``'s robust z-score against the routine; the other rows keep theirs.
+    Adds ``summary_z``, ``summary_typical`` (the routine's median ``value_col``) and
+    ``summary_n`` (null outside a routine).
+    """
+    from toolwatch.detectors.scoring import gate
+
+    parts = [(k, r) for k, r in routines.items() if r.height]
+    cols = ("routine_med", "routine_sd", "routine_n")
+    if not parts:
+        return frame.with_columns(pl.lit(None, pl.Float64).alias("summary_z"),
+                                  pl.lit(None, pl.Float64).alias("summary_typical"),
+                                  pl.lit(None, pl.Int64).alias("summary_n"))
+    df = frame
+    for key, r in parts:
+        df = df.join(r.rename({c: f"_{c}_{key}" for c in cols}), on=key, how="left",
+                     maintain_order="left")
+    med, sd, n = (pl.coalesce([pl.col(f"_{c}_{k}") for k, _ in parts]) for c in cols)
+    routine = (pl.col("basis") == "summary") & n.is_not_null()
+    z = (pl.col(value_col).cast(pl.Float64).log1p() - med) / sd
+    return df.with_columns(
+        (pl.col("habitual") | routine).alias("habitual"),
+        pl.when(routine).then(gate(z, self_z)).otherwise(pl.col("p_own")).alias("p_own"),
+        pl.when(routine).then(z).alias("summary_z"),
+        pl.when(routine).then(med.exp() - 1.0).alias("summary_typical"),
+        pl.when(routine).then(n.cast(pl.Int64)).alias("summary_n"),
+    ).drop([f"_{c}_{k}" for k, _ in parts for c in cols])

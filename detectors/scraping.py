@@ -44,6 +44,7 @@ from toolwatch.detectors.baseline import (
     established_rows,
     habits,
     habitual_gate,
+    summary_routine_gate,
     summary_routines,
 )
 from toolwatch.detectors.bulk import established_count
@@ -126,31 +127,16 @@ class ScrapingLoopDetector(Detector):
         routine (:func:`summary_routines`) alert only far beyond its own median calls: the
         few counts of a summary line cannot tell a sync service's run from a crawl, but
         the caller's own runs all day long can."""
-        parts = [(k, r) for k, r in self.routine_.items() if r.height]
-        if not parts:
-            return df
-        # The caller's own routine first; else its address's.
-        for key, r in parts:
-            df = df.join(r.rename({c: f"{c}_{key}" for c in r.columns if c != key}),
-                         on=key, how="left", maintain_order="left")
-        df = df.with_columns(*[
-            pl.coalesce([pl.col(f"{c}_{k}") for k, _ in parts]).alias(c)
-            for c in ("routine_med", "routine_sd", "routine_n")
-        ]).drop([f"{c}_{k}" for k, _ in parts for c in ("routine_med", "routine_sd",
-                                                        "routine_n")])
-        routine = (pl.col("basis") == "summary") & pl.col("routine_n").is_not_null()
-        z = (pl.col("calls").cast(pl.Float64).log1p() - pl.col("routine_med")) \
-            / pl.col("routine_sd")
+        df = summary_routine_gate(df, self.routine_, "calls", self.settings.self_z)
+        routine = pl.col("summary_n").is_not_null()
         return df.with_columns(
-            (pl.col("habitual") | routine).alias("habitual"),
-            pl.when(routine).then(gate(z, self.settings.self_z))
-            .otherwise(pl.col("p_own")).alias("p_own"),
-            pl.when(routine).then(z).otherwise(pl.col("z_own")).alias("z_own"),
-            pl.when(routine).then(pl.col("routine_n").cast(pl.Int64))
-            .otherwise(pl.col("own_n")).alias("own_n"),
-            pl.when(routine).then(pl.col("routine_med").exp() - 1.0)
+            pl.when(routine).then(pl.col("summary_z")).otherwise(pl.col("z_own"))
+            .alias("z_own"),
+            pl.when(routine).then(pl.col("summary_n")).otherwise(pl.col("own_n"))
+            .alias("own_n"),
+            pl.when(routine).then(pl.col("summary_typical"))
             .otherwise(pl.col("own_typical_calls")).alias("own_typical_calls"),
-        ).drop("routine_med", "routine_sd", "routine_n")
+        ).drop("summary_z", "summary_typical", "summary_n")
 
     def _raw(self, sessions: pl.DataFrame) -> pl.DataFrame:
         """Pattern scores and their maximum ``_raw`` (before the caller's own baseline)."""

@@ -305,6 +305,7 @@ def summary_routines(
     min_hours: float,
     min_mad: float,
     threshold: float,
+    value_min: float | None = None,
     t_col: str = "first_t",
 ) -> pl.DataFrame:
     """Entities whose *summary-only* sessions are a routine within the data at hand.
@@ -315,7 +316,10 @@ def summary_routines(
     already scores at alert level (``threshold``), that count is its workload (a sync
     service the server marks SESSION_ANOMALY every run), not an attack: :func:`habits`
     needs several UTC days of history, which a one-day batch never has. A burst of
-    sessions in one sitting is not spread over hours and stays out.
+    sessions in one sitting is not spread over hours and stays out. With ``value_min``,
+    the typical one must instead reach that much ``value_col`` (heavy by an absolute
+    measure, such as seed 001's 1 MB, where the score of a summary varies with figures it
+    barely has).
 
     Returns
     -------
@@ -340,7 +344,8 @@ def summary_routines(
             ((lv - lv.median()).abs().median() * 1.4826).alias("routine_sd"),
         )
         .filter((pl.col("routine_n") >= min_rows) & (pl.col("_hours") >= min_hours)
-                & (pl.col("_typical") >= threshold))
+                & ((pl.col("routine_med") >= math.log1p(value_min))
+                   if value_min is not None else (pl.col("_typical") >= threshold)))
         .with_columns(pl.col("routine_sd").clip(lower_bound=min_mad))
         .drop("_hours", "_typical")
         .collect(engine=ENGINE)

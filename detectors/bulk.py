@@ -50,6 +50,8 @@ from toolwatch.detectors.baseline import (
     habits,
     habitual_gate,
     key_hash,
+    summary_routine_gate,
+    summary_routines,
 )
 from toolwatch.detectors.entities import IDENTITY_AGGS, KEYS, finish, sessions_of
 from toolwatch.detectors.features import ENTITY_TYPES, US_PER_DAY, explode_entities, group_agg
@@ -68,7 +70,7 @@ _EVIDENCE = ["calls", "total_bytes", "max_bytes", "beyond_bytes", "total_rows", 
              "p_request", "req_rows", "req_refused", "over_bytes", "over_rows", "over_calls",
              "over_share", "p_oversized", "z_routine", "routine_n", "p_routine",
              "named_bytes", "named_rows", "named_calls", "refused_exports", "p_named",
-             "p_refused"]
+             "p_refused", "summary_z", "summary_typical", "summary_n"]
 
 #: Figures of the caller's routine with a tool: what its sessions of that kind return.
 _ROUTINE = ["total_bytes", "total_rows"]
@@ -546,6 +548,22 @@ class BulkExtractionDetector(Detector):
         self.routine_habit_ = (
             habits(volume.filter(pl.col("top_tool").is_not_null()), "_raw",
                    ["caller_id", "top_tool"], **rk) if volume is not None else None)
+        # Summary-only sessions a caller or client address writes all day (a sync service
+        # its server marks SESSION_ANOMALY every run): their totals are its workload, and
+        # only a session far beyond them alerts (summary_routines). Scored on their own:
+        # the multi-day habits above never see a one-day batch's service. Heavy by the
+        # seed's own measure: the typical one returns named_min_bytes (1 MB) or more (its
+        # score varies with figures a summary barely has: only some of them alert).
+        summ = sessions.filter(pl.col("basis") == "summary")
+        summ_v = (self._score_volume(summ, self.session_baseline_, self.day_baseline_)
+                  if summ.height and cfg.summary_routine_sessions else None)
+        self.summary_routine_ = {
+            key: summary_routines(
+                summ_v, "_raw", "total_bytes", [key],
+                min_rows=cfg.summary_routine_sessions, min_hours=cfg.summary_routine_hours,
+                min_mad=cfg.baseline_min_mad, threshold=0.0,
+                value_min=float(self.settings.named_min_bytes))
+            for key in ("caller_id", "client_ip")} if summ_v is not None else {}
         self.entity_routine_: dict[str, pl.DataFrame] = {}
         self.entity_baselines_: dict[str, Baseline] = {}
         self.entity_habits_: dict[str, pl.DataFrame] = {}
@@ -879,6 +897,13 @@ class BulkExtractionDetector(Detector):
         z = (pl.coalesce(pl.col("z_own_day"), pl.col("z_own")) if "z_own_day" in df.columns
              else pl.col("z_own"))
         df = habitual_gate(df, habit, keys, self.threshold, z, self.settings.self_z)
+        if keys == ["caller_id"]:
+            df = summary_routine_gate(df, getattr(self, "summary_routine_", {}),
+                                      "total_bytes", self.settings.self_z)
+        else:
+            df = df.with_columns(pl.lit(None, pl.Float64).alias("summary_z"),
+                                 pl.lit(None, pl.Float64).alias("summary_typical"),
+                                 pl.lit(None, pl.Int64).alias("summary_n"))
         # And a volume the caller pulls routinely with this tool is not anomalous. Only the
         # volume patterns are gated: a request for a dump is judged by what it asked for,
         # and an oversized read by what its tool returns to everyone.
@@ -1065,7 +1090,14 @@ class BulkExtractionDetector(Detector):
                 f"z-score {num(row.get('z_single'))})."
             )
         who = "caller" if etype in ("session", "caller_id") else "address"
-        if row.get("habitual"):
+        if row.get("summary_n") is not None:
+            reasons.append(
+                f"Session summaries like this one are the routine of its caller or address "
+                f"({row['summary_n']} of them, spread over hours, typically "
+                f"{size(row.get('summary_typical'))}), but this one is far beyond them "
+                f"(z-score {num(row.get('summary_z'))})."
+            )
+        elif row.get("habitual"):
             if row.get("z_own_day") is not None:
                 reasons.append(
                     f"This {who} pulls large volumes on most of its days, but this {unit} is "
@@ -1079,7 +1111,9 @@ class BulkExtractionDetector(Detector):
                     f"This {who} pulls large volumes habitually, but this {unit} is far beyond "
                     f"its own normal (z-score {num(row.get('z_own'))})."
                 )
-        if row.get("z_own") is not None:
+        if row.get("summary_n") is not None:
+            pass  # judged against its summaries' routine, said above
+        elif row.get("z_own") is not None:
             reasons.append(
                 f"Unusual for this {who} too: its typical {unit} returns "
                 f"{size(row.get('own_typical_beyond_bytes'))} beyond its largest response "

@@ -505,21 +505,6 @@ class ScrapingLoopConfig:
         "job that pages through the same listing every day is normal for it).",
         3.0,
     )
-    summary_routine_sessions: int = doc(
-        "A session known only from its summary line is a few counts. A caller with at "
-        "least this many summary-only sessions in the history (at least "
-        "baseline_min_sessions), spread over summary_routine_hours, whose typical one "
-        "already scores at alert level, runs that count as its workload (a sync service "
-        "the server marks SESSION_ANOMALY every run): its summary sessions then alert only "
-        "self_z robust z-scores above its own median calls. Needs no multi-day history. "
-        "0 turns this off.",
-        3,
-    )
-    summary_routine_hours: float = doc(
-        "...spread over at least this many hours between the first and the last of them "
-        "(a burst of sessions in one sitting is not a routine).",
-        6.0,
-    )
 
 
 @dataclass
@@ -1120,6 +1105,22 @@ class DetectorsConfig:
         "...on at least this many distinct UTC days (an attacker's burst of sessions in one "
         "afternoon must not become its own 'normal').",
         2,
+    )
+    summary_routine_sessions: int = doc(
+        "A session known only from its summary line is a few counts. A caller (or client "
+        "address) with at least this many summary-only sessions in the history, spread "
+        "over summary_routine_hours, whose typical one already scores at alert level, runs "
+        "that count as its workload (a sync service the server marks SESSION_ANOMALY every "
+        "run): its summary sessions then alert only "
+        "their detector's self_z robust z-scores beyond its own median (calls for "
+        "scraping_loop, bytes for bulk_extraction). Needs no multi-day history. "
+        "0 turns this off.",
+        3,
+    )
+    summary_routine_hours: float = doc(
+        "...spread over at least this many hours between the first and the last of them "
+        "(a burst of sessions in one sitting is not a routine).",
+        6.0,
     )
     habit_min_days: int = doc(
         "An entity is habitual for a rule detector (its typical session or day already "

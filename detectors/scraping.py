@@ -103,7 +103,6 @@ class ScrapingLoopDetector(Detector):
             min_days=max(cfg.baseline_min_days, cfg.habit_min_days),
         ) if raw is not None else pl.DataFrame(
             schema={"caller_id": history.sessions.schema["caller_id"], "habit_score": pl.Float64})
-        s = self.settings
         # Summary routines per caller, and per client address: a sync host running one job
         # under several service accounts (one per tenant) is the workload's source, and
         # each account alone may write only a few summaries a day. The address's
@@ -114,7 +113,7 @@ class ScrapingLoopDetector(Detector):
         self.routine_ = {
             key: summary_routines(
                 summ_raw, "_raw", "calls", [key],
-                min_rows=s.summary_routine_sessions, min_hours=s.summary_routine_hours,
+                min_rows=cfg.summary_routine_sessions, min_hours=cfg.summary_routine_hours,
                 min_mad=cfg.baseline_min_mad, threshold=self.threshold,
             ) if summ.height else pl.DataFrame()
             for key in ("caller_id", "client_ip")

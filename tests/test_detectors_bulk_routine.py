@@ -221,3 +221,36 @@ def test_a_summary_line_whose_calls_averaged_far_beyond_a_typical_call_is_bulk()
 
     assert oversized(res) == 1.0  # 13.5 MB: ten times oversized_min_bytes
     assert oversized(_run(tr, tool_factor=0.0)) == 0.0
+
+
+def test_a_sync_hosts_summaries_all_day_are_its_workload_a_far_heavier_one_is_not() -> None:
+    """A search sync service known only from its summary lines moves 10-16 MB per run,
+    all day, from one host under three service accounts: those totals are its workload
+    (seed 001's 1 MB rule fires on every one). A run ten times its usual size, and a
+    one-off summary of the same size from elsewhere, still alert."""
+    tr = Traffic(seed=267)
+    tr.background(days=2, users=30, per_day=2)
+    at = T0 + timedelta(days=1, hours=2)
+    sizes = [13_600_000, 10_700_000, 12_400_000, 15_900_000, 11_100_000, 14_200_000]
+    for i, nbytes in enumerate(sizes):
+        tr.summary(f"sync-{i}", at + timedelta(hours=2 * i), kind="SESSION_ANOMALY",
+                   caller=f"svc-search-sync-{i % 3}", ip="10.20.0.30", calls=30 + 2 * i,
+                   unique_resources=20, total_bytes=nbytes, duration_s=900.0)
+    tr.summary("sync-huge", at + timedelta(hours=13), kind="SESSION_ANOMALY",
+               caller="svc-search-sync-1", ip="10.20.0.30", calls=35,
+               unique_resources=25, total_bytes=150_000_000, duration_s=900.0)
+    tr.summary("one-off", at + timedelta(hours=5), kind="SESSION_ANOMALY",
+               caller="agent-7c1", ip="203.0.113.9", calls=35, unique_resources=25,
+               total_bytes=13_500_000, duration_s=74.0)
+    res = _run(tr)
+    assert _bulk(res, "one-off").height == 1
+    huge = _bulk(res, "sync-huge")
+    reasons = " ".join(huge["reasons"][0])
+    assert "routine of its caller or address" in reasons and "no established" not in reasons
+    off = detectors.detect(tr.events(), tr.summaries(),
+                           DetectorsConfig.from_dict({"summary_routine_sessions": 0}),
+                           detectors=["bulk_rules"])
+    flagged = [f"sync-{i}" for i in range(len(sizes)) if _bulk(res, f"sync-{i}").height]
+    assert flagged == []
+    # Without the routine, every run alerts.
+    assert all(_bulk(off, f"sync-{i}").height for i in range(len(sizes)))

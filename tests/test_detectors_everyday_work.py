@@ -218,7 +218,7 @@ def test_summaries_a_caller_writes_all_day_are_its_routine_not_a_crawl() -> None
     for i in range(6):
         assert alerts_of(res, "scraping_loop", session_id=f"burst-{i}"), i
     # Off: every run of the service alerts again.
-    res = run(tr, scraping_loop={"summary_routine_sessions": 0})
+    res = run(tr, summary_routine_sessions=0)
     assert all(alerts_of(res, "scraping_loop", session_id=f"sync-{i}")
                for i in range(len(calls)))
     assert all(alerts_of(res, "scraping_loop", session_id=f"tenant-{i}") for i in range(6))

@@ -852,6 +852,20 @@ class DuplicateExecutionConfig:
         1,
     )
     attempt_score: float = doc("Score of such a session (a 'low' alert by default).", 0.55)
+    reread_score: float = doc(
+        "Score of an operation whose every repeat came reread_min_minutes or more after "
+        "the previous execution, with a read of the same business object in between "
+        "(getExpense, approveExpense, then both again minutes later): a second decision "
+        "at a person's pace rather than a retry loop's replay, still reported (a 'low' "
+        "alert by default). 0 scores it like any duplicate.",
+        0.55,
+    )
+    reread_min_minutes: float = doc(
+        "...at least this long after the previous execution: a retry or an exploit comes "
+        "back within seconds, reads in between or not (seed 000's discount applied again "
+        "between reads of the cart total).",
+        3.0,
+    )
 
 
 @dataclass

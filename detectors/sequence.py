@@ -1101,13 +1101,18 @@ class DuplicateExecutionDetector(_SequenceDetector):
                "twice without a shared idempotency key.")
 
     _extra: ClassVar[list[str]] = ["dup_tool", "dup_key", "executions", "idem_keys",
-                                   "key_reuse", "retried_after", "chain"]
+                                   "key_reuse", "retried_after", "chain", "reread"]
 
     def score(self, features: FeatureSet) -> pl.DataFrame:
         """One row per session: the session holding the repeated execution."""
         s = self.settings
         found = self._find(features).with_columns(
-            pl.when(pl.col("executions") >= 2)
+            # Repeated only after reading the object again (see _reread): a second
+            # decision at a person's pace rather than a replay, reported at reread_score.
+            pl.when(pl.lit(s.reread_score > 0) & pl.col("reread").fill_null(False)
+                    & (pl.col("executions") >= 2))
+            .then(s.reread_score)
+            .when(pl.col("executions") >= 2)
             # Two executions of one irreversible operation is already money or goods moved
             # twice: medium; executions_hi of them critical.
             .then(band(pl.col("executions") - 1, 1, max(2, s.executions_hi - 1)) * 0.5 + 0.5)
@@ -1119,6 +1124,7 @@ class DuplicateExecutionDetector(_SequenceDetector):
     def _find(self, features: FeatureSet) -> pl.DataFrame:
         s = self.settings
         schema = {"dup_tool": pl.String, "dup_key": pl.String, "executions": pl.Int64,
+                  "reread": pl.Boolean,
                   "idem_keys": pl.Int64, "key_reuse": pl.Boolean, "retried_after": pl.Int64,
                   "chain": _CHAIN}
         # A call that moves money is irreversible whatever its verb: "sendPayout",
@@ -1161,9 +1167,14 @@ class DuplicateExecutionDetector(_SequenceDetector):
                           | pl.struct(*g, "idemh").is_first_distinct())
         same = pl.all_horizontal([pl.col(c) == pl.col(c).shift(1) for c in g]).fill_null(False)
         dup = same & ((pl.col("t") - pl.col("t").shift(1)) <= win)
-        first = first.with_columns(dup.alias("_dup"), (~dup).cum_sum().alias("_grp"))
+        first = first.with_columns(dup.alias("_dup"), (~dup).cum_sum().alias("_grp"),
+                                   pl.col("t").shift(1).alias("_t_prev"))
+        first = self._reread(features, first)
         groups = first.group_by("_grp").agg(
             pl.len().cast(pl.Int64).alias("executions"),
+            # Every repeat came after a fresh read of the object: a second decision.
+            (pl.col("_reread").filter(pl.col("_dup")).all()
+             & pl.col("_dup").any()).alias("reread"),
             pl.col("idemh").drop_nulls().n_unique().cast(pl.Int64).alias("idem_keys"),
             pl.lit(False).alias("key_reuse"),
             pl.lit(0, pl.Int64).alias("retried_after"),
@@ -1178,6 +1189,7 @@ class DuplicateExecutionDetector(_SequenceDetector):
         # not protecting what it claims to (or is reused to slip a second execution by).
         reuse = ev.filter(pl.col("idemh").is_not_null()).group_by("ck", "tool", "idemh").agg(
             pl.col("oph").n_unique().cast(pl.Int64).alias("executions"),
+            pl.lit(False).alias("reread"),
             pl.lit(1, pl.Int64).alias("idem_keys"),
             pl.lit(True).alias("key_reuse"),
             pl.lit(0, pl.Int64).alias("retried_after"),
@@ -1194,6 +1206,34 @@ class DuplicateExecutionDetector(_SequenceDetector):
         return (per.sort("executions", descending=True).group_by("sh", maintain_order=True)
                 .first().select("sh", pl.lit(0.0).alias("_s"), *schema))
 
+    def _reread(self, features: FeatureSet, first: pl.DataFrame) -> pl.DataFrame:
+        """``_reread``: a repeated execution the caller preceded with a successful read of
+        the same business object, after the previous execution, and at a person's pace
+        (``reread_min_minutes`` or more after it): getExpense, approveExpense, then both
+        again minutes later. A retry loop or an exploit replays within seconds, reads
+        in between or not (seed 000: a discount applied again and again between reads of
+        the cart total and checkouts); reading the object again minutes later and acting
+        on it again is a second decision."""
+        gap = int(self.settings.reread_min_minutes * 60_000_000)
+        cand = first.filter(pl.col("_dup") & pl.col("bk").is_not_null()
+                            & (pl.col("t") - pl.col("_t_prev") >= gap))
+        if cand.height == 0:
+            return first.with_columns(pl.lit(False).alias("_reread"))
+        reads = _seq(features).lazy().filter(
+            pl.col("ok") & pl.col("tool_role").is_in(["read", "list_search"])
+            & pl.col("bk").is_not_null()
+        ).select("ck", "bk", pl.col("t").alias("_tr")).join(
+            cand.lazy().select("ck", "bk").unique(), on=["ck", "bk"], how="semi")
+        hit = (
+            cand.lazy().select("i", "ck", "bk", "t", "_t_prev")
+            .join(reads, on=["ck", "bk"], how="inner")
+            .filter((pl.col("_tr") > pl.col("_t_prev")) & (pl.col("_tr") < pl.col("t")))
+            .select("i").unique().with_columns(pl.lit(True).alias("_reread"))
+            .collect(engine="in-memory")
+        )
+        return first.join(hit, on="i", how="left", maintain_order="left").with_columns(
+            pl.col("_reread").fill_null(False))
+
     def _retried_after(self, ev: pl.DataFrame, g: list[str], win: int) -> pl.DataFrame:
         """Groups whose operation, once it had succeeded, was tried again and refused.
 
@@ -1209,6 +1249,7 @@ class DuplicateExecutionDetector(_SequenceDetector):
         cand = ev.with_columns(after.fill_null(False).alias("_after"))
         return cand.filter(pl.col("_after").any().over(g)).group_by(g).agg(
             pl.col("ok").sum().cast(pl.Int64).alias("executions"),
+            pl.lit(False).alias("reread"),
             pl.col("idemh").drop_nulls().n_unique().cast(pl.Int64).alias("idem_keys"),
             pl.lit(False).alias("key_reuse"),
             pl.col("_after").sum().cast(pl.Int64).alias("retried_after"),
@@ -1244,11 +1285,17 @@ class DuplicateExecutionDetector(_SequenceDetector):
                 f"times with the same business arguments{key} by one caller, each within "
                 f"{num(self.settings.window_minutes)} min of the one before, with {idem}.",
             ]
+            if row.get("reread"):
+                reasons.append(
+                    "Each repeat came after the caller read the object again: a second "
+                    "decision rather than a retry loop's replay, but the operation still "
+                    "ran twice; check that it was meant to.")
         return reasons, self._evidence(row, {
             "tool": row.get("dup_tool"), "business_key": row.get("dup_key"),
             "executions": row.get("executions"), "distinct_idempotency_keys": k,
             "refused_retries_after_success": row.get("retried_after"),
-            "idempotency_key_reused": bool(row.get("key_reuse"))})
+            "idempotency_key_reused": bool(row.get("key_reuse")),
+            "repeated_after_reread": bool(row.get("reread"))})
 
 
 # ------------------------------------------------------------------- cross_server_flow

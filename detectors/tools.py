@@ -90,7 +90,9 @@ VERBS: dict[str, str] = {
         ("charge", "pay", "refund", "transfer", "delete", "remove", "purge", "drop", "destroy",
          "fulfill", "fulfil", "ship", "approve", "void", "capture", "withdraw", "redeem",
          "wipe", "terminate", "revoke", "settle", "disburse", "payout", "apply", "finalize",
-         "release", "execute_payment", "spend"), "irreversible"),
+         "release", "execute_payment", "spend",
+         # "checkout" is one word, not the verb "check": it places the order.
+         "checkout"), "irreversible"),
     **dict.fromkeys(
         ("exec", "execute", "run", "shell", "eval", "grant", "deploy", "install", "sudo",
          "elevate", "impersonate", "invoke", "chmod", "chown", "spawn", "script", "admin",

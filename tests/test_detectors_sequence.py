@@ -212,6 +212,8 @@ def test_tool_roles() -> None:
     assert role_of("grantRole") == "admin_exec"
     assert role_of("updateDocument") == "write"
     assert role_of("getPaymentStatus") == "read"
+    # One word, not the verb "check": a checkout places the order.
+    assert role_of("checkout") == "irreversible" and role_of("checkStatus") == "read"
     cfg = DetectorsConfig.from_dict({"tools": {"roles": {"shop/getX": "irreversible"}}})
     assert role_of("getX", "shop", cfg.tools) == "irreversible"
     assert role_of("getX", "other", cfg.tools) == "read"
@@ -542,6 +544,35 @@ def test_same_operation_hours_later_is_a_new_intent_but_a_quick_replay_is_not() 
         assert "duplicate_execution" not in cats(res, f"manager-{k}")
     assert evidence(cats(res, "approve-twice")["duplicate_execution"])["executions"] == 2
 
+
+
+def test_approving_again_after_reading_it_again_is_low_a_replay_is_not() -> None:
+    """A manager reads an expense and approves it, then minutes later reads it again and
+    approves it again: the approval ran twice (still reported), but as a second decision
+    at a person's pace, not a retry loop's replay, which stays medium or higher."""
+    tr = base()
+    for k in range(2):
+        at = T + timedelta(minutes=6 * k)
+        tr.call("mgr-twice", at, "getExpense", caller="mgr", server="expenses",
+                resource_key="expenseId", resource_id="exp-9", args={"expenseId": "exp-9"})
+        tr.call("mgr-twice", at + timedelta(seconds=40), "approveExpense", caller="mgr",
+                server="expenses", resource_key="expenseId", resource_id="exp-9",
+                args={"expenseId": "exp-9"})
+    tr.call("agent-twice", T, "getExpense", caller="agent-a", server="expenses",
+            resource_key="expenseId", resource_id="exp-6", args={"expenseId": "exp-6"})
+    for k in range(3):
+        tr.call("agent-twice", T + timedelta(seconds=30 + 20 * k), "approveExpense",
+                caller="agent-a", server="expenses", resource_key="expenseId",
+                resource_id="exp-6", args={"expenseId": "exp-6"})
+    res = run(tr)
+    mgr = cats(res, "mgr-twice")["duplicate_execution"]
+    assert mgr["severity"] == "low" and evidence(mgr)["repeated_after_reread"]
+    assert "read the object again" in " ".join(mgr["reasons"])
+    agent = cats(res, "agent-twice")["duplicate_execution"]
+    assert agent["severity"] in ("high", "critical")
+    assert not evidence(agent)["repeated_after_reread"]
+    off = run(tr, duplicate_execution={"reread_score": 0})
+    assert cats(off, "mgr-twice")["duplicate_execution"]["severity"] != "low"
 
 def test_metered_spends_naming_no_object_are_not_duplicates() -> None:
     """spend_credits(amount, reason) names no order, payment or recipient: a caller running

@@ -460,10 +460,10 @@ class ScrapingLoopConfig:
     summary_repeat_lo: float = doc(
         "A session known only from its summary line counts at rate_lo calls per minute, or "
         "from summary_calls_lo calls, when at least this share of its calls touched no new "
-        "resource (1 - unique resources / calls): most of its calls went back over pages "
-        "or resources it had already touched, a crawl or loop, not an id walk (which "
-        "touches a new resource nearly every call).",
-        0.5,
+        "resource (1 - unique resources / calls): a crawl or loop over a few resources, "
+        "not an id walk (which touches a new resource nearly every call), nor a person's "
+        "long working session (91 calls over 33 documents: a third new).",
+        0.8,
     )
     summary_calls_lo: int = doc(
         "Calls from which a session known only from its summary line counts as a crawl "

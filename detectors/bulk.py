@@ -134,12 +134,15 @@ _ASK_KEYS = (*_LIMIT_KEYS, "length", "max_bytes", "maxBytes", "bytes", "size", "
 _ASK_RE = r'"(?:' + "|".join(_ASK_KEYS) + r')"\s*:\s*"?(\d{1,12})\b'
 
 _READS_SCHEMA = {"full_pages": pl.Int64, "named_bytes": pl.Int64, "named_rows": pl.Int64,
-                 "named_calls": pl.Int64, "named_share": pl.Float64,
+                 "named_calls": pl.Int64, "named_heavy_calls": pl.Int64,
+                 "named_share": pl.Float64,
                  "refused_exports": pl.Int64, "handed_share": pl.Float64}
 
 
 def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
-           typ: pl.DataFrame | None = None, heavy_share: float = 0.0) -> pl.DataFrame:
+           typ: pl.DataFrame | None = None, heavy_share: float = 0.0,
+           heavy_bytes: float = 0.0, heavy_rows: float = 0.0,
+           record_terms: list[str] | None = None) -> pl.DataFrame:
     """Per session, from its calls:
 
     * ``full_pages`` — distinct pages / offsets / cursors of one tool (the most of any
@@ -155,7 +158,8 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
       counting the tools whose large responses are routine for their population (at least
       ``heavy_share`` of their sessions hold one, see :func:`tool_typicals`: a query tool
       serving dashboards and a data team's exports), which the oversized pattern judges
-      against what they typically return.
+      against what they typically return; ``named_heavy_calls``: those of them returning
+      ``heavy_bytes`` or ``heavy_rows`` or more (pulls, not lookups).
     * ``refused_exports`` — refused calls to a tool whose name says it exports / dumps
       (``export_terms``) named records, in a session where no such call succeeded.
     """
@@ -190,7 +194,18 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
     )
     # Reads of named records (``_nr0``: not on a routine tool; ``nr``: and successful);
     # the records handed on whole (below) are taken back out of these sums.
+    # Named (``data`` or ``sensitive``): what refused exports count. Whose records
+    # (``_rec``): what the named-read volume counts. An export or dump says how much
+    # leaves, not what: a report exported as a PDF is a document, get_customer_export
+    # returns people. Such a read counts when its tool or arguments name records
+    # (record_terms), or a sensitive place.
     named = pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)
+    rec = ((pl.col("tool").fill_null("").str.contains_any(record_terms,
+                                                         ascii_case_insensitive=True)
+            | pl.col("args").fill_null("").str.contains_any(record_terms,
+                                                            ascii_case_insensitive=True)
+            | ~pl.col("data").fill_null(False))
+           if record_terms else pl.lit(True))
     hot = None
     if typ is not None and typ.height and heavy_share > 0:
         hot = typ.lazy().filter(pl.col("heavy_share") >= heavy_share).select(
@@ -205,12 +220,18 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
     exportish = (pl.col("tool").fill_null("").str.to_lowercase()
                  .str.contains_any([t.lower() for t in export_terms])
                  if export_terms else pl.lit(False))
-    nr = pl.col("ok") & pl.col("_nr0")
+    nr = pl.col("ok") & pl.col("_nr0") & pl.col("_rec")
     b = pl.col("bytes").fill_null(0)
+    # A pull, not a lookup: heavy_bytes or more (heavy_factor x the population's typical
+    # call; 0: every call counts), or heavy_rows records where the size is not logged
+    # (a typical call returns a record or two, so records alone over-count small lists).
+    heavy = pl.when(b > 0).then(b >= heavy_bytes).otherwise(
+        pl.col("r") >= heavy_rows if heavy_rows > 0 else pl.lit(True))
     named_per = (
-        not_routine(lf.filter(named)).group_by("sh").agg(
+        not_routine(lf.filter(named).with_columns(rec.alias("_rec"))).group_by("sh").agg(
             b.filter(nr).sum().cast(pl.Int64).alias("_nb"),
             pl.col("r").filter(nr).sum().cast(pl.Int64).alias("_nrw"),
+            (nr & heavy).sum().cast(pl.Int64).alias("named_heavy_calls"),
             nr.sum().cast(pl.Int64).alias("_nc"),
             pl.when((exportish & pl.col("ok")).any()).then(0)
             .otherwise((exportish & ~pl.col("ok")).sum()).cast(pl.Int64)
@@ -235,7 +256,7 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
         pl.col("_pt").sort_by("t", "_i").first().alias("_first_pt"),
     ).filter(pl.col("_n") >= 2).drop("_n")
     load = pl.col("_pt") != pl.col("_first_pt")
-    hnr = named & pl.col("_nr0")
+    hnr = named & pl.col("_nr0") & rec
     handed_per = not_routine(okr_rows.join(groups, on=["sh", "r"], how="inner")).group_by(
         "sh").agg(
         b.filter(hnr).sum().cast(pl.Int64).alias("_hb"),
@@ -250,7 +271,7 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
     all_per, named_per, handed_per, pages = (
         q.collect(engine="in-memory") for q in (all_per, named_per, handed_per, pages))
     zero = {c: 0 for c in ("_nb", "_nrw", "_nc", "refused_exports", "_hb", "_hr", "_hc",
-                           "_src_r", "_load_r", "full_pages")}
+                           "_src_r", "_load_r", "full_pages", "named_heavy_calls")}
     per = (all_per.join(named_per, on="sh", how="left")
            .join(handed_per, on="sh", how="left").join(pages, on="sh", how="left")
            .with_columns(pl.col(c).fill_null(v) for c, v in zero.items()))
@@ -263,6 +284,7 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
         (pl.col("_nb") - pl.col("_hb")).alias("named_bytes"),
         (pl.col("_nrw") - pl.col("_hr")).alias("named_rows"),
         calls.alias("named_calls"),
+        pl.col("named_heavy_calls"),
         (calls / pl.col("_n")).cast(pl.Float64).alias("named_share"),
         pl.col("refused_exports"),
         (pl.col("_src_r") / (pl.col("_ok_r") - pl.col("_load_r")).clip(lower_bound=1))
@@ -652,7 +674,11 @@ class BulkExtractionDetector(Detector):
         b = self.settings
         out = _beyond_reports(fs, b.report_every_calls).join(
             _requested(fs), on="sh", how="left").join(over, on="sh", how="left").join(
-            _reads(fs, b.export_terms, b.short_page_share, typ, b.tool_heavy_share),
+            _reads(fs, b.export_terms, b.short_page_share, typ, b.tool_heavy_share,
+                   b.heavy_factor * (getattr(self, "pop_call_b_", 0.0) or 0.0),
+                   b.heavy_factor * (getattr(self, "pop_call_r_", 0.0) or 0.0),
+                   [t for t in self.config.tools.data_terms
+                    if not any(x.lower() in t.lower() for x in b.export_terms)]),
             on="sh", how="left")
         # A pagination sweep counts the pages that came back full (see _reads): a log
         # follower's reads at growing offsets, each returning the little written since the
@@ -846,7 +872,10 @@ class BulkExtractionDetector(Detector):
                 gate(heavy_named, b.heavy_factor),
                 # Asked again: one report downloaded once is the person who downloads one
                 # big report (the other patterns discount each session's largest response).
-                gate(pl.col("named_calls").fill_null(0).cast(pl.Float64), b.named_min_calls),
+                # Pulls count, not lookups: a search whose query names customers, beside
+                # that one report, is not asking again.
+                gate(pl.col("named_heavy_calls").fill_null(0).cast(pl.Float64),
+                     b.named_min_calls),
                 gate(pl.col("named_share").fill_null(0.0), b.focus_min)
                 if b.focus_min > 0 else pl.lit(1.0))
         else:

@@ -110,6 +110,31 @@ def _traffic() -> Traffic:
                 caller="dana", ip="10.1.0.50", server="warehouse",
                 args={"sql": f"SELECT * FROM orders WHERE day = '2024-01-0{j + 1}'"},
                 nbytes=900_000, rows=4_000)
+    # Two report exports as PDF, 1.3 MB in all: documents, not whose records an export or
+    # dump names (the word "export" says how much, not what). The report tool's own
+    # population exports one report of 300-900 kB now and then.
+    for k in range(20):
+        tr.call(f"rep-{k}", DAY + timedelta(hours=k % 8, minutes=11 * k), "exportReport",
+                caller=f"user-{k}", ip=f"10.9.1.{k}", server="docs",
+                args={"reportId": f"rpt-{k}", "format": "pdf"},
+                nbytes=300_000 + 30_000 * k, rows=2_000 + 150 * k)
+    for j, (rid, size) in enumerate([("rpt-566", 420_000), ("rpt-212", 920_000)]):
+        tr.call("reports", DAY + timedelta(hours=7, seconds=30 * j), "exportReport",
+                caller="ravi", ip="10.0.0.12", server="docs",
+                args={"reportId": rid, "format": "pdf"}, nbytes=size, rows=size // 160)
+    # The same volume as two exports of customer records: named reads, asked again.
+    for j, (seg, size) in enumerate([("churned", 900_000), ("latam", 560_000)]):
+        tr.call("two-segments", DAY + timedelta(hours=7, minutes=5, seconds=30 * j),
+                "get_customer_export", caller="ivan", ip="203.0.113.12", server="crm",
+                args={"segment": seg, "format": "json"}, nbytes=size, rows=size // 330)
+    # One customer export, plus a small search whose query names customers: one pull
+    # and a lookup, not asking again.
+    tr.call("one-and-search", DAY + timedelta(hours=7, minutes=9), "searchItems",
+            caller="lena", ip="10.0.0.13", server="docs",
+            args={"query": "customer escalation", "page": 1}, nbytes=5_200, rows=11)
+    tr.call("one-and-search", DAY + timedelta(hours=7, minutes=10), "get_customer_export",
+            caller="lena", ip="10.0.0.13", server="crm",
+            args={"segment": "emea", "format": "csv"}, nbytes=1_600_000, rows=7_400)
     # A pipeline: each export loaded, whole, into the warehouse (the load reports the
     # same number of records), 3 MB in all.
     t = DAY + timedelta(hours=1, minutes=30)
@@ -178,3 +203,18 @@ def test_one_big_report_downloaded_once_is_not_bulk(result: detectors.DetectResu
     """Named reads count from named_min_calls: the demo's users who export one 1.1 MB
     report were flagged when a single read was enough."""
     assert _bulk(result, "oneshot").height == 0
+
+
+def test_exports_are_named_by_whose_records_they_hold(result: detectors.DetectResult) -> None:
+    """An export or dump says how much leaves, not what: two PDF report exports of 1.3 MB
+    are documents; two customer exports of the same size are records pulled in bulk."""
+    assert _bulk(result, "reports").height == 0
+    alert = _bulk(result, "two-segments")
+    assert alert.height == 1 and "records" in " ".join(alert["reasons"][0])
+
+
+def test_a_lookup_beside_one_export_is_not_asking_again(
+        result: detectors.DetectResult) -> None:
+    """named_min_calls counts pulls (heavy_factor x a typical call), not a 5 kB search
+    whose query happens to name customers."""
+    assert _bulk(result, "one-and-search").height == 0

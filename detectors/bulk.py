@@ -211,11 +211,19 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
         hot = typ.lazy().filter(pl.col("heavy_share") >= heavy_share).select(
             "server", "tool", pl.lit(True).alias("_routine"))
 
+    # A tool whose *name* names the records (listCustomers, get_customer_export) returns
+    # them by design: its reads count whatever its population pulls. Only a generic tool
+    # named by its arguments (run_query, "SELECT * FROM orders") whose large responses
+    # are routine is judged against what it returns (p_oversized) instead.
+    by_name = (pl.col("tool").fill_null("").str.contains_any(record_terms,
+                                                            ascii_case_insensitive=True)
+               if record_terms else pl.lit(False))
+
     def not_routine(part: pl.LazyFrame) -> pl.LazyFrame:
         if hot is None:
             return part.with_columns(pl.lit(True).alias("_nr0"))
         return part.join(hot, on=["server", "tool"], how="left").with_columns(
-            (~pl.col("_routine").fill_null(False)).alias("_nr0"))
+            (~pl.col("_routine").fill_null(False) | by_name).alias("_nr0"))
 
     exportish = (pl.col("tool").fill_null("").str.to_lowercase()
                  .str.contains_any([t.lower() for t in export_terms])

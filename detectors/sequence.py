@@ -1440,7 +1440,13 @@ class CrossServerFlowDetector(_SequenceDetector):
         # Outbound calls (with their arguments: where they go) and the calls carrying a
         # payload (one Aho-Corasick pass over the argument text).
         pay = allargs.filter(carries).select("i")
-        cand = pl.concat([ev.lazy().filter(pl.col("outbound")).select("i"), pay]).unique(
+        # A call that moves money (sendPayout, sendPayment: outbound by its verb) sends a
+        # recipient and an amount, not data: it is not a way out for what was read, unless
+        # its arguments carry a payload (above).
+        money = pl.col("tool").str.to_lowercase().str.contains(
+            "|".join(re.escape(n) for n in _MONEY_NOUNS)).fill_null(False)
+        cand = pl.concat([ev.lazy().filter(pl.col("outbound") & ~money).select("i"),
+                          pay]).unique(
             "i").join(ev.lazy().select(cols), on="i").join(allargs, on="i", how="left")
         cand = cand.with_columns(carries.fill_null(False).alias("carried")).collect(
             engine="in-memory")

@@ -135,6 +135,19 @@ def _traffic() -> Traffic:
     tr.call("one-and-search", DAY + timedelta(hours=7, minutes=10), "get_customer_export",
             caller="lena", ip="10.0.0.13", server="crm",
             args={"segment": "emea", "format": "csv"}, nbytes=1_600_000, rows=7_400)
+    # A listing tool whose name names the records, with large responses routine for its
+    # population (one session in six lists a whole segment): its reads count as named
+    # whatever its population pulls. Nine segments of 115 kB in one session: 1.03 MB.
+    for k in range(30):
+        tr.call(f"lc-{k}", DAY + timedelta(hours=k % 8, minutes=13 * k), "listCustomers",
+                caller=f"rep-{k % 12}", ip=f"10.9.2.{k % 12}", server="crm",
+                args={"segment": "smb", "limit": 100},
+                nbytes=260_000 if k % 6 == 0 else 19_000, rows=800 if k % 6 == 0 else 60)
+    for k, seg in enumerate(["enterprise", "na", "apac", "latam", "smb", "emea", "trial",
+                             "churned", "partner"]):
+        tr.call("segments", DAY + timedelta(hours=7, minutes=20, seconds=15 * k),
+                "listCustomers", caller="zoe", ip="10.4.95.195", server="crm",
+                args={"segment": seg, "limit": 1000}, nbytes=114_500, rows=380)
     # A pipeline: each export loaded, whole, into the warehouse (the load reports the
     # same number of records), 3 MB in all.
     t = DAY + timedelta(hours=1, minutes=30)
@@ -218,3 +231,13 @@ def test_a_lookup_beside_one_export_is_not_asking_again(
     """named_min_calls counts pulls (heavy_factor x a typical call), not a 5 kB search
     whose query happens to name customers."""
     assert _bulk(result, "one-and-search").height == 0
+
+
+def test_a_tool_named_for_its_records_counts_however_heavy_its_population(
+        result: detectors.DetectResult) -> None:
+    """listCustomers' large responses are routine for its population, but the tool's name
+    says what it returns: 1.03 MB of customers over nine segments is a named pull (a
+    generic query tool named only by its arguments is judged by what it returns:
+    test_named_reads_on_a_routinely_heavy_tool_are_judged_by_the_tool)."""
+    alert = _bulk(result, "segments")
+    assert alert.height == 1 and "records" in " ".join(alert["reasons"][0])

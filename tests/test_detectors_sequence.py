@@ -440,6 +440,24 @@ def _docs_then_mail(tr: Traffic, sid: str, caller: str, to: str, attach: bool) -
             args=args, nbytes=200)
 
 
+
+def test_a_payout_after_reading_customers_is_not_a_flow_a_post_is() -> None:
+    """A finance user reads 1.7 MB of customer records, then pays a supplier: sendPayout is
+    outbound by its verb but sends a recipient and an amount, not data. The same reads
+    then posted to another server's outbound tool are a flow."""
+    tr = base()
+    for sid, caller, out, args in (
+            ("pay", "fin-1", "sendPayout", {"recipientId": "acct-9", "amountCents": 120_000}),
+            ("post", "fin-2", "postMessage", {"channel": "ext-partners", "text": "see list"})):
+        for k in range(3):
+            tr.call(sid, T + timedelta(seconds=20 * k), "get_customer_export", caller=caller,
+                    server="crm", args={"segment": f"s{k}"}, nbytes=580_000, rows=100)
+        tr.call(sid, T + timedelta(minutes=5), out, caller=caller, server="payments"
+                if out == "sendPayout" else "chat", args=args)
+    res = run(tr)
+    assert "cross_server_flow" not in cats(res, "pay")
+    assert "cross_server_flow" in cats(res, "post")
+
 def test_documents_mailed_to_an_address_outside_the_usual_domains_are_a_flow() -> None:
     """Internal documents attached to a mail to a personal domain: small, but carried to a
     destination almost none of the mail goes to. The same attachments to the

@@ -235,8 +235,9 @@ class LiveConfig:
         "counts the code in use rather than every page of polars, DuckDB and Arrow "
         "touched since start; that matters on kernels that map page-cache folios whole "
         "(Linux 6.16+ on ext4). Never below the gate: mapping the code back in at every "
-        "real-time flush costs alert latency. Linux only (toolwatch/codepages.py; "
-        "docs/performance.md, Live memory).",
+        "real-time flush costs alert latency. The store's library (delta-rs), which only "
+        "commits run, is unmapped after every commit, below the gate too. Linux only "
+        "(toolwatch/codepages.py; docs/performance.md, Live memory).",
         True,
         tuning=True,
     )

@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 
 from toolwatch import schema
-from toolwatch.codepages import CODE_PAGES
+from toolwatch.codepages import CODE_PAGES, STORE_CODE
 from toolwatch.config import Config
 from toolwatch.detectors.stream import ID_COLUMNS, AlertTracker, DetectionWindow, StreamDetector
 from toolwatch.ingest import arrays
@@ -100,6 +100,8 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         # The process's code-page dropper: the memory gate's phases and the periodic
         # trimmer call it (toolwatch/codepages.py).
         CODE_PAGES.enabled = self.live.drop_code_pages
+        # ...and the store library's, which each commit drops once done (commit.py).
+        STORE_CODE.enabled = self.live.drop_code_pages
         self.store = store
         self.pipe = Pipeline(config, store)
         self.sinks = sinks

@@ -69,6 +69,12 @@ REFUSED = ("error", "denied")
 #: Nouns of a tool name that make an outbound call move money (duplicate_execution).
 _MONEY_NOUNS = tuple(n for n in IRREVERSIBLE_NOUNS if n != "coupon")
 
+
+def _moves_money() -> pl.Expr:
+    """The tool's name holds a money noun (sendPayout, sendPayment, transferFunds)."""
+    return pl.col("tool").str.to_lowercase().str.contains(
+        "|".join(re.escape(n) for n in _MONEY_NOUNS)).fill_null(False)
+
 #: File name of the learned workflow model, beside the forest in the models directory.
 WORKFLOWS_FILE = "workflows.json"
 
@@ -1130,9 +1136,8 @@ class DuplicateExecutionDetector(_SequenceDetector):
         # A call that moves money is irreversible whatever its verb: "sendPayout",
         # "sendPayment" are outbound by their verb, but executing one twice pays twice
         # (the money nouns of detectors/tools.py; seed 000's charge / debit / send tools).
-        money = pl.col("tool").str.to_lowercase().str.contains(
-            "|".join(re.escape(n) for n in _MONEY_NOUNS)).fill_null(False)
-        ev = _seq(features).filter(pl.col("irreversible") | (pl.col("outbound") & money))
+        ev = _seq(features).filter(pl.col("irreversible")
+                                   | (pl.col("outbound") & _moves_money()))
         if ev.height < 2 or not ev["ok"].any():
             return _empty_found(schema)
         # The argument text of these few rows (``_seq`` drops args: long strings).
@@ -1443,9 +1448,7 @@ class CrossServerFlowDetector(_SequenceDetector):
         # A call that moves money (sendPayout, sendPayment: outbound by its verb) sends a
         # recipient and an amount, not data: it is not a way out for what was read, unless
         # its arguments carry a payload (above).
-        money = pl.col("tool").str.to_lowercase().str.contains(
-            "|".join(re.escape(n) for n in _MONEY_NOUNS)).fill_null(False)
-        cand = pl.concat([ev.lazy().filter(pl.col("outbound") & ~money).select("i"),
+        cand = pl.concat([ev.lazy().filter(pl.col("outbound") & ~_moves_money()).select("i"),
                           pay]).unique(
             "i").join(ev.lazy().select(cols), on="i").join(allargs, on="i", how="left")
         cand = cand.with_columns(carries.fill_null(False).alias("carried")).collect(

@@ -306,6 +306,7 @@ def summary_routines(
     min_mad: float,
     threshold: float,
     value_min: float | None = None,
+    max_spread: float = 1.0,
     t_col: str = "first_t",
 ) -> pl.DataFrame:
     """Entities whose *summary-only* sessions are a routine within the data at hand.
@@ -316,7 +317,10 @@ def summary_routines(
     already scores at alert level (``threshold``), that count is its workload (a sync
     service the server marks SESSION_ANOMALY every run), not an attack: :func:`habits`
     needs several UTC days of history, which a one-day batch never has. A burst of
-    sessions in one sitting is not spread over hours and stays out. With ``value_min``,
+    sessions in one sitting is not spread over hours and stays out, and so does a series
+    whose runs are not alike (robust spread of ``log1p(value_col)`` above ``max_spread``):
+    a routine repeats, an escalation (7 calls, then 900, 2,400, 5,200) does not. With
+    ``value_min``,
     the typical one must instead reach that much ``value_col`` (heavy by an absolute
     measure, such as seed 001's 1 MB, where the score of a summary varies with figures it
     barely has).
@@ -344,6 +348,7 @@ def summary_routines(
             ((lv - lv.median()).abs().median() * 1.4826).alias("routine_sd"),
         )
         .filter((pl.col("routine_n") >= min_rows) & (pl.col("_hours") >= min_hours)
+                & (pl.col("routine_sd") <= max_spread)
                 & ((pl.col("routine_med") >= math.log1p(value_min))
                    if value_min is not None else (pl.col("_typical") >= threshold)))
         .with_columns(pl.col("routine_sd").clip(lower_bound=min_mad))

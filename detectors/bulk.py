@@ -638,7 +638,8 @@ class BulkExtractionDetector(Detector):
                 summ_v, "_raw", "total_bytes", [key],
                 min_rows=cfg.summary_routine_sessions, min_hours=cfg.summary_routine_hours,
                 min_mad=cfg.baseline_min_mad, threshold=0.0,
-                value_min=float(self.settings.named_min_bytes))
+                value_min=float(self.settings.named_min_bytes),
+                max_spread=cfg.summary_routine_spread)
             for key in ("caller_id", "client_ip")} if summ_v is not None else {}
         self.entity_routine_: dict[str, pl.DataFrame] = {}
         self.entity_baselines_: dict[str, Baseline] = {}

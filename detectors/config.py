@@ -1136,6 +1136,12 @@ class DetectorsConfig:
         "(a burst of sessions in one sitting is not a routine).",
         6.0,
     )
+    summary_routine_spread: float = doc(
+        "...and alike: the robust spread (1.4826 x MAD) of their log figure (calls, bytes) "
+        "at most this (1.0: most runs within a factor of ~2.7 of the typical one). A "
+        "routine repeats; an escalation (7 calls, then 900, 2,400, 5,200) does not.",
+        1.0,
+    )
     habit_min_days: int = doc(
         "An entity is habitual for a rule detector (its typical session or day already "
         "scores at alert level, so only sessions far beyond its own normal alert) only with "

@@ -115,6 +115,7 @@ class ScrapingLoopDetector(Detector):
                 summ_raw, "_raw", "calls", [key],
                 min_rows=cfg.summary_routine_sessions, min_hours=cfg.summary_routine_hours,
                 min_mad=cfg.baseline_min_mad, threshold=self.threshold,
+                max_spread=cfg.summary_routine_spread,
             ) if summ.height else pl.DataFrame()
             for key in ("caller_id", "client_ip")
         }

@@ -254,3 +254,24 @@ def test_a_sync_hosts_summaries_all_day_are_its_workload_a_far_heavier_one_is_no
     assert flagged == []
     # Without the routine, every run alerts.
     assert all(_bulk(off, f"sync-{i}").height for i in range(len(sizes)))
+
+
+def test_an_escalating_series_of_summaries_is_not_a_routine() -> None:
+    """A caller's summaries grow run after run (57 kB, 210 kB, 9.1 MB, 312 MB) over a day
+    and a half: enough sessions, spread over hours, and a typical one over 1 MB, but not
+    alike. A routine repeats; the 312 MB run still alerts (summary_routine_spread)."""
+    tr = Traffic(seed=268)
+    tr.background(days=2, users=30, per_day=2)
+    at = T0 + timedelta(days=1, hours=1)
+    for k, (hours, calls, nbytes) in enumerate(
+            [(0, 7, 57_000), (21, 914, 210_000), (21.5, 2_411, 9_100_000),
+             (22.6, 800, 312_000_000)]):
+        tr.summary(f"esc-{k}", at + timedelta(hours=hours), kind="SESSION_ANOMALY",
+                   caller="u_47de91fc", ip="91.219.156.174", calls=calls,
+                   unique_resources=20, total_bytes=nbytes, duration_s=1800.0)
+    res = _run(tr)
+    assert _bulk(res, "esc-3").height == 1
+    loose = detectors.detect(tr.events(), tr.summaries(),
+                             DetectorsConfig.from_dict({"summary_routine_spread": 10.0}),
+                             detectors=["bulk_rules"])
+    assert _bulk(loose, "esc-3").height == 0  # taken for a routine without the rule

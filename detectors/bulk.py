@@ -200,8 +200,11 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
     # returns people. Such a read counts when its tool or arguments name records
     # (record_terms), or a sensitive place.
     named = pl.col("data").fill_null(False) | pl.col("sensitive").fill_null(False)
-    rec = ((pl.col("tool").fill_null("").str.contains_any(record_terms,
-                                                         ascii_case_insensitive=True)
+    # The tool's name names the records (listCustomers): see also not_routine below.
+    by_name = (pl.col("tool").fill_null("").str.contains_any(record_terms,
+                                                            ascii_case_insensitive=True)
+               if record_terms else pl.lit(False))
+    rec = ((by_name
             | pl.col("args").fill_null("").str.contains_any(record_terms,
                                                             ascii_case_insensitive=True)
             | ~pl.col("data").fill_null(False))
@@ -215,10 +218,6 @@ def _reads(fs: FeatureSet, export_terms: list[str], short_share: float,
     # them by design: its reads count whatever its population pulls. Only a generic tool
     # named by its arguments (run_query, "SELECT * FROM orders") whose large responses
     # are routine is judged against what it returns (p_oversized) instead.
-    by_name = (pl.col("tool").fill_null("").str.contains_any(record_terms,
-                                                            ascii_case_insensitive=True)
-               if record_terms else pl.lit(False))
-
     def not_routine(part: pl.LazyFrame) -> pl.LazyFrame:
         if hot is None:
             return part.with_columns(pl.lit(True).alias("_nr0"))

@@ -7,6 +7,11 @@ Two figures the ingest/analyze A/B scripts do not give (for those, run
     A live commit: ``Store.write_batch`` of a 2,000-event batch with its checkpoint (live
     row groups and pages), p50/p95/max over ``--commits`` commits into one growing store,
     new tree against ``--old``, interleaved ``--repeat`` times (best p50/p95 of the rounds).
+``aged``
+    A live commit on a table that has already taken ``--aged-commits`` commits whose log
+    entries are a day old (a tail that has run for a while): p50/p95 of ``--commits``
+    commits with the log retention of the tables (``tables.LOG_RETENTION``) against the
+    two days of the first Delta release. This tree only; the log is what differs.
 ``writers``
     1, 2 and 3 writer processes appending to one store at once, each its own stream:
     ``write_batch`` calls per second and rows per second of all of them together, from the
@@ -103,6 +108,33 @@ def child_latency(store_dir: str, commits: int, batch: int) -> None:
     print(json.dumps(out))
 
 
+def child_aged(store_dir: str, retention: str, aged: int, commits: int, batch: int) -> None:
+    """Seconds of each live ``write_batch`` on a table with ``aged`` day-old log entries."""
+    from toolwatch import store as st
+    from toolwatch import tables
+
+    tables.TABLE_CONFIG["delta.logRetentionDuration"] = retention
+    tables._OLD_LOG_RETENTION = "none"  # keep the retention measured
+    s = st.Store(store_dir)
+    # The history: commits of a checkpoint alone (no data file: a live table's files are
+    # kept few by compaction, and the log is what is measured), as fast as they go.
+    empty = _events("fp-live", 0, 0)
+    for i in range(aged):
+        s.write_batch({"events": empty}, [st.Checkpoint("fp-live", "live", i + 1)])
+    day_ago = time.time() - 86_400
+    for p in (Path(store_dir) / "events" / "_delta_log").iterdir():
+        os.utime(p, (day_ago, day_ago))
+    tables_ = [_events("fp-live", aged + i * batch, batch) for i in range(commits)]
+    out = []
+    for i, tbl in enumerate(tables_):
+        t = time.perf_counter()
+        s.write_batch({"events": tbl}, [st.Checkpoint("fp-live", "live", aged + (i + 1) * batch)],
+                      row_group_rows=st.LIVE_ROW_GROUP_ROWS, page_bytes=st.LIVE_PAGE_BYTES)
+        out.append(time.perf_counter() - t)
+    logs = len(list((Path(store_dir) / "events" / "_delta_log").glob("*.json")))
+    print(json.dumps({"seconds": out, "log_entries": logs}))
+
+
 def child_append(store_dir: str, fp: str, commits: int, batch: int, go: str) -> None:
     """Wait for ``go``, then ``commits`` batches of ``batch`` events of stream ``fp``."""
     from toolwatch import store as st
@@ -154,6 +186,31 @@ def latency(trees: dict[str, Path], work: Path, commits: int, batch: int,
               f"p95 {best['new'][1] / best['old'][1]:.2f}x")
 
 
+def aged(tree: Path, work: Path, aged_commits: int, commits: int, batch: int,
+         repeat: int) -> None:
+    """Interleaved rounds of :func:`child_aged`: this tree's retention against two days."""
+    sys.path.insert(0, str(tree))
+    from toolwatch.tables import LOG_RETENTION
+
+    res: dict[str, list[tuple[float, float]]] = {LOG_RETENTION: [], "interval 2 days": []}
+    for r in range(repeat):
+        for i, ret in enumerate(res):
+            out, _ = _child(tree, ["aged", str(work / f"aged-{r}-{i}"),
+                                   ret, str(aged_commits), str(commits), str(batch)]
+                            ).communicate()
+            got = json.loads(out)
+            xs = got["seconds"]
+            res[ret].append((statistics.median(xs), _pct(xs, 0.95)))
+            print(f"  round {r + 1}, log retention {ret!r}: p50 {res[ret][-1][0] * 1000:.1f} ms,"
+                  f" p95 {res[ret][-1][1] * 1000:.1f} ms; {got['log_entries']} log entries "
+                  "left", flush=True)
+    best = {k: (min(x[0] for x in v), min(x[1] for x in v)) for k, v in res.items()}
+    print(f"live commit after {aged_commits:,} day-old commits ({batch:,} events + checkpoint, "
+          f"{commits} commits, best of {repeat}):")
+    for k, (p50, p95) in best.items():
+        print(f"  retention {k!r}: p50 {p50 * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms")
+
+
 def writers(trees: dict[str, Path], work: Path, commits: int, batch: int,
             repeat: int) -> None:
     """1, 2, 3 concurrent :func:`child_append` processes per tree; best of ``repeat``."""
@@ -181,6 +238,8 @@ def main() -> None:
         a = sys.argv[2:]
         if a[0] == "latency":
             child_latency(a[1], int(a[2]), int(a[3]))
+        elif a[0] == "aged":
+            child_aged(a[1], a[2], int(a[3]), int(a[4]), int(a[5]))
         else:
             child_append(a[1], a[2], int(a[3]), int(a[4]), a[5])
         return
@@ -188,13 +247,14 @@ def main() -> None:
     ap.add_argument("--old", type=Path, default=None, help="the previous store's tree")
     ap.add_argument("--new", type=Path, default=ROOT, help="tree measured (default: this)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("what", nargs="*", help="latency, writers (default: both)")
+    ap.add_argument("what", nargs="*", help="latency, aged, writers (default: latency, writers)")
     ap.add_argument("--commits", type=int, default=200, help="latency: commits per round")
     ap.add_argument("--batch", type=int, default=2000, help="events per commit")
     ap.add_argument("--writer-commits", type=int, default=60, help="writers: per process")
+    ap.add_argument("--aged-commits", type=int, default=3000, help="aged: commits before")
     args = ap.parse_args()
     args.what = args.what or ["latency", "writers"]
-    if set(args.what) - {"latency", "writers"}:
+    if set(args.what) - {"latency", "aged", "writers"}:
         ap.error(f"unknown: {args.what}")
     work = Path(tempfile.mkdtemp(prefix="tw-bench-store-"))
     try:
@@ -204,6 +264,8 @@ def main() -> None:
         print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
         if "latency" in args.what:
             latency(trees, work, args.commits, args.batch, args.repeat)
+        if "aged" in args.what:
+            aged(trees["new"], work, args.aged_commits, args.commits, args.batch, args.repeat)
         if "writers" in args.what:
             print("concurrent writers, one store, one stream each:")
             writers(trees, work, args.writer_commits, args.batch, args.repeat)

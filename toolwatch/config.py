@@ -155,7 +155,7 @@ class StoreConfig:
     vacuum_hours: float = doc(
         "Files a compaction replaced are deleted this many hours later. A reader that "
         "listed the table before the compaction (a long query, Spark) can read them until "
-        "then; Delta's time travel reaches back as far.",
+        "then (Delta time travel: see docs/store.md).",
         1.0,
     )
 

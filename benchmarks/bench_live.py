@@ -209,6 +209,9 @@ def throughput(work: Path, events: int, detect: bool,
     return res
 
 
+_COMMIT_THREADS = ("toolwatch-commit", "toolwatch-store")
+
+
 @contextlib.contextmanager
 def _commit_thread_cpu() -> Iterator[dict[str, float]]:
     """CPU seconds of the commit thread (``toolwatch-commit``), whole and by phase.
@@ -235,7 +238,8 @@ def _commit_thread_cpu() -> Iterator[dict[str, float]]:
             try:
                 return orig(*a, **k)
             finally:
-                if threading.current_thread().name == "toolwatch-commit":
+                # store_write runs on the store thread, beside the next detection.
+                if threading.current_thread().name.startswith(_COMMIT_THREADS):
                     acc[key] += time.thread_time() - t0
 
         saved.append((cls, name, orig))

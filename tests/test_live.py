@@ -201,6 +201,59 @@ def test_a_failed_commit_stops_everything_after_it(tmp_path: Path) -> None:
     assert stored_count(data) == 10
 
 
+def test_the_next_detection_runs_while_a_batch_is_stored(tmp_path: Path) -> None:
+    """flush(wait=False): once a micro-batch is detected, the next one is detected while
+    the first is committed (store thread); commits stay one at a time and in order, and
+    a batch's alerts reach the sinks only after its own commit."""
+    data = tmp_path / "store"
+    cfg = config_for(data, detect=True, flush_events=10, flush_interval_s=0.05)
+    store = Store(data)
+    log: list[tuple[str, int, float]] = []  # (what, batch events, time)
+    inner = enum_detector(5)
+
+    def detect(events: object, summaries: object, history: object = None) -> object:
+        log.append(("detect", 0, time.monotonic()))
+        return inner(events, summaries, history=history)
+
+    real = store.write_batch
+
+    def slow_write(tables: dict, *a: object, **kw: object) -> int:
+        n = tables["events"].num_rows
+        log.append(("write", n, time.monotonic()))
+        time.sleep(1.0)  # long enough for the next detection to start on a loaded machine
+        try:
+            return real(tables, *a, **kw)  # type: ignore[arg-type]
+        finally:
+            log.append(("written", n, time.monotonic()))
+
+    store.write_batch = slow_write  # type: ignore[method-assign]
+    lp = LivePipeline(cfg, store, detector=detect)
+    emitted: list[tuple[int, float]] = []
+    lp.on_commit.append(lambda r: emitted.append((r.events, time.monotonic())))
+    f = Feeder()
+    lp.add(f.batch(b"".join(nf(i) for i in range(10))))
+    lp.flush(wait=False)
+    deadline = time.monotonic() + 10
+    while not any(w == "write" for w, _, _ in log) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lp.add(f.batch(b"".join(nf(i) for i in range(10, 17))))
+    time.sleep(0.1)  # the interval elapses: due unless the commit thread is busy
+    assert lp.due(), "the commit thread is free once the first batch is detected"
+    lp.flush(wait=False)
+    lp.drain()
+    lp.close()
+    when = {(w, n): t for w, n, t in log if w != "detect"}
+    # The second batch's detection ran while the first batch was being written...
+    assert any(when[("write", 10)] < t < when[("written", 10)]
+               for w, _, t in log if w == "detect"), log
+    # ...the second write only after the first, and each batch's hooks after its commit.
+    assert when[("written", 10)] <= when[("write", 7)]
+    assert [n for n, _ in emitted][:2] == [10, 7]
+    assert emitted[0][1] >= when[("written", 10)] and emitted[1][1] >= when[("written", 7)]
+    assert stored_count(data) == 17
+    assert Store(data).checkpoints()[f.asm.fp] == f.asm.offset
+
+
 def test_out_of_order_events_within_tolerance(tmp_path: Path) -> None:
     order = np.random.default_rng(3).permutation(12)
     lp, data = pipeline(tmp_path, out_of_order_tolerance_s=60.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -59,6 +60,18 @@ class _Job:
     #: Flushed by size (lines arrive faster than micro-batches), not by the interval.
     backlog: bool = False
     created: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Detected:
+    """Micro-batches detected and waiting for their store commit (then their alerts)."""
+
+    jobs: list[_Job]
+    tables: dict[str, pa.Table]
+    res: FlushResult
+    t0: float
+    defer: bool
+    backlog: bool
 
 
 
@@ -152,7 +165,7 @@ class CommitMixin:
                         break
                     self._cv.wait(None if wait == float("inf") else wait)
                 if not self._queue:
-                    return
+                    break
                 # Only a backlog's micro-batches (none flushed by the interval, no
                 # caught-up source, drain or stop waiting on them) may defer detection.
                 defer = not (self._urgent or self._stopping) and all(
@@ -165,7 +178,7 @@ class CommitMixin:
                 self._busy = True
                 self._cv.notify_all()
             try:
-                self._commit(jobs, defer=defer)
+                self._hand_to_store(self._detect_batch(jobs, defer=defer))
             except BaseException as exc:  # handed to the caller's thread
                 log.debug("commit thread stopped", exc_info=True)
                 with self._cv:
@@ -173,9 +186,43 @@ class CommitMixin:
                     self._queue.clear()  # never commit past a failed batch
                     self._busy = False
                     self._cv.notify_all()
-                return
+                break
             with self._cv:
                 self._busy = False
+                self._cv.notify_all()
+        with self._cv:  # the last batch is stored before the thread ends
+            while self._storing:
+                self._cv.wait()
+
+    def _hand_to_store(self, batch: _Detected) -> None:
+        """Commit ``batch`` on the store thread, after the batch before it.
+
+        The commit thread then detects the next micro-batches while this one is written
+        (a live commit is ~20-50 ms of Delta commits and Parquet writing): batches are
+        still stored one at a time and in order, and each one's alerts still go to the
+        sinks only after its commit.
+        """
+        with self._cv:
+            while self._storing and self._worker_error is None:
+                self._cv.wait()
+            self._raise_worker_error()
+            self._storing = True
+            if self._store_pool is None:
+                self._store_pool = ThreadPoolExecutor(1, thread_name_prefix="toolwatch-store")
+        self._store_pool.submit(self._store_on_thread, batch)
+
+    def _store_on_thread(self, batch: _Detected) -> None:
+        try:
+            self._store_batch(batch)
+        except BaseException as exc:  # handed to the caller's thread, and the commit thread's
+            log.debug("store thread stopped", exc_info=True)
+            with self._cv:
+                if self._worker_error is None:
+                    self._worker_error = exc
+                self._queue.clear()  # never commit past a failed batch
+        finally:
+            with self._cv:
+                self._storing = False
                 self._cv.notify_all()
 
     def _raise_worker_error(self) -> None:
@@ -189,7 +236,7 @@ class CommitMixin:
         with self._cv:
             self._urgent = True
             self._cv.notify_all()
-            while (self._queue or self._busy) and self._worker_error is None:
+            while (self._queue or self._busy or self._storing) and self._worker_error is None:
                 self._cv.wait()
         self._raise_worker_error()
 
@@ -200,6 +247,9 @@ class CommitMixin:
         if self._worker is not None:
             self._worker.join()
             self._worker = None
+        if self._store_pool is not None:
+            self._store_pool.shutdown(wait=True)
+            self._store_pool = None
         self._stopping = False
 
     def _commit(
@@ -214,6 +264,13 @@ class CommitMixin:
         ``backlog``: a size-triggered synchronous flush (detected at once, in
         ``live.backlog_detect_passes`` passes).
         """
+        return self._store_batch(self._detect_batch(jobs, t0, defer=defer, backlog=backlog))
+
+    def _detect_batch(
+        self, jobs: list[_Job], t0: float | None = None, *, defer: bool = False,
+        backlog: bool = False,
+    ) -> _Detected:
+        """The detection half of :meth:`_commit`: the batch's tables, alerts included."""
         t0 = time.monotonic() if t0 is None else t0
         res = FlushResult()
         if len(jobs) == 1:
@@ -246,12 +303,22 @@ class CommitMixin:
         tables = {"events": events, "summaries": summaries, "quarantine": quarantine}
         if alerts_tbl is not None:
             tables["alerts"] = alerts_tbl
+        res.alerts = new_alerts
+        return _Detected(jobs, tables, res, t0, defer, backlog)
+
+    def _store_batch(self, batch: _Detected) -> FlushResult:
+        """The store half of :meth:`_commit`: commit, count, emit the alerts, run hooks."""
+        jobs, tables, res, t0 = batch.jobs, batch.tables, batch.res, batch.t0
+        defer, backlog = batch.defer, batch.backlog
+        events, summaries, quarantine = tables["events"], tables["summaries"], \
+            tables["quarantine"]
+        new_alerts = res.alerts
         if (
             events.num_rows
             or summaries.num_rows
             or quarantine.num_rows
             or res.checkpoints
-            or (alerts_tbl is not None)
+            or "alerts" in tables
         ):
             # Not gated: in pages of LIVE_PAGE_BYTES a write adds ~5-9 MiB, and the
             # commit thread waiting for the reader's parse costs catch-up speed.
@@ -259,7 +326,6 @@ class CommitMixin:
                                                row_group_rows=LIVE_ROW_GROUP_ROWS,
                                                page_bytes=LIVE_PAGE_BYTES)
         res.events = events.num_rows
-        res.alerts = new_alerts
 
         c = self.pipe.counters
         c.batches += 1

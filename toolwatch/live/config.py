@@ -154,8 +154,9 @@ class LiveConfig:
     )
     overlap_detection: bool = doc(
         "tail/run/follow: detect and commit a micro-batch on a second thread while the "
-        "next one is read and parsed (same order and atomicity; a backlog's waiting "
-        "micro-batches are detected together). Off: one flush at a time.",
+        "next one is read and parsed, and commit it on a third while the next one is "
+        "detected (same order and atomicity; a backlog's waiting micro-batches are "
+        "detected together). Off: one flush at a time.",
         True,
         tuning=True,
     )

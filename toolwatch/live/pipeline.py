@@ -156,6 +156,9 @@ class LivePipeline(CommitMixin, DetectMixin, WarmUpMixin):
         self._queue: list[_Job] = []
         self._queued_events = 0
         self._busy = False
+        # A detected batch is being committed on the store thread (at most one).
+        self._storing = False
+        self._store_pool: ThreadPoolExecutor | None = None
         self._urgent = False
         self._stopping = False
         self._worker: threading.Thread | None = None

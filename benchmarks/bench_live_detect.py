@@ -168,11 +168,11 @@ def _child(store_dir: str, mode: str, overrides: list[str], out_json: str) -> No
 def _child_passes(store_dir: str, sizes: str, repeat: int, out_json: str) -> None:
     """CPU of single detection passes of each size (the live call: history + reuse).
 
-    Each pass reads ``n`` consecutive events from the middle of the stream with the
-    ``history_events`` (20k) events before them as baseline history, exactly the call a
-    live detection makes (``detectors.run_batch(..., reuse={"live": True})``, the forest
-    fitted once in a child). A fresh history frame per pass, as every live detection
-    builds one. Best of ``repeat`` after a warm-up pass of each size.
+    Each pass reads ``n`` consecutive events from the 200,000th on (earlier in a smaller
+    store) with the ``history_events`` (20k) events before them as baseline history,
+    exactly the call a live detection makes (``detectors.run_batch(..., reuse={"live":
+    True})``, the forest fitted once in a child). A fresh history frame per pass, as
+    every live detection builds one. Best of ``repeat`` after a warm-up pass of each size.
     """
     import polars as pl
 
@@ -182,7 +182,12 @@ def _child_passes(store_dir: str, sizes: str, repeat: int, out_json: str) -> Non
     con = Store(store_dir).connect()
     n_max = max(int(x) for x in sizes.split(","))
     hist_n = 20_000
-    start = 200_000
+    # From the 200,000th event, or as far in as the store allows: past its end the passes
+    # read nothing and every size costs the same (a 200k store gave empty passes).
+    total = int(con.sql("SELECT count(*) FROM events").fetchall()[0][0])
+    start = min(200_000, total - n_max)
+    if start < hist_n:
+        sys.exit(f"--passes needs {hist_n + n_max} events in the store, it has {total}")
     df = pl.from_arrow(con.sql(
         "SELECT * FROM events ORDER BY ts, event_id LIMIT ? OFFSET ?",
         params=[n_max + hist_n, start - hist_n]).to_arrow_table())

@@ -16,6 +16,7 @@ own evidence columns after them.
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -96,12 +97,20 @@ class FeatureSet:
                 sessions, other.config)
             fs._tools_annotated = ann  # type: ignore[attr-defined]
             fs._tools_keys = other._tools_keys  # type: ignore[attr-defined]
-            return fs
-        events = pl.concat(
-            [self.events.join(known, on="session_id", how="anti"), other.events],
-            how="diagonal_relaxed",
-        )
-        return FeatureSet(events, sessions, other.config)
+        else:
+            events = pl.concat(
+                [self.events.join(known, on="session_id", how="anti"), other.events],
+                how="diagonal_relaxed",
+            )
+            fs = FeatureSet(events, sessions, other.config)
+        if fs.sessions.schema == other.sessions.schema \
+                and fs.events.schema == other.events.schema:
+            # ``other``'s rows, unchanged (no column added or cast by the relaxed concat),
+            # end both frames: see union_part. Weakly held, like the live caches.
+            fs._union_part = (  # type: ignore[attr-defined]
+                weakref.ref(other), sessions.height - other.sessions.height,
+                fs.events.height - other.events.height)
+        return fs
 
     @property
     def max_t(self) -> int | None:
@@ -132,6 +141,34 @@ def _stacked_annotation(
     if a.schema != b.schema:
         return None
     return pl.concat([a.join(known, on="session_id", how="anti"), b], how="vertical")
+
+
+def union_part(whole: FeatureSet, part: FeatureSet | None = None,
+               *, annotation: bool = False) -> tuple[FeatureSet, int] | None:
+    """The batch ``whole`` was built from by ``hist.union(batch)``, and where its sessions
+    start in ``whole.sessions``; None when ``whole`` is no such union (or ``part`` is given
+    and is not that batch).
+
+    The batch's session rows end ``whole.sessions`` and its events end ``whole.events``,
+    unchanged (same values, same dtypes, same order), and no other row of ``whole``
+    belongs to one of its sessions. So a per-session figure a detector's fit computed on
+    ``whole`` (the history plus the batch, in a live pass) is, for the batch's sessions,
+    what scoring the batch would compute again: the rows of its sessions can be taken
+    instead. With ``annotation``, also only when both sets' tool annotations looked for
+    the same argument names (each event's annotation is then the same in both, see
+    :func:`toolwatch.detectors.tools.annotated`).
+    """
+    entry = getattr(whole, "_union_part", None)
+    if entry is None:
+        return None
+    batch = entry[0]()
+    if batch is None or (part is not None and batch is not part):
+        return None
+    if annotation and (
+            getattr(whole, "_tools_keys", None) is None
+            or getattr(whole, "_tools_keys", None) != getattr(batch, "_tools_keys", None)):
+        return None
+    return batch, entry[1]
 
 
 class Detector(ABC):

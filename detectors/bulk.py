@@ -42,7 +42,7 @@ import math
 from typing import Any, Self
 
 import polars as pl
-from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame, union_part
 from toolwatch.detectors.baseline import (
     Baseline,
     daily_habits,
@@ -547,8 +547,11 @@ class BulkExtractionDetector(Detector):
             history.events, self.settings.tool_min_sessions, self.settings.tool_factor)
         sessions = self._inputs(history)
         # Batch mode scores the sessions it fits on: score() reuses these inputs (their
-        # per-call passes over every event are a fifth of the detector's CPU).
+        # per-call passes over every event are a fifth of the detector's CPU). A live pass
+        # fits on history + batch (FeatureSet.union) and scores the batch: its sessions'
+        # inputs are the last rows of these (see _batch_inputs).
         self._inputs_cache = (history.sessions, sessions)
+        self._union_inputs = (union_part(history, annotation=True), sessions)
         # The baselines read a handful of columns: select them before the filters and
         # group-bys, which would otherwise copy all ~60 session feature columns.
         # The population's and callers' norms are what sessions pull (_pulled_*): the
@@ -709,6 +712,25 @@ class BulkExtractionDetector(Detector):
                 pl.col("named_beyond_rows").fill_null(pl.col("beyond_rows"))))
             .otherwise(pl.col("beyond_rows")).alias("beyond_rows"),
         ).drop("named_beyond_bytes", "named_beyond_rows")
+
+    def _batch_inputs(self, features: FeatureSet) -> pl.DataFrame:
+        """:meth:`_inputs` of ``features``: when fit() ran on ``history.union(features)``
+        (a live pass), the rows of its inputs for the batch's sessions, else computed.
+
+        Every input is a per-session figure of the session's own calls (against the tool
+        baselines fit() learned, which score() uses anyway), and the batch's sessions and
+        events end the union unchanged (:func:`~toolwatch.detectors.base.union_part`): the
+        last rows are what computing them again gives (most of a live score()'s CPU).
+        """
+        entry, self._union_inputs = getattr(self, "_union_inputs", None), None
+        if entry is not None and entry[0] is not None and entry[0][0] is features:
+            rows = entry[1].slice(entry[0][1])
+            # The inputs keep their sessions' order (left joins on the session rows);
+            # checked, as it is what makes the rows the batch's.
+            if rows.height == features.sessions.height \
+                    and rows["sh"].equals(features.sessions["sh"]):
+                return rows
+        return self._inputs(features)
 
     def _score_volume(self, df: pl.DataFrame, bl: Baseline,
                       day_bl: Baseline | None = None) -> pl.DataFrame:
@@ -1017,7 +1039,7 @@ class BulkExtractionDetector(Detector):
             cached[1] if cached is not None and cached[0] is features.sessions
             else self._score_volume(
                 inputs[1] if inputs is not None and inputs[0] is features.sessions
-                else self._inputs(features),
+                else self._batch_inputs(features),
                 self.session_baseline_, getattr(self, "day_baseline_", None))
         )
         scored = self._gated(volume, self.habit_, ["caller_id"],

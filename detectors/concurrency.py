@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from typing import Any, Self
 
 import polars as pl
-from toolwatch.detectors.base import Detector, FeatureSet, session_frame
+from toolwatch.detectors.base import Detector, FeatureSet, session_frame, union_part
 from toolwatch.detectors.config import DetectorsConfig
 from toolwatch.detectors.features import US_PER_DAY, entity_names, window_starts
 from toolwatch.detectors.scoring import all_of, band, gate
@@ -270,6 +270,26 @@ def _session_sweep(features: FeatureSet) -> tuple[pl.DataFrame, pl.DataFrame]:
     return out
 
 
+def _share_sweep(whole: FeatureSet) -> None:
+    """Give the batch of a live pass (``whole`` = history.union(batch)) its session sweep
+    from ``whole``'s, so that scoring the batch does not sweep its calls again.
+
+    Everything :func:`_session_sweep` computes is per session, from the session's own
+    row and calls (a session's basis, its peaks, its refused calls; the all-or-none
+    shortcut gives every session the value its own share would), and the batch's rows
+    end ``whole`` unchanged (:func:`~toolwatch.detectors.base.union_part`): its sessions'
+    rows of the peaks and, in event order, of the swept intervals are the batch's own.
+    """
+    found = union_part(whole)
+    if found is None or getattr(found[0], _CACHE, None) is not None:
+        return
+    batch = found[0]
+    peaks, swept = _session_sweep(whole)
+    mine = batch.sessions["sh"].implode()
+    setattr(batch, _CACHE, (peaks.filter(pl.col("sh").is_in(mine)),
+                            swept.filter(pl.col("sh").is_in(mine))))
+
+
 _CALLER_CACHE = "_concurrency_caller_cache"
 
 
@@ -420,6 +440,7 @@ class ConcurrencyAbuseDetector(Detector):
     def fit(self, history: FeatureSet) -> Self:
         """Learn the population's typical peak and each caller's usual peak."""
         peaks, _ = _session_sweep(history)
+        _share_sweep(history)
         s = history.sessions.lazy().select("sh", "ceh", "first_t").join(
             peaks.lazy(), on="sh", how="inner", maintain_order="left").collect(engine="in-memory")
         enough = s.height >= self.settings.pop_min_sessions

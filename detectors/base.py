@@ -89,7 +89,10 @@ class FeatureSet:
             how="diagonal_relaxed",
         )
         known = other.events.select("session_id").unique()
-        ann = _stacked_annotation(self, other, known)
+        # Rows are named by ``i`` (their row in their own set; fits join arguments back on
+        # it): the history's rows are renumbered after the batch's, which keep theirs.
+        renumber = pl.col("i") + other.events.height
+        ann = _stacked_annotation(self, other, known, renumber)
         if ann is not None:
             # The events are the annotated rows' event columns: the same rows, in order.
             fs = FeatureSet(ann.select(pl.concat(
@@ -99,7 +102,8 @@ class FeatureSet:
             fs._tools_keys = other._tools_keys  # type: ignore[attr-defined]
         else:
             events = pl.concat(
-                [self.events.join(known, on="session_id", how="anti"), other.events],
+                [self.events.join(known, on="session_id", how="anti").with_columns(renumber),
+                 other.events],
                 how="diagonal_relaxed",
             )
             fs = FeatureSet(events, sessions, other.config)
@@ -121,7 +125,7 @@ class FeatureSet:
 
 
 def _stacked_annotation(
-    hist: FeatureSet, batch: FeatureSet, known: pl.DataFrame
+    hist: FeatureSet, batch: FeatureSet, known: pl.DataFrame, renumber: pl.Expr
 ) -> pl.DataFrame | None:
     """The tool annotation of ``hist.union(batch)`` from the two sets' own annotations.
 
@@ -140,7 +144,8 @@ def _stacked_annotation(
         return None
     if a.schema != b.schema:
         return None
-    return pl.concat([a.join(known, on="session_id", how="anti"), b], how="vertical")
+    return pl.concat([a.join(known, on="session_id", how="anti").with_columns(renumber), b],
+                     how="vertical")
 
 
 def union_part(whole: FeatureSet, part: FeatureSet | None = None,

@@ -103,3 +103,35 @@ def test_union_part_names_the_batch_of_a_union_only() -> None:
     assert union_part(whole, hist) is None  # another set than its batch
     # Annotations looked for different names (none computed): not the same rows.
     assert union_part(whole, batch, annotation=True) is None
+
+
+@pytest.mark.parametrize("annotate", [False, True])
+def test_a_union_names_every_row_once_and_keeps_the_batch_rows(annotate: bool) -> None:
+    """``i`` names an event's row; fits join arguments back on it (tool loop, cross-server
+    flow), so a union whose history and batch both counted from 0 paired rows wrongly."""
+    from toolwatch.detectors import DetectorsConfig
+    from toolwatch.detectors.base import FeatureSet
+    from toolwatch.detectors.tools import annotated
+
+    ev = _traffic()
+    cut = ev["ts"].min() + (ev["ts"].max() - ev["ts"].min()) * 0.7
+    cfg = DetectorsConfig()
+    hist = FeatureSet.build(ev.filter(pl.col("ts") < cut), None, cfg)
+    batch = FeatureSet.build(ev.filter(pl.col("ts") >= cut), None, cfg)
+    if annotate:
+        annotated(hist)
+        annotated(batch)
+    whole = hist.union(batch)
+    assert whole.events["i"].n_unique() == whole.events.height > batch.events.height
+    n = batch.events.height
+    assert_frame_equal(whole.events.tail(n), batch.events)  # the batch's rows, unchanged
+    if annotate:
+        ann = annotated(whole)
+        assert ann["i"].n_unique() == ann.height
+        assert ann["i"].to_list() == whole.events["i"].to_list()
+    # Every history row keeps its event (renumbered), so arguments join back right.
+    kept = whole.events.head(whole.events.height - n)
+    mine = hist.events.join(batch.events.select("session_id").unique(), on="session_id",
+                            how="anti")
+    assert_frame_equal(kept.drop("i"), mine.drop("i"))
+    assert (kept["i"] == mine["i"] + n).all()

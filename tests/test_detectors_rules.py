@@ -642,14 +642,7 @@ def test_page_walk_over_reconnected_sessions_is_a_caller_alert() -> None:
         tr.call("crawler-own", T0 + timedelta(hours=1, minutes=50, seconds=10 * p),
                 "searchItems", caller="crawler", server="crm",
                 args={"query": "acme", "page": p}, rows=20, nbytes=4_000)
-    t, page = T0 + timedelta(hours=2), 0
-    for sess in range(7):
-        for _ in range(20):
-            page += 1
-            tr.call(f"scrape-{sess}", t, "searchItems", caller="crawler", server="crm",
-                    args={"query": "*", "page": page, "limit": 50}, rows=50, nbytes=12_000)
-            t += timedelta(seconds=4)
-        t += timedelta(minutes=2)
+    tr.resumed_walk("scrape", T0 + timedelta(hours=2), sessions=7, per_session=20)
     t = T0 + timedelta(hours=2)
     for sess in range(8):
         for p in (1, 2, 3):

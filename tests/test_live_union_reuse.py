@@ -29,14 +29,7 @@ def _traffic() -> pl.DataFrame:
         tc.burst(tr, f"burst-{k}", t + timedelta(minutes=50))
         tc.modest_parallel(tr, f"par-{k}", t + timedelta(hours=1))
     # A walk resumed session after session (scraping's entity rows).
-    t, page = T0 + timedelta(hours=30), 0
-    for sess in range(6):
-        for _ in range(15):
-            page += 1
-            tr.call(f"walk-{sess}", t, "searchItems", caller="crawler", server="crm",
-                    args={"query": "*", "page": page, "limit": 50}, rows=50, nbytes=12_000)
-            t += timedelta(seconds=4)
-        t += timedelta(minutes=2)
+    tr.resumed_walk("walk", T0 + timedelta(hours=30), sessions=6, per_session=15)
     return tr.events().sort("ts")
 
 

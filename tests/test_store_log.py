@@ -7,25 +7,13 @@ retention to zero so the cleaning shows within a few dozen commits.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from toolwatch import schema, tables
+from tests.fixtures.store_rows import store_events as _events
+from toolwatch import tables
 from toolwatch.store import Checkpoint, Store
-
-T0 = datetime(2026, 11, 30, tzinfo=UTC)
-
-
-def _events(start: int, n: int) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"event_id": f"fp:{o}", "ts": T0 + timedelta(seconds=o), "session_id": "s1",
-         "caller_id": "c1", "tool": "read", "status": "ok", "source": "f", "source_fp": "fp",
-         "offset": o, "raw": "{}", "ingested_at": T0}
-        for o in range(start, start + n)
-    ], schema=schema.EVENTS)
 
 
 def _log_entries(store_dir: Path, table: str = "events") -> list[str]:

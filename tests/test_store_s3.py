@@ -11,14 +11,12 @@ import itertools
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
+from tests.fixtures.store_rows import store_events as _events
 from tests.s3_server import S3Server, s3_server  # noqa: F401
-from toolwatch import schema
 from toolwatch.query import query
 from toolwatch.store import Checkpoint, Store
 
@@ -26,16 +24,6 @@ pytestmark = pytest.mark.slow  # a server process
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLWATCH = str(Path(sys.executable).with_name("toolwatch"))
-T0 = datetime(2026, 11, 2, tzinfo=UTC)
-
-
-def _events(start: int, n: int) -> pa.Table:
-    return pa.Table.from_pylist([
-        {"event_id": f"fp:{o}", "ts": T0 + timedelta(seconds=o), "session_id": "s1",
-         "caller_id": "c1", "tool": "read", "status": "ok", "source": "f", "source_fp": "fp",
-         "offset": o, "raw": "{}", "ingested_at": T0}
-        for o in range(start, start + n)
-    ], schema=schema.EVENTS)
 
 
 @pytest.fixture
@@ -133,9 +121,7 @@ _RACER = r'''
 import os
 import sys
 import time
-from datetime import UTC, datetime, timedelta
-import pyarrow as pa
-from toolwatch import schema
+from tests.fixtures.store_rows import store_events
 from toolwatch.config import Config, locate_store
 from toolwatch.store import Checkpoint, Store
 
@@ -148,14 +134,8 @@ st.files("events")  # past the imports and the first listing
 print("ready", flush=True)
 while not os.path.exists(go):
     time.sleep(0.005)
-t0 = datetime(2026, 11, 2, tzinfo=UTC)
 for k in range(n):
-    rows = pa.Table.from_pylist([
-        {"event_id": f"{fp}:{o}", "ts": t0 + timedelta(seconds=o), "session_id": fp,
-         "caller_id": fp, "tool": "read", "status": "ok", "source": fp, "source_fp": fp,
-         "offset": o, "raw": "{}", "ingested_at": t0} for o in range(k * 5, k * 5 + 5)
-    ], schema=schema.EVENTS)
-    st.write_batch({"events": rows}, [Checkpoint(fp, fp, k * 5 + 5)])
+    st.write_batch({"events": store_events(k * 5, 5, fp)}, [Checkpoint(fp, fp, k * 5 + 5)])
 '''
 
 

@@ -555,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=600.0, help="rss: how long to produce")
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--procs", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2, 4],
+                   help="scale: numbers of `toolwatch kafka` processes, e.g. 1,2,3")
     p.add_argument("--modes", default="a,a-fast,b,c,d,tail")
     p.add_argument("--repeat", type=int, default=1,
                    help="rounds over all modes, interleaved; the best of each is shown")
@@ -664,7 +666,7 @@ def scale(a: argparse.Namespace) -> dict[str, Any]:
             topic = f"scale-{parts}-{time.time_ns()}"
             create_topic(broker.bootstrap, topic, partitions=parts)
             produce(broker.bootstrap, topic, lines, a.compression)
-            for n in (1, 2, 4):
+            for n in a.procs:
                 data = work / f"store-scale-{parts}-{n}"
                 shutil.rmtree(data, ignore_errors=True)
                 t0 = time.perf_counter()

@@ -181,9 +181,8 @@ class CommitMixin:
                 self._hand_to_store(self._detect_batch(jobs, defer=defer))
             except BaseException as exc:  # handed to the caller's thread
                 log.debug("commit thread stopped", exc_info=True)
+                self._fail(exc)
                 with self._cv:
-                    self._worker_error = exc
-                    self._queue.clear()  # never commit past a failed batch
                     self._busy = False
                     self._cv.notify_all()
                 break
@@ -216,14 +215,19 @@ class CommitMixin:
             self._store_batch(batch)
         except BaseException as exc:  # handed to the caller's thread, and the commit thread's
             log.debug("store thread stopped", exc_info=True)
-            with self._cv:
-                if self._worker_error is None:
-                    self._worker_error = exc
-                self._queue.clear()  # never commit past a failed batch
+            self._fail(exc)
         finally:
             with self._cv:
                 self._storing = False
                 self._cv.notify_all()
+
+    def _fail(self, exc: BaseException) -> None:
+        """Stop on ``exc`` (the first failure is kept): nothing queued is committed after it."""
+        with self._cv:
+            if self._worker_error is None:
+                self._worker_error = exc
+            self._queue.clear()  # never commit past a failed batch
+            self._cv.notify_all()
 
     def _raise_worker_error(self) -> None:
         if self._worker_error is not None:
